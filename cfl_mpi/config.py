@@ -6,6 +6,7 @@ data) becomes one `ConfigError` line that names the dotted field and the fix.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -202,12 +203,56 @@ STRATEGIES: dict[str, type] = {"emdcfl": EmdCflConfig, "fedavg": FedAvgConfig, "
 
 
 @dataclass(frozen=True)
+class ParticipationConfig:
+    """Which silos train in a round (emd-cfl.txt Appendix E.4: sampled at random each round).
+
+    Give `fraction` (of the silos present) or `count`; neither: every silo, every round.
+    The draw depends on (seed, round) only, so a resumed run draws the same silos.
+    """
+
+    fraction: float | None = None
+    count: int | None = None
+
+
+def participant_count(p: ParticipationConfig, present: int) -> int:
+    """How many of the `present` silos train in a round (at least one)."""
+    if p.count is not None:
+        return min(p.count, present)
+    if p.fraction is not None:
+        return max(1, min(present, math.ceil(p.fraction * present)))
+    return present
+
+
+@dataclass(frozen=True)
+class LateSilo:
+    """A silo that is absent until `round`: it trains for the first time then and is
+    clustered on arrival, without moving the silos already clustered."""
+
+    silo: int
+    round: int
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Failure injection, to test that a failing silo ends the job cleanly: silo `silo`
+    raises (`raise`), exits without a word (`exit`) or stops answering (`hang`) at the
+    start of round `round`."""
+
+    silo: int
+    round: int
+    kind: Literal["raise", "exit", "hang"] = "raise"
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     # A peer that stays silent this long is treated as dead: the job fails cleanly.
     message_timeout_s: float = 1800.0
     # Longest sleep between two polls of a pending receive (back-off cap), so that a
     # waiting rank uses ~0 % CPU but still reacts within this delay.
     max_poll_sleep_ms: float = 20.0
+    # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
+    checkpoint: bool = True
+    fault: FaultConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +265,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     strategy: StrategyConfig = field(default_factory=EmdCflConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    participation: ParticipationConfig = field(default_factory=ParticipationConfig)
+    late_silos: list[LateSilo] = field(default_factory=list)
     # Results folder; `--out` overrides it. Default: runs/<name>_<strategy>_s<seed>.
     out: str | None = None
 
@@ -227,6 +274,10 @@ class Config:
     def world_size(self) -> int:
         """Ranks the job needs: one server and one rank per silo."""
         return self.silos + 1
+
+    def join_round(self, silo: int) -> int:
+        """The first round silo `silo` takes part in (1 unless it is a late silo)."""
+        return next((late.round for late in self.late_silos if late.silo == silo), 1)
 
     def results_dir(self) -> Path:
         return Path(self.out or f"runs/{self.name}_{self.strategy.name}_s{self.seed}")
@@ -258,8 +309,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
     elif origin in (Union, types.UnionType):
         args = typing.get_args(tp)
-        if dataclasses.is_dataclass(args[0]):  # tagged union of strategies
+        if args[0] in STRATEGIES.values():  # tagged union of strategies
             return _strategy(value, where)
+        if value is not None and len(args) == 2 and type(None) in args:  # optional: the inner error is the useful one
+            return _coerce(value, next(a for a in args if a is not type(None)), where)
         for arg in args:
             try:
                 return _coerce(value, arg, where)
@@ -352,8 +405,39 @@ def _validate(cfg: Config) -> None:
                f"strategy.transform_seed: must be a non-negative integer or null, got {s.transform_seed}")
     if isinstance(s, IfcaConfig) and s.k is not None:
         _check(1 <= s.k <= cfg.silos, f"strategy.k: must lie between 1 and silos ({cfg.silos}), got {s.k}")
+    _validate_federation(cfg)
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
+
+
+def _validate_federation(cfg: Config) -> None:
+    """Participation, late silos and injected faults must fit the silos and rounds."""
+    p = cfg.participation
+    _check(p.fraction is None or p.count is None,
+           "participation: give either fraction or count, not both (remove one)")
+    _check(p.fraction is None or 0 < p.fraction <= 1,
+           f"participation.fraction: must lie in (0, 1], got {p.fraction}")
+    _check(p.count is None or 1 <= p.count <= cfg.silos,
+           f"participation.count: must lie between 1 and silos ({cfg.silos}), got {p.count}")
+    seen: set[int] = set()
+    for i, late in enumerate(cfg.late_silos):
+        _check(0 <= late.silo < cfg.silos and late.silo not in seen,
+               f"late_silos[{i}].silo: must be a distinct silo index in 0..{cfg.silos - 1}, got {late.silo}")
+        _check(2 <= late.round <= cfg.train.rounds,
+               f"late_silos[{i}].round: must lie between 2 and train.rounds ({cfg.train.rounds}), got {late.round} "
+               "(a silo present from the start needs no entry)")
+        seen.add(late.silo)
+    _check(len(seen) < cfg.silos, "late_silos: at least one silo must be present in round 1 (remove one entry)")
+    s = cfg.strategy
+    if isinstance(s, IfcaConfig) and s.init == "silos" and s.k is not None:
+        first = participant_count(p, cfg.silos - len(seen))
+        _check(s.k <= first, f"strategy.init: 'silos' picks k = {s.k} models among the {first} silos training in "
+                             "round 1 (use strategy.init: random, or more participants)")
+    f = cfg.runtime.fault
+    if f is not None:
+        _check(0 <= f.silo < cfg.silos, f"runtime.fault.silo: must lie in 0..{cfg.silos - 1}, got {f.silo}")
+        _check(1 <= f.round <= cfg.train.rounds,
+               f"runtime.fault.round: must lie between 1 and train.rounds ({cfg.train.rounds}), got {f.round}")
 
 
 def _validate_data(cfg: Config) -> None:
@@ -466,3 +550,23 @@ def check_world(cfg: Config, world_size: int) -> None:
             f"silos: the config asks for {cfg.silos} silos, so the job needs {cfg.world_size} ranks "
             f"(mpirun -n {cfg.world_size}) but it has {world_size} "
             f"(start it with -n {cfg.world_size}, or --set silos={max(world_size - 1, 1)})")
+
+
+def check_resumable(cfg: Config, out: Path) -> None:
+    """`--resume DIR` continues the same experiment: the config must match the one saved
+    in DIR (the `runtime` section may differ: timeouts and faults are not the experiment)."""
+    saved_path = out / "config.yaml"
+    if not saved_path.is_file():
+        return  # nothing ran yet: the run starts afresh
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    now = yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    for section in sorted(set(saved) | set(now)):
+        if section in ("runtime", "out"):
+            continue
+        old, new = saved.get(section), now.get(section)
+        if old != new:
+            field_name = section
+            if isinstance(old, dict) and isinstance(new, dict):
+                field_name += "." + next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+            raise ConfigError(f"{field_name}: differs from the run being resumed in {out} "
+                              f"(resume with the config and --set options it was started with)")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Config, ConfigError, check_world, load_config
+from .config import Config, ConfigError, check_resumable, check_world, load_config
+from .runtime.stop import StopRequest, ignore_sigterm
 
 EXIT_CONFIG = 2
 
@@ -22,6 +23,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cfl_mpi.main", description=__doc__.splitlines()[0])
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
     parser.add_argument("--out", help="results folder (overrides the config's `out`)")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="continue the run whose results folder is DIR from its last checkpoint "
+                             "(same config and --set options; starts afresh if DIR has no checkpoint)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value by its dotted key, e.g. --set train.rounds=2")
     return parser.parse_args(argv)
@@ -46,9 +50,12 @@ def _validated(comm, args: argparse.Namespace) -> Config:
 
     cfg, error = None, None
     try:
-        overrides = [*args.overrides, *([f"out={args.out}"] if args.out else [])]
+        out = args.resume or args.out
+        overrides = [*args.overrides, *([f"out={out}"] if out else [])]
         cfg = load_config(args.config, overrides)
         check_world(cfg, comm.Get_size())
+        if args.resume:
+            check_resumable(cfg, Path(args.resume))
         check_data(cfg)
     except ConfigError as err:
         error = str(err)
@@ -71,8 +78,13 @@ def cli(argv: list[str] | None = None) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    cfg = _validated(comm, args)
     rank = comm.Get_rank()
+    stop = StopRequest()
+    if rank == 0:
+        stop.install()  # before anything slow: SIGTERM from now on means "stop after this round"
+    else:
+        ignore_sigterm()
+    cfg = _validated(comm, args)
     role = "server" if rank == 0 else f"silo {rank - 1}"
     try:
         from .runtime.placement import place
@@ -83,7 +95,7 @@ def cli(argv: list[str] | None = None) -> None:
         if rank == 0:
             from .runtime.server import run_server
 
-            run_server(cfg, transport, cfg.results_dir())
+            run_server(cfg, transport, cfg.results_dir(), stop, resume=bool(args.resume))
         else:
             from .runtime.silo import run_silo
 

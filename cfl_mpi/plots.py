@@ -56,7 +56,8 @@ def distance_heatmap(W: np.ndarray, truth: np.ndarray, title: str, path: Path,
 
 
 def accuracy_curves(rounds: list[int], per_silo: np.ndarray, truth: np.ndarray, title: str, path: Path) -> None:
-    """Average and worst silo accuracy per round, with each silo faintly, coloured by true cluster."""
+    """Average and worst silo accuracy per round, with each silo faintly, coloured by true cluster
+    (NaN: the silo had not arrived yet)."""
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
@@ -64,8 +65,8 @@ def accuracy_curves(rounds: list[int], per_silo: np.ndarray, truth: np.ndarray, 
     colours = plt.get_cmap("tab10")
     for silo in range(per_silo.shape[1]):
         ax.plot(rounds, 100 * per_silo[:, silo], color=colours(int(truth[silo]) % 10), alpha=0.25, lw=0.8)
-    ax.plot(rounds, 100 * per_silo.mean(1), color="black", lw=2, label="average")
-    ax.plot(rounds, 100 * per_silo.min(1), color="black", lw=1.5, ls="--", label="worst silo")
+    ax.plot(rounds, 100 * np.nanmean(per_silo, 1), color="black", lw=2, label="average")
+    ax.plot(rounds, 100 * np.nanmin(per_silo, 1), color="black", lw=1.5, ls="--", label="worst silo")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (%)")

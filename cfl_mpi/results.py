@@ -14,21 +14,24 @@ from .plots import PAIRWISE, accuracy_curves, distance_heatmap
 
 
 class RunRecorder:
-    def __init__(self, out: Path, cfg: Config) -> None:
+    """Writes the folder; `done` are the metrics of rounds finished before a resume."""
+
+    def __init__(self, out: Path, cfg: Config, done: list[dict[str, Any]] = ()) -> None:
         self.out = out
         self.cfg = cfg
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         self._metrics = (out / "metrics.jsonl").open("w")
-        self.records: list[dict[str, Any]] = []
+        for record in done:
+            self.write(record)
 
-    def round(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
+    def write(self, record: dict[str, Any]) -> None:
+        """One line of metrics.jsonl per round, flushed at once (a crash keeps the rounds done)."""
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
 
-    def finish(self, summary: dict[str, Any], clusters: np.ndarray, truth: np.ndarray,
-               artifacts: dict[str, np.ndarray]) -> None:
+    def finish(self, summary: dict[str, Any], records: list[dict[str, Any]], clusters: np.ndarray,
+               truth: np.ndarray, artifacts: dict[str, np.ndarray]) -> None:
         self._metrics.close()
         (self.out / "clusters.json").write_text(json.dumps(
             {"clusters": {str(s): int(k) for s, k in enumerate(clusters)},
@@ -42,5 +45,5 @@ class RunRecorder:
             if name in artifacts:
                 kind = "similarities" if how.similarity else "distances"
                 distance_heatmap(artifacts[name], truth, f"{title} pairwise {kind}", self.out / "distances.png", *how)
-        per_silo = np.array([r["accuracy"] for r in self.records])
-        accuracy_curves([r["round"] for r in self.records], per_silo, truth, title, self.out / "accuracy.png")
+        per_silo = np.array([[np.nan if a is None else a for a in r["accuracy"]] for r in records])
+        accuracy_curves([r["round"] for r in records], per_silo, truth, title, self.out / "accuracy.png")

@@ -164,7 +164,7 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
             for r, l, c in zip(range(1, 5), losses, chosen)]
     strategy = Ifca(cfg, truth)
     model = {"w": np.zeros(3, np.float32)}
-    ctx = ServerRound(1, FakeTransport(msgs), [1, 2, 3, 4], {}, {}, {c: model for c in range(4)})
+    ctx = ServerRound(1, FakeTransport(msgs), [1, 2, 3, 4], [0, 1, 2, 3], {}, {}, {c: model for c in range(4)})
     strategy.models = [model, model]
     with pytest.raises(ProtocolError, match=r"rank 4 sent losses of round 1 and chose cluster 0, but .* cluster 1"):
         strategy._assign(ctx)
@@ -175,18 +175,26 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
 
 
 def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
-    cfg = config(tmp_path, "strategy.beta=120")
+    """Algorithm 2: signatures arriving after the first batch are placed; nobody moves."""
+    cfg = config(tmp_path, "strategy.beta=120", "silos=6", "data.rotations=[0,180,90]")
     rng = np.random.default_rng(1)
     centres = [np.linalg.qr(rng.standard_normal((40, 3)))[0] for _ in range(2)]
     bases = [np.linalg.qr(centres[g] + 0.05 * rng.standard_normal((40, 3)))[0] for g in (0, 0, 1, 1, 1, 0)]
-    strategy = Pacfl(cfg, np.array([0, 0, 1, 1]))
-    strategy.bases = bases[:4]
-    strategy.A = proximity_matrix(bases[:4])
-    strategy.clusters = hierarchical_clusters(strategy.A, 120.0)
-    new = strategy.place(bases[4:])
-    np.testing.assert_array_equal(strategy.clusters[:4], [0, 0, 1, 1])
-    np.testing.assert_array_equal(new, [1, 0])
-    assert strategy.A.shape == (6, 6) and strategy.artifacts["A"] is strategy.A
+    strategy = Pacfl(cfg, np.array([0, 0, 1, 1, 1, 0]))
+    strategy.add_signatures([bases[c] for c in (0, 2, 3, 5)], [0, 2, 3, 5])  # first batch: silos 1, 4 absent
+    first = strategy.clusters.copy()
+    assert first[0] == first[5] != first[2] == first[3]
+    assert len({first[1], first[4]} | set(first[[0, 2]])) == 4  # the absent silos are alone
+    strategy.add_signatures([bases[4], bases[1]], [4, 1])
+    np.testing.assert_array_equal(strategy.clusters[[0, 2, 3, 5]], first[[0, 2, 3, 5]])
+    assert strategy.clusters[4] == first[2] and strategy.clusters[1] == first[0]
+    assert strategy.order == [0, 2, 3, 5, 4, 1] and strategy.artifacts["A"] is strategy.A
+    assert not np.isnan(strategy.A).any()
+    arrays, meta = strategy.state_dict()
+    again = Pacfl(cfg, np.array([0, 0, 1, 1, 1, 0]))
+    again.load_state_dict(arrays, json.loads(json.dumps(meta)))
+    np.testing.assert_array_equal(again.clusters, strategy.clusters)
+    np.testing.assert_array_equal(again.A, strategy.A)
 
 
 # ------------------------------------------------------------- multi-rank jobs

@@ -118,16 +118,49 @@ def test_a_single_refusal(seed: int) -> None:
     assert labels[1] != labels[2]
 
 
-def test_unmeasured_pairs_are_never_joined() -> None:
+def test_unmeasured_pairs_are_judged_by_the_measured_ones() -> None:
+    """Partial participation: a silo measured against nobody stays alone; a pair never
+    measured inside a group is joined through the group's measured pairs (robust rule),
+    never by the paper's rule, which needs the pair itself."""
     W, truth = _matrix([6, 6])
     W[4, :] = W[:, 4] = np.nan  # silo 4 not measured against anyone yet
     W[7, 8] = np.nan  # one direction of a pair missing: the pair is unmeasured
     labels, report = robust_clusters(W)
     assert np.count_nonzero(labels == labels[4]) == 1
-    assert labels[7] != labels[8]
+    rest = np.arange(12) != 4
+    assert adjusted_rand_score(truth[rest], labels[rest]) == 1.0
     assert report.unmeasured_pairs == 11 + 1
     paper = neighbourhood_clusters(W, epsilon=4 * NOISE)
     assert np.count_nonzero(paper == paper[4]) == 1 and paper[7] != paper[8]
+
+
+def test_groups_never_measured_against_each_other_stay_apart() -> None:
+    W, _ = _matrix([3, 3])
+    W[np.ix_(range(3), range(3, 6))] = W[np.ix_(range(3, 6), range(3))] = np.nan
+    W[:3, :3] = W[3:, 3:] = 0.0  # both groups identical inside
+    np.fill_diagonal(W, np.nan)
+    labels, _ = robust_clusters(W, noise=np.full(6, NOISE))
+    assert labels.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("method", ["average", "complete"])
+@pytest.mark.parametrize("seed", range(20))
+def test_linkage_equals_scipy_when_every_pair_is_measured(method: str, seed: int) -> None:
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
+    from cfl_mpi.algorithms.cluster_extraction import _dendrogram_cuts
+    from cfl_mpi.algorithms.labels import relabel_by_first_appearance
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(int(rng.integers(3, 15)), 3))
+    D = np.linalg.norm(x[:, None] - x[None], axis=-1)
+    tree = linkage(squareform(D, checks=False), method=method)
+    cuts = _dendrogram_cuts(D, method)
+    np.testing.assert_allclose([h for h, _, _ in cuts[1:]], tree[:, 2], rtol=1e-12)
+    for height, next_height, labels in cuts[1:-1]:
+        expected = fcluster(tree, t=(height + next_height) / 2, criterion="distance")
+        np.testing.assert_array_equal(labels, relabel_by_first_appearance(expected))
 
 
 def test_nothing_measured_leaves_every_silo_alone() -> None:

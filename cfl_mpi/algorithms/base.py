@@ -30,12 +30,18 @@ class ServerRound:
     round: int
     transport: Transport
     silo_ranks: list[int]                       # rank of silo i is silo_ranks[i]
+    participants: list[int]                     # silos training this round (partial participation)
     updates: dict[int, dict[str, np.ndarray]]   # silo index → trained weights (empty before training)
     n_samples: dict[int, int]
     # silo index → the weights it starts this round's training from: θ(0) in round 1, then
     # the model the runtime sent it at the end of the last round. A strategy that hands a
     # silo another model in `before_training` records it here.
     start_models: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    first: set[int] = field(default_factory=set)  # participants training for the first time
+
+    @property
+    def participant_ranks(self) -> list[int]:
+        return [self.silo_ranks[c] for c in self.participants]
 
 
 @dataclass
@@ -50,6 +56,7 @@ class SiloRound:
     device: Any
     silo_ranks: list[int]
     server_rank: int = 0
+    first: bool = False  # this silo's first training round (e.g. PACFL's one-off signature)
 
 
 class Strategy(ABC):
@@ -79,6 +86,14 @@ class Strategy(ABC):
     def report(self) -> dict[str, Any]:
         """JSON-serialisable facts about how the clusters were found."""
         return {}
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Everything the strategy learnt, as arrays and JSON facts, for the checkpoint."""
+        return {"clusters": self.clusters}, {}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        """Continue from `state_dict()`'s output (resume)."""
+        self.clusters = arrays["clusters"].astype(np.int64)
 
 
 class SiloProtocol:

@@ -282,6 +282,19 @@ class ClusterTree:
             self._nodes[node].members.sort()
             node = self._nodes[node].parent
 
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """Structure (JSON) and cached updates (arrays), for a checkpoint."""
+        refs = {f"references{n.id}": n.references for n in self._nodes if n.references is not None}
+        return self.to_dict(), refs
+
+    @classmethod
+    def from_state(cls, structure: dict, references: dict[str, np.ndarray]) -> "ClusterTree":
+        tree = cls([])
+        tree._nodes = [_Node(id=n["id"], parent=n["parent"], members=list(n["members"]), children=list(n["children"]),
+                             split_round=n["split_round"], references=references.get(f"references{n['id']}"))
+                       for n in structure["nodes"]]
+        return tree
+
     def to_dict(self) -> dict:
         """The tree's structure as plain JSON types; the cached updates are left out (large)."""
         return {

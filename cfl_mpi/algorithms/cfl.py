@@ -61,7 +61,9 @@ class Cfl(Strategy):
         self.splits: list[dict] = []
 
     def initial_clusters(self) -> np.ndarray:
-        self.tree = ClusterTree(list(range(self.cfg.silos)))
+        # The root holds the silos present from round 1; late silos are routed down the
+        # tree when they first train (Algorithm 4) and follow the root's model until then.
+        self.tree = ClusterTree([c for c in range(self.cfg.silos) if self.cfg.join_round(c) == 1])
         return np.zeros(self.cfg.silos, dtype=np.int64)  # the root, node 0
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
@@ -73,14 +75,23 @@ class Cfl(Strategy):
         S = pairwise_cosine(deltas)
         self.S[np.ix_(silos, silos)] = S
         row = {c: i for i, c in enumerate(silos)}
+        for c in silos:
+            if c not in self.tree.members(0):  # a late silo's first update routes it (Algorithm 4)
+                leaf = self.tree.route(deltas[row[c]])
+                self.tree.add_silo(c, leaf)
+                self.clusters[c] = leaf
         for leaf in self.tree.leaves():
             members = [c for c in self.tree.members(leaf) if c in row]
+            if not members:
+                continue
             idx = [row[c] for c in members]
             mean_norm, max_norm = update_norms(deltas[idx])
+            complete = len(members) == len(self.tree.members(leaf))  # a split needs every member's update
             check = {"round": ctx.round, "node": leaf, "members": members,
                      "mean_norm": round(mean_norm, 6), "max_norm": round(max_norm, 6), "split": False}
             self.checks.append(check)
-            if ctx.round <= s.warmup_rounds or not should_split(mean_norm, max_norm, len(members), s.eps1, s.eps2):
+            if (ctx.round <= s.warmup_rounds or not complete
+                    or not should_split(mean_norm, max_norm, len(members), s.eps1, s.eps2)):
                 continue
             sub = S[np.ix_(idx, idx)]
             c1, c2 = optimal_bipartition(sub)
@@ -98,6 +109,17 @@ class Cfl(Strategy):
                                 "right": right, "mean_norm": check["mean_norm"], "max_norm": check["max_norm"],
                                 "max_cross_similarity": check["max_cross_similarity"]})
         return self.clusters
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        structure, references = self.tree.state()
+        return {"clusters": self.clusters, "S": self.S, **references}, \
+            {"tree": structure, "checks": self.checks, "splits": self.splits}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        self.S[...] = arrays["S"]
+        self.tree = ClusterTree.from_state(meta["tree"], arrays)
+        self.checks, self.splits = meta["checks"], meta["splits"]
 
     def report(self) -> dict:
         s: CflConfig = self.cfg.strategy

@@ -17,8 +17,13 @@ silos share a distribution. Two rules are offered:
     each silo's say (line 17 asks ``W < eps`` in *both* directions); the linkage makes the
     grouping transitive. See :func:`robust_clusters`.
 
+Late silos are placed, not re-clustered (:func:`place_newcomer`): a newcomer joins the
+existing cluster it is closest to if that is within the rule's cut, so nobody already
+clustered moves.
+
 Conventions: ``W`` is ``C x C``; the diagonal is ignored; ``NaN`` marks an unmeasured pair,
-which is never adjacent (a silo with no measured pair stays alone). Labels are ``int64``,
+which is never adjacent under the paper's rule and is left out of the robust rule's group
+distances (a silo with no measured pair stays alone under both). Labels are ``int64``,
 numbered ``0, 1, 2, ...`` in order of first appearance.
 """
 from __future__ import annotations
@@ -26,8 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from .labels import relabel_by_first_appearance
 
@@ -37,6 +40,8 @@ __all__ = [
     "ExtractionReport",
     "extract_clusters",
     "neighbourhood_clusters",
+    "place_newcomer",
+    "symmetrised",
     "robust_clusters",
 ]
 
@@ -184,6 +189,34 @@ _NOISE_FLOOR = 1e-12
 """Zero noise (measured, or identical silos) refuses any positive distance, finitely."""
 
 
+def symmetrised(W: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+    """``max(W[c][c'], W[c'][c])`` with row c first divided by ``noise[c]`` (if given): the
+    distances both rules cut, in the units they cut them."""
+    W = _validated(W)
+    if noise is not None:
+        W = W / np.maximum(np.asarray(noise, dtype=float), _NOISE_FLOOR)[:, None]
+    return _symmetrised(W)
+
+
+def place_newcomer(distances: np.ndarray, labels: np.ndarray, cut: float, linkage_method: str = "average") -> int:
+    """The cluster a newcomer joins, without moving anyone: the existing cluster whose members
+    are closest on average (``average``, as the robust rule's linkage) or at worst
+    (``complete``: every member within the cut, as the paper's adjacency asks) — if that
+    is below ``cut``; otherwise a new label. ``distances`` is the newcomer's row of
+    :func:`symmetrised` (NaN: not measured, ignored); ``labels`` the existing clusters,
+    -1 for silos not clustered yet."""
+    if linkage_method not in LINKAGES:
+        raise ValueError(f"unknown linkage_method {linkage_method!r}; expected one of {LINKAGES}")
+    best, best_score = None, np.inf
+    for k in np.unique(labels[labels >= 0]):
+        d = distances[(labels == k) & np.isfinite(distances)]
+        if d.size:
+            score = float(d.mean() if linkage_method == "average" else d.max())
+            if score < best_score:
+                best, best_score = int(k), score
+    return best if best is not None and best_score < cut else int(labels.max()) + 1
+
+
 def _validated(W: np.ndarray) -> np.ndarray:
     W = np.asarray(W, dtype=float)
     if W.ndim != 2 or W.shape[0] != W.shape[1]:
@@ -201,32 +234,49 @@ def _symmetrised(W: np.ndarray) -> np.ndarray:
 
 
 def _dendrogram_cuts(D: np.ndarray, method: str) -> list[tuple[float, float, np.ndarray]]:
-    """Every cut of the dendrogram of ``D`` that joins measured pairs only.
+    """Every cut of the agglomerative dendrogram of ``D``, over measured pairs only.
 
     Returns ``(height, next_height, labels)`` from the finest cut (no merge, height -inf)
     to the coarsest: ``labels`` is the partition for any threshold in
-    ``[height, next_height)``. Average and complete linkage commute with adding a
-    constant, so ``D`` is shifted to be non-negative for scipy; an unmeasured pair gets a
-    distance so large that any merge containing it lies far above every measured height
-    (``C^2`` times the span: averaged over at most ``C^2 / 4`` pairs it stays 4 spans up).
+    ``[height, next_height)``. Two groups are as far apart as the mean (``average``) or the
+    largest (``complete``) of their *measured* pair distances, and groups with no measured
+    pair between them never merge: under partial participation a silo joins its cluster
+    once it has been measured against some of it, not all (emd-cfl.txt Appendix E.4), and a
+    silo measured against nobody stays alone. With every pair measured this is UPGMA /
+    complete linkage exactly (tested against scipy). Written by hand because scipy's
+    linkage takes no missing distances; O(C^3), nothing for C in the hundreds.
     """
     if method not in LINKAGES:
         raise ValueError(f"unknown linkage_method {method!r}; expected one of {LINKAGES}")
     size = D.shape[0]
-    off_diagonal = ~np.eye(size, dtype=bool)
-    finite = D[off_diagonal & np.isfinite(D)]
-    if finite.size == 0:
-        return [(-np.inf, np.inf, np.arange(size))]
-    offset, span = finite.min(), finite.max() - finite.min()
-    shifted = np.where(np.isnan(D), (span + 1.0) * size**2, D - offset)
-    np.fill_diagonal(shifted, 0.0)
-    tree = linkage(squareform(shifted, checks=False), method=method)
-    heights = np.unique(tree[:, 2][tree[:, 2] < 2.0 * (span + 1.0)])
-    bounds = np.concatenate(([-np.inf], heights + offset, [np.inf]))
-    partitions = [np.arange(size)] + [
-        relabel_by_first_appearance(fcluster(tree, t=h, criterion="distance")) for h in heights
-    ]
-    return [(bounds[i], bounds[i + 1], labels) for i, labels in enumerate(partitions)]
+    measured = np.isfinite(D) & ~np.eye(size, dtype=bool)
+    count = measured.astype(np.float64)             # measured pairs between two groups
+    if method == "average":
+        total = np.where(measured, D, 0.0)           # their sum
+    else:
+        total = np.where(measured, D, -np.inf)       # their maximum
+    active = np.ones(size, dtype=bool)
+    labels = np.arange(size)
+    partitions, heights = [labels.copy()], []
+    while True:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = total / count if method == "average" else total.copy()
+        score[~(count > 0) | ~active[:, None] | ~active[None, :]] = np.inf
+        np.fill_diagonal(score, np.inf)
+        i, j = np.unravel_index(np.argmin(score), score.shape)
+        if not np.isfinite(score[i, j]):
+            break
+        i, j = min(i, j), max(i, j)  # j joins i
+        heights.append(max(float(score[i, j]), heights[-1] if heights else -np.inf))  # no inversions
+        total[i] = total[i] + total[j] if method == "average" else np.maximum(total[i], total[j])
+        total[:, i] = total[i]
+        count[i] += count[j]
+        count[:, i] = count[i]
+        active[j] = False
+        labels[labels == j] = i
+        partitions.append(relabel_by_first_appearance(labels))
+    bounds = [-np.inf, *heights, np.inf]
+    return [(bounds[k], bounds[k + 1], p) for k, p in enumerate(partitions)]
 
 
 def _within_rms(W: np.ndarray, labels: np.ndarray) -> float | None:

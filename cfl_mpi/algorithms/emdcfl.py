@@ -19,7 +19,8 @@ from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, p
                                  random_projection)
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy
-from .cluster_extraction import extract_clusters
+from .cluster_extraction import ExtractionReport, extract_clusters, place_newcomer, symmetrised
+from .labels import relabel_by_first_appearance
 from .pairs import partner_lists
 
 
@@ -75,10 +76,10 @@ class EmdCfl(Strategy):
         return np.arange(self.cfg.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
-        silos = sorted(ctx.updates)
+        silos = sorted(ctx.updates)  # a pair is measured the first round both silos train
         wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
         partners = partner_lists(silos, wanted)
-        for silo in range(self.cfg.silos):
+        for silo in silos:
             plan = np.asarray(partners.get(silo, []), dtype=np.int64)
             ctx.transport.send(ctx.silo_ranks[silo], Kind.PLAN, ctx.round, {"partners": plan})
         if wanted:
@@ -119,13 +120,37 @@ class EmdCfl(Strategy):
                 self.W[c, partner] = self._w1(own_c, cross_p) - self.tau[c]
                 self.W[partner, c] = self._w1(own_p, cross_c) - self.tau[partner]
 
-    def _extract(self):
+    def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
+        """Clusters of the silos present from round 1 (re-extracted whenever partial
+        participation has measured more pairs), then each late silo placed in order of
+        arrival, so a late silo never moves anyone (place_newcomer)."""
         s: EmdCflConfig = self.cfg.strategy
-        if s.rule == "neighbourhoods":
-            return extract_clusters(self.W, rule="neighbourhoods", epsilon=s.epsilon)
+        late = [x.silo for x in sorted(self.cfg.late_silos, key=lambda x: (x.round, x.silo))]
+        base = [c for c in range(self.cfg.silos) if c not in late]
         # A silo never measured has no noise yet; it stays alone (its row is all NaN).
         noise = np.where(np.isnan(self.noise), 1.0, self.noise)
-        return extract_clusters(self.W, rule="robust", noise=noise, noise_multiple=s.noise_multiple)
+        W = self.W[np.ix_(base, base)]
+        if s.rule == "neighbourhoods":
+            labels, report = extract_clusters(W, rule="neighbourhoods", epsilon=s.epsilon)
+            D, cut, how = symmetrised(self.W), s.epsilon, "complete"
+        else:
+            labels, report = extract_clusters(W, rule="robust", noise=noise[base], noise_multiple=s.noise_multiple)
+            D, cut, how = symmetrised(self.W, noise), s.noise_multiple, "average"
+        clusters = np.full(self.cfg.silos, -1, dtype=np.int64)
+        clusters[base] = labels
+        for x in late:
+            clusters[x] = place_newcomer(D[x], clusters, cut, how)
+        return relabel_by_first_appearance(clusters), report
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise}, \
+            {"extraction": self.extraction}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        for name in ("W", "tau", "noise"):  # in place: self.artifacts holds these arrays
+            getattr(self, name)[...] = arrays[name]
+        self.extraction = meta["extraction"]
 
     def _w1(self, x: np.ndarray, y: np.ndarray) -> float:
         s: EmdCflConfig = self.cfg.strategy

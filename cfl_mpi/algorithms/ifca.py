@@ -86,35 +86,40 @@ class Ifca(Strategy):
 
     def _broadcast(self, ctx: ServerRound, model: dict[str, np.ndarray], k: int) -> list:
         return [ctx.transport.isend(r, Kind.MODEL, ctx.round, model, cluster=k, clusters=self.k)
-                for r in ctx.silo_ranks]
+                for r in ctx.participant_ranks]
 
     def _assign(self, ctx: ServerRound) -> None:
         """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
         pending = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
         rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
-        chosen = np.zeros(self.cfg.silos, dtype=np.int64)
+        chosen = {}
         expect = losses_expect(ctx.round, self.k, {"cluster": int})
-        for msg in ctx.transport.recv_each(ctx.silo_ranks, lambda r: expect):
+        for msg in ctx.transport.recv_each(ctx.participant_ranks, lambda r: expect):
             c = rank_to_silo[msg.sender]
             self.losses[c], chosen[c] = msg.arrays["losses"], msg.meta["cluster"]
         for p in pending:
             p.wait()
-        self.clusters = ifca_assign(self.losses)
-        for c in np.flatnonzero(chosen != self.clusters)[:1]:
-            raise ProtocolError(f"rank {ctx.silo_ranks[c]} sent losses of round {ctx.round} and chose cluster "
-                                f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
-                                f"{self.clusters[c]}")
-        for c in range(self.cfg.silos):
+        here = ctx.participants  # the others keep their cluster until they train again
+        self.clusters[here] = ifca_assign(self.losses[here])
+        for c in here:
+            if chosen[c] != self.clusters[c]:
+                raise ProtocolError(f"rank {ctx.silo_ranks[c]} sent losses of round {ctx.round} and chose cluster "
+                                    f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
+                                    f"{self.clusters[c]}")
             ctx.start_models[c] = self.models[self.clusters[c]]
 
     def _seed(self, ctx: ServerRound) -> None:
         """init "silos": farthest-first traversal of the trained silo models in loss space."""
         rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
-        picked = [int(np.random.default_rng([self.cfg.seed, 43]).integers(self.cfg.silos))]
+        here = ctx.participants
+        if len(here) < self.k:
+            raise ValueError(f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
+                             "(use strategy.init: random, or more participants)")
+        picked = [here[int(np.random.default_rng([self.cfg.seed, 43]).integers(len(here)))]]
         expect = losses_expect(ctx.round, 1, {"candidate": int})
         for k in range(self.k):
             pending = self._broadcast(ctx, ctx.updates[picked[k]], k)
-            for msg in ctx.transport.recv_each(ctx.silo_ranks, lambda r: expect):
+            for msg in ctx.transport.recv_each(ctx.participant_ranks, lambda r: expect):
                 if msg.meta["candidate"] != k:
                     raise ProtocolError(f"rank {msg.sender} sent losses of round {ctx.round} for candidate "
                                         f"{msg.meta['candidate']}, expected candidate {k}")
@@ -122,12 +127,27 @@ class Ifca(Strategy):
             for p in pending:
                 p.wait()
             if k + 1 < self.k:
-                served = self.losses[:, :k + 1].min(axis=1)
-                served[picked] = -np.inf
-                picked.append(int(np.argmax(served)))
+                served = self.losses[here, :k + 1].min(axis=1)
+                served[[here.index(c) for c in picked]] = -np.inf
+                picked.append(here[int(np.argmax(served))])
         self.seeds = picked
         self.models = [ctx.updates[c] for c in picked]
-        self.clusters = ifca_assign(self.losses)
+        self.clusters[here] = ifca_assign(self.losses[here])
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        arrays = {"clusters": self.clusters, "losses": self.losses}
+        for k, model in enumerate(self.models or []):
+            arrays.update({f"model{k}/{name}": a for name, a in model.items()})
+        return arrays, {"seeds": self.seeds, "has_models": self.models is not None}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        self.losses[...] = arrays["losses"]
+        self.seeds = meta["seeds"]
+        self.models = None
+        if meta["has_models"]:
+            self.models = [{name.split("/", 1)[1]: a for name, a in arrays.items() if name.startswith(f"model{k}/")}
+                           for k in range(self.k)]
 
     def report(self) -> dict:
         return {"ifca": {"k": self.k, "init": self.cfg.strategy.init, "seed_silos": self.seeds}}

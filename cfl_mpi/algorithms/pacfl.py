@@ -5,9 +5,10 @@ of each class, stacked (`class_subspace_basis`), and sends them once (`principal
 The server builds the proximity matrix A of principal angles in degrees (Eq. 3: sum,
 Eq. 2: smallest) and cuts average-linkage agglomerative clustering at distance β.
 
-The exchange runs right after round 1's local training: every silo starts round 1 from
-the same θ(0), so clustering before or after that training gives the same round-1
-aggregate, and the silos need no extra hook. The maths lives in `principal_angles.py`.
+The exchange runs right after a silo's first local training (round 1, unless it is sampled
+or arrives later): every silo starts that round from the same model as its singleton
+cluster, so clustering before or after that training gives the same aggregate, and the
+silos need no extra hook. The maths lives in `principal_angles.py`.
 """
 from __future__ import annotations
 
@@ -33,11 +34,15 @@ def merge_heights(A: np.ndarray) -> list[float]:
 
 
 class Pacfl(Strategy):
-    """Server half: receives the signatures once, builds A, clusters with β."""
+    """Server half: a silo's signature arrives once, the first round it trains. The first
+    batch is clustered with β (Algorithm 1); later arrivals — late silos, or silos first
+    sampled later under partial participation — are placed by Algorithm 2 without moving
+    anyone already placed."""
 
     def __init__(self, cfg: Config, truth: np.ndarray) -> None:
         super().__init__(cfg, truth)
-        self.bases: list[np.ndarray] = []
+        self.order: list[int] = []            # silos with a signature, in arrival order
+        self.bases: list[np.ndarray] = []     # their signatures, in that order
         self.A = np.full((cfg.silos, cfg.silos), np.nan)
         self.artifacts = {"A": self.A}
 
@@ -45,52 +50,71 @@ class Pacfl(Strategy):
         return np.arange(self.cfg.silos, dtype=np.int64)  # nobody measured yet
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
-        if self.bases:
+        new = sorted(ctx.first)
+        if not new:
             return self.clusters
         s: PacflConfig = self.cfg.strategy
         expect = Expect(Kind.PRINCIPAL_VECTORS, ctx.round, (ArraySpec("basis", "float64", (None, None)),))
         rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
         most = s.p * (num_classes(self.cfg) if s.per_class else 1)
-        bases: dict[int, np.ndarray] = {}
-        for msg in ctx.transport.recv_each(ctx.silo_ranks, lambda r: expect):
+        received: dict[int, np.ndarray] = {}
+        for msg in ctx.transport.recv_each([ctx.silo_ranks[c] for c in new], lambda r: expect):
             basis = msg.arrays["basis"]
-            first = next(iter(bases.values()), basis)
+            first = next(iter(self.bases or received.values()), basis)
             if not 1 <= basis.shape[1] <= most or basis.shape[0] != first.shape[0]:
                 raise ProtocolError(f"rank {msg.sender} sent principal_vectors of round {ctx.round} with shape "
                                     f"{basis.shape}; expected ({first.shape[0]}, 1..{most})")
-            bases[rank_to_silo[msg.sender]] = basis
-        self.bases = [bases[c] for c in range(self.cfg.silos)]
-        self.A[:] = proximity_matrix(self.bases, s.measure)
-        self.clusters = hierarchical_clusters(self.A, s.beta)
+            received[rank_to_silo[msg.sender]] = basis
+        self.add_signatures([received[c] for c in new], new)
         return self.clusters
 
-    def place(self, new_bases: list[np.ndarray]) -> np.ndarray:
-        """Algorithm 2: cluster ids for silos arriving later, from their signatures alone;
-        nobody already placed moves. A grows by their rows (the late-joining runtime is not
-        built yet: this is the server-side step it will call)."""
+    def add_signatures(self, bases: list[np.ndarray], silos: list[int]) -> None:
+        """Cluster the first batch (Algorithm 1), place later ones (Algorithm 2)."""
         s: PacflConfig = self.cfg.strategy
-        A = extend_proximity_matrix(self.A, self.bases, new_bases, s.measure)
-        labels = place_new_silos(A, self.clusters, s.beta)
-        self.bases += list(new_bases)
-        self.A = A
-        self.artifacts["A"] = A
-        self.clusters = labels
-        return labels[len(labels) - len(new_bases):]
+        if not self.order:
+            compact = proximity_matrix(bases, s.measure)
+            labels = hierarchical_clusters(compact, s.beta)
+        else:
+            compact = extend_proximity_matrix(self.A[np.ix_(self.order, self.order)], self.bases, bases, s.measure)
+            labels = place_new_silos(compact, self.clusters[self.order], s.beta)
+        self.order += silos
+        self.bases += bases
+        self.A[np.ix_(self.order, self.order)] = compact
+        self._set_clusters(labels)
+
+    def _set_clusters(self, labels: np.ndarray) -> None:
+        """Labels of the silos with a signature; every other silo alone, under a label of its own."""
+        clusters = np.empty(self.cfg.silos, dtype=np.int64)
+        clusters[self.order] = labels
+        rest = [c for c in range(self.cfg.silos) if c not in self.order]
+        clusters[rest] = labels.max() + 1 + np.arange(len(rest))
+        self.clusters = clusters
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        arrays = {"clusters": self.clusters, "A": self.A}
+        arrays.update({f"basis{c}": b for c, b in zip(self.order, self.bases)})
+        return arrays, {"order": self.order}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        self.A[:] = arrays["A"]
+        self.order = list(meta["order"])
+        self.bases = [arrays[f"basis{c}"] for c in self.order]
 
     def report(self) -> dict:
         s: PacflConfig = self.cfg.strategy
         if not self.bases:
             return {}
         return {"pacfl": {"p": s.p, "per_class": s.per_class, "measure": s.measure, "beta": s.beta,
-                          "signature_columns": [int(b.shape[1]) for b in self.bases],
-                          "merge_heights": merge_heights(self.A)}}
+                          "signature_columns": [int(b.shape[1]) for b in self.bases], "arrival_order": self.order,
+                          "merge_heights": merge_heights(self.A[np.ix_(self.order, self.order)])}}
 
 
 class PacflSilo(SiloProtocol):
     """Silo half: once, the top-p left singular vectors of its training inputs per class."""
 
     def after_training(self, ctx: SiloRound) -> None:
-        if ctx.round != 1:
+        if not ctx.first:
             return
         s: PacflConfig = self.cfg.strategy
         x = ctx.data.x_train.reshape(len(ctx.data.x_train), -1)

@@ -41,8 +41,9 @@ def _atomic_write(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(out: Path, state: Checkpoint) -> None:
-    """Write `state` into `out/checkpoint/` atomically (arrays first, the JSON index last)."""
+def save_checkpoint(out: Path, state: Checkpoint) -> int:
+    """Write `state` into `out/checkpoint/` atomically (arrays first, the JSON index last);
+    returns the bytes written."""
     folder = out / CHECKPOINT
     folder.mkdir(parents=True, exist_ok=True)
     arrays = {f"strategy/{k}": v for k, v in state.strategy.items()}
@@ -56,6 +57,7 @@ def save_checkpoint(out: Path, state: Checkpoint) -> None:
     for old in folder.glob("round*.npz"):  # only after the new index points elsewhere
         if old.name != npz:
             old.unlink()
+    return (folder / npz).stat().st_size + (folder / "index.json").stat().st_size
 
 
 def load_checkpoint(out: Path) -> Checkpoint:

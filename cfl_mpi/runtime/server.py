@@ -1,4 +1,5 @@
-"""Rank 0: sends models, gathers updates, lets the strategy cluster, aggregates per cluster."""
+"""Rank 0: decides who trains, gathers updates, lets the strategy cluster, aggregates per
+cluster, and checkpoints after every round so that a stopped run continues where it stopped."""
 from __future__ import annotations
 
 import time
@@ -15,9 +16,14 @@ from ..data import backdoor_targets, num_classes, true_clusters
 from ..results import RunRecorder
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from ..wire.transport import Transport
+from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
+from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
+from .stop import StopRequest
+
+Model = dict[str, np.ndarray]
 
 
-def initial_model(cfg: Config) -> dict[str, np.ndarray]:
+def initial_model(cfg: Config) -> Model:
     """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
     import torch
 
@@ -34,99 +40,197 @@ def eval_expect(round: int, backdoor: bool = False) -> Expect:
                   {**meta, "backdoor_acc": float} if backdoor else meta)
 
 
-def run_server(cfg: Config, transport: Transport, out: Path) -> dict:
-    start = time.monotonic()
-    silo_ranks = list(range(1, cfg.silos + 1))
-    rank_to_silo = {r: i for i, r in enumerate(silo_ranks)}
-    truth = true_clusters(cfg)
-    targets = backdoor_targets(cfg)
-    strategy = REGISTRY[cfg.strategy.name].server(cfg, truth)
-    recorder = RunRecorder(out, cfg)
-    theta0 = initial_model(cfg)
-    for pending in [transport.isend(r, Kind.MODEL, 0, theta0, cluster=0) for r in silo_ranks]:
-        pending.wait()
+class Server:
+    def __init__(self, cfg: Config, transport: Transport, out: Path, stop: StopRequest) -> None:
+        self.cfg, self.transport, self.out, self.stop = cfg, transport, out, stop
+        self.silo_ranks = list(range(1, cfg.silos + 1))
+        self.rank_to_silo = {r: i for i, r in enumerate(self.silo_ranks)}
+        self.truth = true_clusters(cfg)
+        self.targets = backdoor_targets(cfg)
+        self.strategy = REGISTRY[cfg.strategy.name].server(cfg, self.truth)
+        self.theta0 = initial_model(cfg)
+        self.start_models: dict[int, Model] = {c: self.theta0 for c in range(cfg.silos)}  # what each trains from
+        self.trained: set[int] = set()  # silos that have trained at least once
+        self.next_round = 1
+        self.resumed_after: int | None = None
+        self.records: list[dict] = []  # metrics of the rounds done, including those before a resume
 
-    clusters = strategy.clusters
-    start_models = {c: theta0 for c in range(cfg.silos)}  # what each silo trains from next
-    for t in range(1, cfg.train.rounds + 1):
+    # ------------------------------------------------------------------ checkpoints
+    def resume(self) -> bool:
+        """Continue from the results folder's checkpoint; False when there is none."""
+        try:
+            ckpt = load_checkpoint(self.out)
+        except FileNotFoundError:
+            return False
+        self.start_models = {c: ckpt.model_of(c) for c in range(self.cfg.silos)}
+        self.strategy.load_state_dict(ckpt.strategy, ckpt.meta["strategy"])
+        self.trained = set(ckpt.meta["trained"])
+        self.records = ckpt.meta["records"]
+        self.next_round = ckpt.round + 1
+        self.resumed_after = ckpt.round
+        return True
+
+    def checkpoint(self, round: int) -> tuple[int, float]:
+        """Write the state after `round`; returns (bytes, seconds)."""
+        start = time.monotonic()
+        models, index = dedupe_models([self.start_models[c] for c in range(self.cfg.silos)])
+        arrays, meta = self.strategy.state_dict()
+        size = save_checkpoint(self.out, Checkpoint(round, models, index, arrays, {
+            "strategy": meta, "trained": sorted(self.trained), "records": self.records}))
+        return size, time.monotonic() - start
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> dict | None:
+        start = time.monotonic()
+        recorder = RunRecorder(self.out, self.cfg, self.records)
+        for r in self.silo_ranks:
+            self.transport.send(r, Kind.CONTROL, 0, next_round=self.next_round)
+        needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
+        t = self.next_round - 1
+        for t in range(self.next_round, self.cfg.train.rounds + 1):
+            record = self.round(t, needs_model)
+            needs_model = set()
+            self.records.append(record)
+            if self.cfg.runtime.checkpoint:  # before the metrics line, which states what it cost
+                size, seconds = self.checkpoint(t)
+                record["checkpoint"] = {"bytes": size, "seconds": round(seconds, 4)}
+            recorder.write(record)
+            if self.stop.requested and t < self.cfg.train.rounds:
+                break
+        for r in self.silo_ranks:
+            self.transport.send(r, Kind.CONTROL, t + 1, action=STOP, model=0, first=0)
+        if t < self.cfg.train.rounds:
+            print(f"stopped after round {t} ({self.stop.reason}); continue with --resume {self.out}", flush=True)
+            return None
+        return self.finish(recorder, time.monotonic() - start)
+
+    def round(self, t: int, needs_model: set[int]) -> dict:
+        cfg, transport = self.cfg, self.transport
+        here = present(cfg, t)
+        training = participants(cfg, t)
+        needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
+        first = {c for c in training if c not in self.trained}
+        for c in range(cfg.silos):
+            action = TRAIN if c in training else EVALUATE if c in here else WAIT
+            transport.send(self.silo_ranks[c], Kind.CONTROL, t, action=action, model=int(c in needs_model),
+                           first=int(c in first))
+        for pending in [transport.isend(self.silo_ranks[c], Kind.MODEL, t - 1, self.start_models[c], cluster=-1)
+                        for c in sorted(needs_model)]:
+            pending.wait()
+
         phases: dict[str, float] = {}
         updates, n_samples = {}, {}
-        ctx = ServerRound(t, transport, silo_ranks, updates, n_samples, start_models)
+        ctx = ServerRound(t, transport, self.silo_ranks, training, updates, n_samples, self.start_models, first)
         t0 = time.monotonic()
-        strategy.before_training(ctx)
+        self.strategy.before_training(ctx)
         before = time.monotonic() - t0
 
         t0 = time.monotonic()
-        for msg in transport.recv_each(silo_ranks, lambda r: Expect.like(Kind.UPDATE, t, theta0, {"n_samples": int})):
+        expect = Expect.like(Kind.UPDATE, t, self.theta0, {"n_samples": int})
+        for msg in transport.recv_each(ctx.participant_ranks, lambda r: expect):
             if msg.meta["n_samples"] <= 0:
                 raise ProtocolError(f"rank {msg.sender} sent update of round {t} with n_samples {msg.meta['n_samples']}")
-            silo = rank_to_silo[msg.sender]
+            silo = self.rank_to_silo[msg.sender]
             updates[silo], n_samples[silo] = msg.arrays, msg.meta["n_samples"]
         phases["train"] = time.monotonic() - t0
+        self.trained |= set(training)
 
         t0 = time.monotonic()
-        clusters = strategy.after_training(ctx)
+        clusters = self.strategy.after_training(ctx)
         phases["clustering"] = before + time.monotonic() - t0
 
         t0 = time.monotonic()
-        models = {}
-        for k in np.unique(clusters):
-            members = [c for c in updates if clusters[c] == k]
-            models[int(k)] = fedavg([updates[c] for c in members], [n_samples[c] for c in members])
-        for pending in [transport.isend(silo_ranks[c], Kind.MODEL, t, models[int(clusters[c])], cluster=int(clusters[c]))
-                        for c in range(cfg.silos)]:
+        self.aggregate(clusters, updates, n_samples)
+        for pending in [transport.isend(self.silo_ranks[c], Kind.MODEL, t, self.start_models[c],
+                                        cluster=int(clusters[c])) for c in here]:
             pending.wait()
-        start_models = {c: models[int(clusters[c])] for c in range(cfg.silos)}
         phases["aggregation"] = time.monotonic() - t0
 
         t0 = time.monotonic()
-        accuracy = np.zeros(cfg.silos)
+        record = self.evaluations(t, here)
+        phases["evaluation"] = time.monotonic() - t0
+        record.update({
+            "participants": training,
+            "ari": float(adjusted_rand_score(self.truth[here], clusters[here])),
+            "n_clusters": int(len(np.unique(clusters[here]))),
+            "clusters": clusters.tolist(),
+            "seconds": {k: round(v, 4) for k, v in phases.items()},
+        })
+        print(f"round {t}/{cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
+              f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
+              + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
+        return record
+
+    def aggregate(self, clusters: np.ndarray, updates: dict[int, Model], n_samples: dict[int, int]) -> None:
+        """FedAvg per cluster over this round's participants (Alg. 1, line 21). Every member
+        of such a cluster, trained this round or not, continues from the new model; a
+        cluster without participants keeps its models."""
+        models = {}
+        for k in np.unique([clusters[c] for c in updates]):
+            members = [c for c in updates if clusters[c] == k]
+            models[int(k)] = fedavg([updates[c] for c in members], [n_samples[c] for c in members])
+        for c in range(self.cfg.silos):
+            if int(clusters[c]) in models:
+                self.start_models[c] = models[int(clusters[c])]
+
+    def evaluations(self, t: int, here: list[int]) -> dict:
+        """Every present silo's accuracy on its test set, and the bytes every rank sent."""
+        accuracy = np.full(self.cfg.silos, np.nan)
+        backdoor_acc = np.full(self.cfg.silos, np.nan)
         sent = np.zeros(len(Kind), dtype=np.int64)
         silo_wait = np.zeros(2)
-        backdoor_acc = np.full(cfg.silos, np.nan)
-        for msg in transport.recv_each(silo_ranks, lambda r: eval_expect(t, bool(targets[rank_to_silo[r]]))):
-            silo = rank_to_silo[msg.sender]
+        targets = self.targets
+        ranks = [self.silo_ranks[c] for c in here]
+        for msg in self.transport.recv_each(ranks, lambda r: eval_expect(t, bool(targets[self.rank_to_silo[r]]))):
+            silo = self.rank_to_silo[msg.sender]
             accuracy[silo] = msg.meta["accuracy"]
             if targets[silo]:  # checked by eval_expect; other silos' extra meta is ignored
                 backdoor_acc[silo] = msg.meta["backdoor_acc"]
             sent += msg.arrays["sent_bytes"]
             silo_wait += (msg.meta["wait_wall_s"], msg.meta["wait_cpu_s"])
-        phases["evaluation"] = time.monotonic() - t0
-
         for kind in Kind:
-            sent[kind - 1] += transport.sent_bytes.pop(kind.label, 0)
+            sent[kind - 1] += self.transport.sent_bytes.pop(kind.label, 0)
+        waits = self.transport.waits
         record = {
             "round": t,
-            "accuracy": accuracy.round(6).tolist(),
-            "avg_acc": float(accuracy.mean()), "worst_acc": float(accuracy.min()),
-            "ari": float(adjusted_rand_score(truth, clusters)),
-            "n_clusters": int(len(np.unique(clusters))),
-            "clusters": clusters.tolist(),
-            "seconds": {k: round(v, 4) for k, v in phases.items()},
+            "accuracy": [None if np.isnan(a) else round(float(a), 6) for a in accuracy],
+            "avg_acc": float(np.nanmean(accuracy)), "worst_acc": float(np.nanmin(accuracy)),
             "bytes": {kind.label: int(sent[kind - 1]) for kind in Kind},
-            "wait_cpu_fraction": {"server": _fraction(transport.waits.cpu_s, transport.waits.wall_s),
+            "wait_cpu_fraction": {"server": _fraction(waits.cpu_s, waits.wall_s),
                                   "silos": _fraction(silo_wait[1], silo_wait[0])},
         }
         record.update(_backdoor_record(accuracy, backdoor_acc, targets))
-        recorder.round(record)
-        print(f"round {t}/{cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
-              f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
-              + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
+        return record
 
-    summary = {
-        "strategy": cfg.strategy.name, "rounds": cfg.train.rounds, "silos": cfg.silos, "seed": cfg.seed,
-        "n_clusters": record["n_clusters"], "ari": record["ari"],
-        "avg_acc": record["avg_acc"], "worst_acc": record["worst_acc"],
-        "wall_s": round(time.monotonic() - start, 3),
-        "seconds": {k: round(sum(r["seconds"][k] for r in recorder.records), 3) for k in record["seconds"]},
-        "bytes": {k: sum(r["bytes"][k] for r in recorder.records) for k in record["bytes"]},
-        **strategy.report(),
-        **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc") if k in record},
-    }
-    recorder.finish(summary, clusters, truth, strategy.artifacts)
-    print(f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
-          f"worst {100 * summary['worst_acc']:.2f}, {summary['wall_s']:.1f} s; results in {out}", flush=True)
-    return summary
+    def finish(self, recorder: RunRecorder, wall_s: float) -> dict:
+        cfg, record = self.cfg, self.records[-1]
+        clusters = self.strategy.clusters
+        summary = {
+            "strategy": cfg.strategy.name, "rounds": cfg.train.rounds, "silos": cfg.silos, "seed": cfg.seed,
+            "n_clusters": record["n_clusters"], "ari": record["ari"],
+            "avg_acc": record["avg_acc"], "worst_acc": record["worst_acc"],
+            "wall_s": round(wall_s, 3),  # of this process: a resumed run counts from the resume
+            "resumed_after_round": self.resumed_after,
+            "seconds": {k: round(sum(r["seconds"][k] for r in self.records), 3) for k in record["seconds"]},
+            "bytes": {k: sum(r["bytes"][k] for r in self.records) for k in record["bytes"]},
+            **self.strategy.report(),
+            **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc") if k in record},
+        }
+        recorder.finish(summary, self.records, clusters, self.truth, self.strategy.artifacts)
+        print(f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
+              f"worst {100 * summary['worst_acc']:.2f}, {summary['wall_s']:.1f} s; results in {self.out}", flush=True)
+        return summary
+
+
+def run_server(cfg: Config, transport: Transport, out: Path, stop: StopRequest, resume: bool = False) -> dict | None:
+    """The whole run on rank 0; None when it was stopped early (SIGTERM) after a checkpoint."""
+    server = Server(cfg, transport, out, stop)
+    if resume:
+        if server.resume():
+            print(f"resuming {out} after round {server.next_round - 1}", flush=True)
+        else:
+            print(f"no checkpoint in {out}: starting from round 1", flush=True)
+    return server.run()
 
 
 def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np.ndarray) -> dict:
@@ -135,8 +239,8 @@ def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np
     if not targets.any():
         return {}
     return {"backdoor_acc": [None if np.isnan(a) else round(float(a), 6) for a in backdoor_acc],
-            "target_clean_acc": float(accuracy[targets].mean()),
-            "target_backdoor_acc": float(backdoor_acc[targets].mean())}
+            "target_clean_acc": float(np.nanmean(accuracy[targets])),
+            "target_backdoor_acc": float(np.nanmean(backdoor_acc[targets]))}
 
 
 def _fraction(cpu: float, wall: float) -> float:

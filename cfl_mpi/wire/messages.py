@@ -33,6 +33,7 @@ class Kind(IntEnum):
     LOSSES = 9           # silo → server: IFCA's losses of the K cluster models on its data
     FEDWAD_MEASURE = 10  # server ↔ silo: a FedWaD interpolating measure ξ
     FEDWAD_DISTANCE = 11  # silo → server: Wp between its measure and the final ξ
+    CONTROL = 12         # server → silo: what to do in a round (train, evaluate, wait, stop)
 
     @property
     def label(self) -> str:
