@@ -351,6 +351,12 @@ def _dataclass(cls: type, value: Any, where: str) -> Any:
     if unknown:
         key = f"{where}.{unknown[0]}" if where else str(unknown[0])
         raise ConfigError(f"{key}: unknown key (valid keys here: {', '.join(names)})")
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [k for k in required if k not in value]
+    if missing:
+        key = f"{where}.{missing[0]}" if where else missing[0]
+        raise ConfigError(f"{key}: missing (required fields here: {', '.join(required)})")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in value.items()}
     return cls(**kwargs)
 

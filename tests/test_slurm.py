@@ -23,8 +23,9 @@ def stand_ins(tmp_path):
     bin_dir.mkdir()
     for name in ("srun", "mpirun", "scontrol"):
         tool = bin_dir / name
-        if name == "scontrol":
-            tool.write_text("#!/bin/bash\necho node1\necho node2\n")
+        if name == "scontrol":  # `show hostnames` lists two nodes; `requeue` is recorded
+            tool.write_text(f'#!/bin/bash\nif [ "$1" = requeue ]; then echo "scontrol $*" >> "{log}"; '
+                            'else echo node1; echo node2; fi\n')
         else:
             tool.write_text(f'#!/bin/bash\necho "{name} $*" >> "{log}"\n')
         tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
@@ -70,3 +71,25 @@ def test_multi_node_puts_the_server_and_the_silos_in_two_components(stand_ins):
     assert calls == [f"srun --mpi=pmix --kill-on-bad-exit=1 --het-group=0 {main} : --het-group=1 {main}"]
     proc, calls = run_script("multi_node_gpu.sbatch", stand_ins, {"CFL_LAUNCHER": "mpirun"}, "configs/digits.yaml")
     assert calls[-1] == f"mpirun -n 9 -hosts node1,node2 {main}"
+
+
+def test_requeue_resumes_and_requeues_until_the_run_is_complete(stand_ins, tmp_path):
+    env = {"SLURM_NTASKS": "9", "SLURM_JOB_NAME": "rq", "SLURM_JOB_ID": f"rq{os.getpid()}"}
+    out = PROJECT_ROOT / "runs" / f"rq-rq{os.getpid()}"
+    main = f"{sys.executable} -m cfl_mpi.main configs/digits.yaml --resume runs/rq-rq{os.getpid()}"
+    proc, calls = run_script("requeue.sbatch", stand_ins, env, "configs/digits.yaml")
+    assert proc.returncode == 0, proc.stderr
+    # the stand-in srun writes no summary: the run "stopped early", so the job is requeued
+    assert calls == [f"srun --mpi=pmix --ntasks=9 --kill-on-bad-exit=1 {main}", f"scontrol requeue rq{os.getpid()}"]
+    proc, calls = run_script("requeue.sbatch", stand_ins, {**env, "SLURM_RESTART_COUNT": "20"}, "configs/digits.yaml")
+    assert proc.returncode == 1 and "not requeueing" in proc.stderr and calls[2:] == calls[:1]  # no requeue
+    try:
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text("{}")
+        log = stand_ins[1]
+        log.unlink()
+        proc, calls = run_script("requeue.sbatch", stand_ins, env, "configs/digits.yaml")
+        assert proc.returncode == 0 and calls == [f"srun --mpi=pmix --ntasks=9 --kill-on-bad-exit=1 {main}"]
+    finally:
+        (out / "summary.json").unlink(missing_ok=True)
+        out.rmdir()

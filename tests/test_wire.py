@@ -52,3 +52,23 @@ def test_waiting_rank_does_not_spin(report):
 
 def test_silent_peer_times_out(report):
     assert "waited" in report["timeout"]["error"] and "rank 1" in report["timeout"]["error"]
+
+
+def test_placement_counts_silos_per_node_when_ranks_span_two_nodes():
+    """Two emulated nodes of 3 ranks: the server on node 0 is not a silo; each node numbers
+    its own silos from 0 (their device index) and shares its cores among them."""
+    import os
+
+    from cfl_mpi.runtime.placement import NODE_GROUPS_ENV, usable_cores
+
+    os.environ[NODE_GROUPS_ENV] = "2"
+    try:
+        proc = run_mpi(6, ["-m", "cfl_mpi.runtime.placement"], timeout=120)
+    finally:
+        del os.environ[NODE_GROUPS_ENV]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(r["node_rank"], r["local_silo"], r["node_silos"]) for r in ranks] == [
+        (0, -1, 2), (1, 0, 2), (2, 1, 2), (0, 0, 3), (1, 1, 3), (2, 2, 3)]
+    cores = usable_cores()
+    assert [r["threads"] for r in ranks] == [1, *[max(1, cores // 2)] * 2, *[max(1, cores // 3)] * 3]

@@ -30,9 +30,18 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".
+NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
+
+
 def place(comm: MPI.Comm, is_silo: bool) -> Placement:
     """Split COMM_WORLD by shared memory (one group per node) and count the silos in it."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    groups = int(os.environ.get(NODE_GROUPS_ENV, "0"))
+    if groups > 0:
+        size = comm.Get_size()
+        node = comm.Split(color=comm.Get_rank() * groups // size, key=comm.Get_rank())
+    else:
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
         flags = np.zeros(node.Get_size(), dtype=np.int64)
         node.Allgather(np.array([int(is_silo)], dtype=np.int64), flags)
@@ -43,14 +52,14 @@ def place(comm: MPI.Comm, is_silo: bool) -> Placement:
     return Placement(node_rank, int(flags.sum()), local_silo, usable_cores())
 
 
-def select_device(placement: Placement):
-    """`cuda:(local silo index) % device_count` when CUDA is present, else the CPU.
+if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`: where each rank runs
+    import json
 
-    Under SLURM with one GPU per task, CUDA_VISIBLE_DEVICES already holds a single device
-    and device_count() is 1, so every silo takes cuda:0 of its own view.
-    """
-    import torch
-
-    if placement.local_silo >= 0 and torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return torch.device(f"cuda:{placement.local_silo % torch.cuda.device_count()}")
-    return torch.device("cpu")
+    world = MPI.COMM_WORLD
+    mine = place(world, is_silo=world.Get_rank() > 0)
+    fields = ("node_rank", "node_silos", "local_silo", "cores", "threads")
+    row = np.array([getattr(mine, f) for f in fields], dtype=np.int64)
+    table = np.empty((world.Get_size(), len(fields)), dtype=np.int64) if world.Get_rank() == 0 else None
+    world.Gather(row, table, root=0)  # raw buffers: no pickle between ranks
+    if world.Get_rank() == 0:
+        print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))
