@@ -52,6 +52,19 @@ def place(comm: MPI.Comm, is_silo: bool) -> Placement:
     return Placement(node_rank, int(flags.sum()), local_silo, usable_cores())
 
 
+def select_device(placement: Placement):
+    """`cuda:(local silo index) % device_count` when CUDA is present, else the CPU.
+
+    Under SLURM with one GPU per task, CUDA_VISIBLE_DEVICES already holds a single device
+    and device_count() is 1, so every silo takes cuda:0 of its own view.
+    """
+    import torch
+
+    if placement.local_silo >= 0 and torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return torch.device(f"cuda:{placement.local_silo % torch.cuda.device_count()}")
+    return torch.device("cpu")
+
+
 if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`: where each rank runs
     import json
 
