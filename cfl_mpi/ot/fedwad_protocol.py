@@ -37,7 +37,7 @@ from ..wire.messages import ArraySpec, Expect, Kind, Message, ProtocolError
 from ..wire.transport import Transport
 from .fedwad import Measure, client_distance, client_step, gaussian_measure, interpolation_times, server_step
 
-__all__ = ["Job", "FedWaDParams", "job_rng", "run_jobs", "serve"]
+__all__ = ["Job", "FedWaDParams", "job_key", "job_rng", "run_jobs", "serve"]
 
 _WEIGHT_SUM_TOL = 1e-6
 INTERPOLATE, DISTANCE, DONE = "interpolate", "distance", "done"
@@ -53,7 +53,12 @@ class Job:
 
     @property
     def key(self) -> str:
-        return f"{self.mu}>{self.nu}"
+        return job_key(self.mu, self.nu)
+
+
+def job_key(mu: int, nu: int) -> str:
+    """The name of the job comparing silo mu's measure with silo nu's, on the wire and in dicts."""
+    return f"{mu}>{nu}"
 
 
 @dataclass(frozen=True)
