@@ -91,12 +91,12 @@ def run(sizes, iters: int, repeats: int, seed: int, max_exact_fedwad_n: int, max
                 continue
             if name == "FedWaD-e" and n > max_exact_fedwad_n:
                 last = next((r for r in reversed(rows) if r.method == "FedWaD-e"), None)
-                seen = (f"; at N = {last.n} it took {last.cpu_mean:.0f} s CPU and ξ(K) had "
+                seen = (f"; at N = {last.n} it took {last.cpu_mean:.2g} s CPU and ξ(K) had "
                         f"{last.final_support} atoms" if last else "")
                 notes.append(
                     f"N = {n}: FedWaD-e skipped (cap --max-exact-fedwad-n {max_exact_fedwad_n})"
                     f"{seen}: its 3K + 2 plans are N x |ξ| with |ξ| ≥ N/3 and growing past N, "
-                    f"dense float64 matrices of ≥ {8 * n * (n // 3) / 1e9:.2f} GB each, and the "
+                    f"dense float64 matrices of ≥ {8 * n * (n // 3) / 1e6:.3g} MB each, and the "
                     f"network simplex grows faster than quadratically in N "
                     f"(extrapolated: hours of CPU)"
                 )

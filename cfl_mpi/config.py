@@ -126,9 +126,16 @@ class EmdCflConfig:
     proj_ratio: float = 0.9
     sample_fraction: float = 0.1
     sample_cap: int = 512
-    distance: Literal["exact", "sinkhorn"] = "exact"
+    # "fedwad": W1 between two silos' embeddings by FedWaD (algorithms/emdcfl_fedwad.py),
+    # the server never receives an embedding; needs a Euclidean ground cost (below).
+    distance: Literal["exact", "sinkhorn", "fedwad"] = "exact"
     sinkhorn_reg: float = 0.1
-    ground_cost: Literal["cosine", "euclidean", "sqeuclidean"] = "cosine"
+    # "chordal": Euclidean cost between L2-normalised embeddings, sqrt(2 * cosine): the cosine
+    # geometry in a form FedWaD can interpolate. fedwad takes chordal, euclidean, sqeuclidean.
+    ground_cost: Literal["cosine", "chordal", "euclidean", "sqeuclidean"] = "cosine"
+    # FedWaD mode: iterations K, and the support S of ξ (null: the larger of the two clouds).
+    fedwad_iterations: int = 20
+    fedwad_support: int | None = None
     # Cluster extraction from W (cluster_extraction.py): "robust" cuts average-linkage
     # clusters at noise_multiple times each silo's measured noise; "neighbourhoods" is the
     # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
@@ -197,9 +204,30 @@ class IfcaConfig:
     init: Literal["silos", "random"] = "silos"
 
 
-StrategyConfig = Union[EmdCflConfig, FedAvgConfig, OracleConfig, PacflConfig, CflConfig, IfcaConfig]
+@dataclass(frozen=True)
+class FedWaDClusteringConfig:
+    """FedWaD clustering (fedwad.txt, "Boosting FL methods", App. D.7): pairwise FedWaD
+    distances between the silos' data, spectral clustering into K clusters, FedAvg inside."""
+
+    name: Literal["fedwad"] = "fedwad"
+    # K; null: the number of true clusters of the partition (as IFCA's k).
+    clusters: int | None = None
+    # "input": the raw model inputs (the paper's MNIST setting); "embedding": g of the common
+    # θ(0), a fixed random feature map (the paper's random autoencoder code for CIFAR-10).
+    space: Literal["input", "embedding"] = "input"
+    # Points per silo (a sample of its training data) and the support S of ξ (null: sample_cap).
+    sample_cap: int = 128
+    support: int | None = None
+    # Wp: 1 (Euclidean cost) or 2 (squared Euclidean, W2), and FedWaD's iterations K.
+    p: int = 2
+    iterations: int = 20
+
+
+StrategyConfig = Union[EmdCflConfig, FedAvgConfig, OracleConfig, PacflConfig, CflConfig, IfcaConfig,
+                       FedWaDClusteringConfig]
 STRATEGIES: dict[str, type] = {"emdcfl": EmdCflConfig, "fedavg": FedAvgConfig, "oracle": OracleConfig,
-                               "pacfl": PacflConfig, "cfl": CflConfig, "ifca": IfcaConfig}
+                               "pacfl": PacflConfig, "cfl": CflConfig, "ifca": IfcaConfig,
+                               "fedwad": FedWaDClusteringConfig}
 
 
 @dataclass(frozen=True)
@@ -396,6 +424,13 @@ def _validate(cfg: Config) -> None:
         _check(s.sinkhorn_reg > 0, f"strategy.sinkhorn_reg: must be positive, got {s.sinkhorn_reg}")
         _check(s.noise_multiple > 0, f"strategy.noise_multiple: must be positive, got {s.noise_multiple}")
         _check(s.noise_splits >= 2, f"strategy.noise_splits: must be at least 2, got {s.noise_splits}")
+        _check(s.distance != "fedwad" or s.ground_cost != "cosine",
+               "strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
+               "the cosine geometry, or euclidean, or sqeuclidean)")
+        _check(s.fedwad_iterations >= 1, f"strategy.fedwad_iterations: must be at least 1, got {s.fedwad_iterations}")
+        _check(s.fedwad_support is None or 1 <= s.fedwad_support <= s.sample_cap,
+               f"strategy.fedwad_support: must lie between 1 and sample_cap ({s.sample_cap}) or be null, "
+               f"got {s.fedwad_support}")
     if isinstance(s, PacflConfig):
         _check(s.p >= 1, f"strategy.p: must be at least 1, got {s.p}")
         _check(s.beta > 0, f"strategy.beta: must be positive (degrees), got {s.beta}")
@@ -411,6 +446,14 @@ def _validate(cfg: Config) -> None:
                f"strategy.transform_seed: must be a non-negative integer or null, got {s.transform_seed}")
     if isinstance(s, IfcaConfig) and s.k is not None:
         _check(1 <= s.k <= cfg.silos, f"strategy.k: must lie between 1 and silos ({cfg.silos}), got {s.k}")
+    if isinstance(s, FedWaDClusteringConfig):
+        _check(s.clusters is None or 1 <= s.clusters <= cfg.silos,
+               f"strategy.clusters: must lie between 1 and silos ({cfg.silos}) or be null, got {s.clusters}")
+        _check(s.sample_cap >= 2, f"strategy.sample_cap: must be at least 2, got {s.sample_cap}")
+        _check(s.support is None or 1 <= s.support <= s.sample_cap,
+               f"strategy.support: must lie between 1 and sample_cap ({s.sample_cap}) or be null, got {s.support}")
+        _check(s.p in (1, 2), f"strategy.p: must be 1 (Euclidean cost) or 2 (squared Euclidean), got {s.p}")
+        _check(s.iterations >= 1, f"strategy.iterations: must be at least 1, got {s.iterations}")
     _validate_federation(cfg)
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
@@ -439,6 +482,10 @@ def _validate_federation(cfg: Config) -> None:
         first = participant_count(p, cfg.silos - len(seen))
         _check(s.k <= first, f"strategy.init: 'silos' picks k = {s.k} models among the {first} silos training in "
                              "round 1 (use strategy.init: random, or more participants)")
+    if isinstance(cfg.strategy, FedWaDClusteringConfig):
+        _check(p.fraction is None and p.count is None and not cfg.late_silos,
+               "strategy.name: fedwad clusters every silo once before round 1, so it needs every silo from the "
+               "start (remove participation and late_silos, or use emdcfl or pacfl)")
     f = cfg.runtime.fault
     if f is not None:
         _check(0 <= f.silo < cfg.silos, f"runtime.fault.silo: must lie in 0..{cfg.silos - 1}, got {f.silo}")

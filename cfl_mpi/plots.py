@@ -29,6 +29,7 @@ PAIRWISE = {
     "W": Pairwise("W[c][c'] = W1 − τ_c", directed=True),        # EMD-CFL
     "A": Pairwise("A[i][j]: principal angles (degrees)"),       # PACFL
     "S": Pairwise("cosine similarity of the updates", similarity=True),  # CFL
+    "D": Pairwise("D[a][b] = Wp by FedWaD"),                   # FedWaD clustering
 }
 
 

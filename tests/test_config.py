@@ -41,6 +41,9 @@ def test_valid_config_and_overrides(tmp_path):
     ("data.val_fraction=1", "data.val_fraction", "between 0 and 1"),
     ("data.name=rotated_mnist", "data.root", "needs the folder"),
     ("strategy.tolerance=1", "strategy.tolerance", "valid keys here"),
+    ("strategy.distance=fedwad", "strategy.ground_cost", "set ground_cost to chordal"),
+    ("strategy.fedwad_iterations=0", "strategy.fedwad_iterations", "at least 1"),
+    ("strategy.fedwad_support=100000", "strategy.fedwad_support", "sample_cap"),
 ])
 def test_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:

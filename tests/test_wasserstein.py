@@ -44,3 +44,12 @@ def test_sinkhorn_matches_pot():
 def test_non_finite_rejected():
     with pytest.raises(ValueError, match="non-finite"):
         ground_cost(np.array([[np.nan, 1.0]]), np.ones((1, 2)))
+
+
+def test_chordal_cost_is_the_cosine_geometry_as_a_euclidean_cost():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(6, 5)), rng.normal(size=(4, 5)) * 7.0
+    chordal = ground_cost(x, y, "chordal")
+    assert np.allclose(chordal, np.sqrt(2.0 * ot.dist(x, y, metric="cosine")))
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    assert np.allclose(chordal, ot.dist(unit(x), unit(y), metric="euclidean"))

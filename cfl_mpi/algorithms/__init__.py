@@ -6,6 +6,7 @@ from .base import SiloProtocol, Strategy, StrategySpec
 from .cfl import Cfl, CflSilo
 from .emdcfl import EmdCfl, EmdCflSilo
 from .fedavg import FedAvg
+from .fedwad_clustering import FedWaDClustering, FedWaDClusteringSilo
 from .ifca import Ifca, IfcaSilo
 from .oracle import Oracle
 from .pacfl import Pacfl, PacflSilo
@@ -17,6 +18,7 @@ REGISTRY: dict[str, StrategySpec] = {
     "pacfl": StrategySpec(Pacfl, PacflSilo),
     "cfl": StrategySpec(Cfl, CflSilo),
     "ifca": StrategySpec(Ifca, IfcaSilo),
+    "fedwad": StrategySpec(FedWaDClustering, FedWaDClusteringSilo),
 }
 
 __all__ = ["REGISTRY", "SiloProtocol", "Strategy", "StrategySpec"]

@@ -18,6 +18,7 @@ from ..ot.wasserstein import w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                  random_projection)
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
+from . import emdcfl_fedwad
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy
 from .cluster_extraction import ExtractionReport, extract_clusters, place_newcomer, symmetrised
 from .labels import relabel_by_first_appearance
@@ -46,7 +47,8 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     The halves hold half the samples of the real comparison, and the fluctuation of an
     empirical W1 shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
     """
-    tau = w1(z_own, z_val, s.ground_cost, s.distance, s.sinkhorn_reg)
+    solver = "exact" if s.distance == "fedwad" else s.distance  # both clouds are local: no FedWaD needed
+    tau = w1(z_own, z_val, s.ground_cost, solver, s.sinkhorn_reg)
     half = len(z_val) // 2
     if half < 1:
         return tau, 0.0
@@ -54,8 +56,8 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     for _ in range(s.noise_splits):
         order = rng.permutation(len(z_val))
         r = random_projection(rng, z_own.shape[1], dim_r)
-        null.append(w1(z_own @ r, z_val[order[:half]] @ r, s.ground_cost, s.distance, s.sinkhorn_reg)
-                    - w1(z_own, z_val[order[half:2 * half]], s.ground_cost, s.distance, s.sinkhorn_reg))
+        null.append(w1(z_own @ r, z_val[order[:half]] @ r, s.ground_cost, solver, s.sinkhorn_reg)
+                    - w1(z_own, z_val[order[half:2 * half]], s.ground_cost, solver, s.sinkhorn_reg))
     return tau, float(np.sqrt(np.mean(np.square(null)) / 2.0))
 
 
@@ -91,6 +93,9 @@ class EmdCfl(Strategy):
     def _measure(self, ctx: ServerRound, partners: dict[int, list[int]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
         s: EmdCflConfig = self.cfg.strategy
+        if s.distance == "fedwad":  # the embeddings stay on the silos
+            emdcfl_fedwad.measure(ctx, self.cfg, partners, projected_dim(self.cfg), self.tau, self.noise, self.W)
+            return
         rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
         todo = {silo: list(p) for silo, p in partners.items() if p}
         dim_r = projected_dim(self.cfg)
@@ -205,7 +210,7 @@ class EmdCflSilo(SiloProtocol):
         borrowed = copy.deepcopy(ctx.model.embedding)
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         dim_z, dim_r = z_own.shape[1], projected_dim(self.cfg)
-        to_server = []
+        to_server, own, cross = [], {}, {}
         for p in partners:  # tournament order: the partner reaches this pair in the same slot
             swap = ctx.transport.isend(ctx.silo_ranks[p], Kind.EMBEDDING_MODEL, ctx.round, omega)
             theirs = ctx.transport.recv(ctx.silo_ranks[p], Expect.like(Kind.EMBEDDING_MODEL, ctx.round, omega))
@@ -213,8 +218,12 @@ class EmdCflSilo(SiloProtocol):
             load_arrays(borrowed, theirs.arrays)
             z_cross = embed(borrowed, x_sample, ctx.device)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(pair_seed(key, peer_keys[p], ctx.silo, p, context), dim_z, dim_r)
-            to_server.append(ctx.transport.isend(ctx.server_rank, Kind.EMBEDDINGS, ctx.round,
-                                                 {"own": z_own @ r, "cross": z_cross @ r}, partner=p, tau=tau,
-                                                 noise=noise))
+            own[p], cross[p] = z_own @ r, z_cross @ r
+            if s.distance != "fedwad":
+                to_server.append(ctx.transport.isend(ctx.server_rank, Kind.EMBEDDINGS, ctx.round,
+                                                     {"own": own[p], "cross": cross[p]}, partner=p, tau=tau,
+                                                     noise=noise))
         for pending in to_server:
             pending.wait()
+        if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
+            emdcfl_fedwad.serve_pairs(ctx, self.cfg, own, cross, tau, noise)

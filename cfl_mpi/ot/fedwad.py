@@ -50,6 +50,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import ot
+from scipy.optimize import linear_sum_assignment
 
 __all__ = [
     "Measure",
@@ -241,6 +242,10 @@ def optimal_plan(
       the support explodes within a few iterations: the "numerical errors" the paper sees
       growing with the support of the exact interpolation (Section 4, Figure 3).
 
+    Two uniform measures of equal size (what Eq. 10 keeps passing around when S = n = m) have
+    a permutation among their optimal plans (Birkhoff), found by scipy's assignment solver in
+    about half the time of the simplex; its entries are exactly 1/n or 0.
+
     Raises RuntimeError when the solver does not report an optimal solution.
     """
     cost = ground_cost(x, y, p)
@@ -248,8 +253,12 @@ def optimal_plan(
     if not math.isfinite(scale):
         raise ValueError("ground cost overflowed (points too large for float64)")
     scaled = cost / scale if scale > 0 else cost
-    masses = _integer_masses(a, b)
-    if masses is not None:
+    if a.shape == b.shape and np.all(a == a[0]) and np.all(b == b[0]):
+        rows, cols = linear_sum_assignment(scaled)
+        plan = np.zeros_like(cost)
+        plan[rows, cols] = a[0]
+        log = {"result_code": 1}
+    elif (masses := _integer_masses(a, b)) is not None:
         ia, ib, den = masses
         plan, log = ot.emd(ia, ib, scaled, numItermax=_EMD_MAX_ITER, log=True)
         plan = np.rint(plan) / den

@@ -13,19 +13,27 @@ from typing import Literal
 import numpy as np
 import ot
 from scipy.optimize import linear_sum_assignment
+from sklearn.preprocessing import normalize
 
-GroundCost = Literal["cosine", "euclidean", "sqeuclidean"]
+GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
 __all__ = ["ground_cost", "w1", "w1_assignment", "w1_emd"]
 
 
 def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> np.ndarray:
-    """Pairwise cost matrix C[i, j] = d(x_i, y_j) in float64."""
+    """Pairwise cost matrix C[i, j] = d(x_i, y_j) in float64.
+
+    "chordal" is the Euclidean distance between the L2-normalised rows, sqrt(2 * cosine
+    distance): a monotone function of the cosine cost that is a Euclidean cost, as FedWaD
+    (and any geodesic argument) needs.
+    """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError("ground_cost: non-finite coordinates")
+    if metric == "chordal":
+        return ot.dist(normalize(x), normalize(y), metric="euclidean")
     return ot.dist(x, y, metric=metric)
 
 

@@ -32,7 +32,7 @@ class Kind(IntEnum):
     PRINCIPAL_VECTORS = 8  # silo → server: PACFL's principal vectors U_c
     LOSSES = 9           # silo → server: IFCA's losses of the K cluster models on its data
     FEDWAD_MEASURE = 10  # server ↔ silo: a FedWaD interpolating measure ξ
-    FEDWAD_DISTANCE = 11  # silo → server: Wp between its measure and the final ξ
+    FEDWAD_DISTANCE = 11  # silo → server: Wp between its measure and the final ξ; EMD-CFL's τ_c in FedWaD mode
     CONTROL = 12         # server → silo: what to do in a round (train, evaluate, wait, stop)
 
     @property

@@ -42,6 +42,13 @@ class PendingSend:
         self.transport._wait(lambda: MPI.Request.Testall(self.requests), "send to complete")
         self.buffers.clear()
 
+    def done(self) -> bool:
+        """Whether the message has left (its buffers are then released); never waits."""
+        if MPI.Request.Testall(self.requests):
+            self.buffers.clear()
+            return True
+        return False
+
 
 class Transport:
     """Sends and receives `Message`s on one communicator; counts bytes per message kind."""

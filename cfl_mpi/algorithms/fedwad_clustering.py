@@ -1,0 +1,114 @@
+"""FedWaD clustering: the FedWaD paper's own use in FL ("Boosting FL methods", fedwad.txt §4
+and Appendix D.7), one shot before round 1's training.
+
+Every pair of silos (a, b) gets D[a][b] = Wp(μ_a, μ_b), the FedWaD estimate (Algorithm 1,
+:mod:`cfl_mpi.ot.fedwad_protocol`) between samples of their local data, in input space or in
+the embedding space of the common θ(0) (a fixed random feature map, like the paper's
+untrained autoencoder for CIFAR-10). The data never leave the silos. The server turns D into
+an affinity and runs scikit-learn's spectral clustering with K clusters (the paper's
+"affinity" setting, which did best in its Tables 2-5); FedAvg runs inside the clusters.
+"""
+from __future__ import annotations
+
+import numpy as np
+from sklearn.cluster import SpectralClustering
+
+from ..config import Config, FedWaDClusteringConfig
+from ..data import input_channels
+from ..ot.fedwad import uniform_measure
+from ..ot.fedwad_protocol import FedWaDParams, Job, run_jobs, serve
+from .base import ServerRound, SiloProtocol, SiloRound, Strategy
+from .labels import relabel_by_first_appearance
+
+__all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "spectral_clusters"]
+
+
+def spectral_clusters(D: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, float]:
+    """Labels of spectral clustering on the affinity exp(−D²/σ²), and σ.
+
+    σ is the median off-diagonal distance: the affinity then spreads over (0, 1) whatever the
+    scale of D (raw pixels or embeddings, W1 or W2), with no parameter to tune; the paper only
+    says "after rescaling". Labels are renumbered by first appearance.
+    """
+    c = D.shape[0]
+    if k >= c:
+        return np.arange(c, dtype=np.int64), 0.0
+    off = D[~np.eye(c, dtype=bool)]
+    sigma = float(np.median(off)) or 1.0
+    if k == 1:
+        return np.zeros(c, dtype=np.int64), sigma
+    affinity = np.exp(-np.square(D / sigma))
+    labels = SpectralClustering(n_clusters=k, affinity="precomputed", random_state=seed).fit_predict(affinity)
+    return relabel_by_first_appearance(labels), sigma
+
+
+def pair_jobs(cfg: Config) -> list[Job]:
+    """One job per pair a < b: μ is silo a's sample, ν silo b's."""
+    s: FedWaDClusteringConfig = cfg.strategy
+    return [Job(a, b, s.support or s.sample_cap) for a in range(cfg.silos) for b in range(a + 1, cfg.silos)]
+
+
+def fedwad_params(cfg: Config) -> FedWaDParams:
+    s: FedWaDClusteringConfig = cfg.strategy
+    dim = (cfg.model.embedding_dim if s.space == "embedding"
+           else input_channels(cfg) * cfg.data.image_size ** 2)
+    return FedWaDParams(p=s.p, n_iter=s.iterations, dim=dim, max_support=s.support or s.sample_cap)
+
+
+class FedWaDClustering(Strategy):
+    """Server half: drives every pair's FedWaD job before round 1 trains, then clusters D."""
+
+    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
+        super().__init__(cfg, truth)
+        self.D = np.full((cfg.silos, cfg.silos), np.nan)
+        np.fill_diagonal(self.D, 0.0)
+        self.sigma = float("nan")
+        self.artifacts = {"D": self.D}
+
+    def initial_clusters(self) -> np.ndarray:
+        return np.arange(self.cfg.silos, dtype=np.int64)  # nobody measured yet
+
+    def before_training(self, ctx: ServerRound) -> None:
+        if ctx.round != 1:
+            return
+        s: FedWaDClusteringConfig = self.cfg.strategy
+        jobs = pair_jobs(self.cfg)
+        estimates = run_jobs(ctx.transport, ctx.round, ctx.silo_ranks, jobs, fedwad_params(self.cfg), self.cfg.seed)
+        for job in jobs:
+            self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
+        k = s.clusters or len(np.unique(self.truth))
+        self.clusters, self.sigma = spectral_clusters(self.D, k, self.cfg.seed)
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        return {"clusters": self.clusters, "D": self.D}, {"sigma": self.sigma}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        self.D[...] = arrays["D"]
+        self.sigma = meta["sigma"]
+
+    def report(self) -> dict:
+        s: FedWaDClusteringConfig = self.cfg.strategy
+        return {"fedwad": {"space": s.space, "p": s.p, "iterations": s.iterations,
+                           "clusters": s.clusters or len(np.unique(self.truth)), "sigma": self.sigma}}
+
+
+class FedWaDClusteringSilo(SiloProtocol):
+    """Silo half: before round 1 trains, holds a sample of its data for every pair it is in."""
+
+    def before_training(self, ctx: SiloRound) -> None:
+        if ctx.round != 1:
+            return
+        s: FedWaDClusteringConfig = self.cfg.strategy
+        x = ctx.data.x_train
+        rng = np.random.default_rng([self.cfg.seed, 13, ctx.silo])
+        sample = x[np.sort(rng.choice(len(x), min(s.sample_cap, len(x)), replace=False))]
+        if s.space == "embedding":
+            from ..training import embed  # torch: silo side only
+
+            points = embed(ctx.model.embedding, sample, ctx.device)  # g of θ(0): nothing trained yet
+        else:
+            points = sample.reshape(len(sample), -1)
+        mine = uniform_measure(points)
+        measures = {job.key: mine for job in pair_jobs(self.cfg) if ctx.silo in (job.mu, job.nu)}
+        serve(ctx.transport, ctx.round, ctx.server_rank, measures, fedwad_params(self.cfg))
