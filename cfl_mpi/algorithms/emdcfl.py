@@ -4,6 +4,8 @@ One-shot clustering after the first round of local training: every pair of silos
 not yet measured agrees on a secret projection R (X25519 + HKDF), swaps embedding models
 ω directly, and sends the server its own projected embeddings under both models plus τ_c.
 The server forms W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (line 16) and extracts clusters.
+With `distance: fedwad` the projected embeddings stay on the silos and the server gets each
+W1 by FedWaD instead (emdcfl_fedwad.py).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 fedwad.txt, Algorithm 1. A *job* estimates Wp(μ, ν) with μ on silo ``job.mu`` and ν on silo
 ``job.nu``. The server holds ξ and, per iteration k = 1..K, sends ξ(k-1) and the time t to
 both holders (``fedwad_measure``, ``op: interpolate``); each returns its interpolating measure
-ξ_own(k) (Eq. 10) with Wp(own, ξ(k-1)); the server forms ξ(k) = interp(ξ_μ(k), ξ_ν(k), t).
+ξ_own(k) (Eq. 10); the server forms ξ(k) = interp(ξ_μ(k), ξ_ν(k), t).
 Then it sends ξ(K) (``op: distance``), each holder returns Wp(own, ξ(K)) (``fedwad_distance``)
 and the estimate is their sum (line 10). Finally ``op: done`` (zero-size arrays) ends the
 silo's serving loop. Only interpolating measures and scalars travel: never μ or ν.
@@ -109,7 +109,7 @@ class _State:
     xi: Measure
     times: np.ndarray
     k: int = 1                      # iteration being computed; K + 1 = final distances
-    halves: dict | None = None      # holder silo → (ξ_own(k), distance) or distance
+    halves: dict | None = None      # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
 
 
 def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list[Job],
@@ -149,7 +149,7 @@ def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list
         _, _, op = queues[rank][0]
         if op == DISTANCE:
             return Expect(Kind.FEDWAD_DISTANCE, round, (), {"job": str, "k": int, "distance": float})
-        return Expect(Kind.FEDWAD_MEASURE, round, _measure_spec(params), {"job": str, "k": int, "distance": float},
+        return Expect(Kind.FEDWAD_MEASURE, round, _measure_spec(params), {"job": str, "k": int},
                       max_elements=params.max_support * params.dim)
 
     for state in states.values():
@@ -157,10 +157,10 @@ def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list
     while len(results) < len(states):
         msg = transport.recv_any([r for r, q in queues.items() if q], expect)
         key, k, op = queues[msg.sender].popleft()
-        if msg.meta["job"] != key or msg.meta["k"] != k or not msg.meta["distance"] >= 0:
+        if msg.meta["job"] != key or msg.meta["k"] != k or (op == DISTANCE and not msg.meta["distance"] >= 0):
             raise ProtocolError(f"rank {msg.sender} sent {msg.kind.label} of round {round} for job "
-                                f"{msg.meta['job']!r} step {msg.meta['k']} with distance {msg.meta['distance']}; "
-                                f"expected job {key!r} step {k} and a distance >= 0")
+                                f"{msg.meta['job']!r} step {msg.meta['k']} {msg.meta.get('distance', '')}; "
+                                f"expected job {key!r} step {k}" + (" and a distance >= 0" if op == DISTANCE else ""))
         state = states[key]
         silo = rank_to_silo[msg.sender]
         state.halves[silo] = (msg.meta["distance"] if op == DISTANCE
@@ -215,7 +215,8 @@ def serve(transport: Transport, round: int, server_rank: int, measures: Mapping[
             transport.send(server_rank, Kind.FEDWAD_DISTANCE, round, None, job=key, k=k,
                            distance=client_distance(measures[key], xi, p=params.p))
             continue
+        # Wp(own, ξ(k-1)) stays here: the server learns distances only at the end.
         # The server is always receiving, so a blocking (back-off) send returns promptly.
-        mine, dist = client_step(measures[key], xi, t, p=params.p)  # lines 4-5, Eq. 10
+        mine, _ = client_step(measures[key], xi, t, p=params.p)  # lines 4-5, Eq. 10
         transport.send(server_rank, Kind.FEDWAD_MEASURE, round, {"points": mine.points, "weights": mine.weights},
-                       job=key, k=k, distance=dist)
+                       job=key, k=k)

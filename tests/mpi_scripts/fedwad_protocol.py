@@ -77,7 +77,7 @@ def bad_reply():
             return {}
         if not answered:
             t.send(0, Kind.FEDWAD_MEASURE, ROUND, {"points": msg.arrays["points"], "weights": 2 * msg.arrays["weights"]},
-                   job=msg.meta["job"], k=msg.meta["k"], distance=1.0)
+                   job=msg.meta["job"], k=msg.meta["k"])
             answered = True
 
 
