@@ -33,8 +33,8 @@ EXIT_CONFIG = 2
 COLUMNS = ("avg_acc", "worst_acc", "ari", "wall_s")
 #: methods that do not cluster: the paper prints "-" for their ARI
 NOT_CLUSTERING = {"fedavg"}
-NAMES = {"emdcfl": "EMD-CFL", "pacfl": "PACFL", "cfl": "CFL", "ifca": "IFCA", "fedavg": "FedAvg",
-         "oracle": "Oracle"}
+NAMES = {"emdcfl": "EMD-CFL", "pacfl": "PACFL", "cfl": "CFL", "ifca": "IFCA", "fedwad": "FedWaD clustering",
+         "fedavg": "FedAvg", "oracle": "Oracle"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -32,7 +32,7 @@ DIGITS = "configs/digits.yaml"
 SMALL = ["train.rounds=2", "model.channels=[16,32]"]
 # CFL on 2 rounds: no split in round 1, then a split whenever the cluster disagrees.
 CFL_SPLITS = ["strategy.warmup_rounds=1", "strategy.eps1=10", "strategy.eps2=1"]
-METHODS = ["emdcfl", "pacfl", "cfl", "ifca", "fedavg", "oracle"]
+METHODS = ["emdcfl", "pacfl", "cfl", "ifca", "fedwad", "fedavg", "oracle"]
 
 BASE = """
 name: t
@@ -230,7 +230,7 @@ def results(out, method):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("method,matrix", [("pacfl", "A"), ("cfl", "S"), ("ifca", "losses")])
+@pytest.mark.parametrize("method,matrix", [("pacfl", "A"), ("cfl", "S"), ("ifca", "losses"), ("fedwad", "D")])
 def test_each_baseline_writes_the_standard_results_folder(compared, method, matrix):
     run, summary, records = results(compared[0], method)
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "clusters.json", "accuracy.png", "log.txt",
@@ -240,6 +240,17 @@ def test_each_baseline_writes_the_standard_results_folder(compared, method, matr
     assert summary["strategy"] == method and summary["rounds"] == 2 and len(records) == 2
     assert {"ari", "avg_acc", "worst_acc", "wall_s", "n_clusters"} <= set(summary)
     assert "round 2/2" in (run / "log.txt").read_text()
+
+
+@pytest.mark.mpi
+def test_fedwad_clustering_finds_the_rotations_before_round_1(compared):
+    """FedWaD distances between the silos' raw inputs, spectral clustering with K = 4."""
+    run, summary, records = results(compared[0], "fedwad")
+    assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4
+    D = np.load(run / "D.npy")
+    truth = np.arange(8) // 2
+    assert np.allclose(D, D.T) and D[truth[:, None] == truth[None, :]].max() < D[truth[:, None] != truth[None, :]].min()
+    assert records[0]["bytes"]["fedwad_measure"] > 0 and records[1]["bytes"]["fedwad_measure"] == 0
 
 
 @pytest.mark.mpi
