@@ -21,7 +21,6 @@ from cfl_mpi.algorithms.bipartition import pairwise_cosine
 from cfl_mpi.algorithms.cfl import CflSilo, flat
 from cfl_mpi.algorithms.ifca import Ifca
 from cfl_mpi.algorithms.pacfl import Pacfl
-from cfl_mpi.algorithms.principal_angles import hierarchical_clusters, proximity_matrix
 from cfl_mpi.algorithms.base import ServerRound
 from cfl_mpi.compare import markdown_table, run_overrides, summarise
 from cfl_mpi.config import CflConfig, ConfigError, IfcaConfig, PacflConfig, load_config

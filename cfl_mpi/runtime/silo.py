@@ -11,7 +11,7 @@ from ..algorithms import REGISTRY
 from ..algorithms.base import SiloRound
 from ..config import Config
 from ..data import build_silo_data, num_classes
-from ..wire.messages import Kind, ProtocolError
+from ..wire.messages import Expect, Kind, ProtocolError
 from ..wire.transport import Transport
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 from .placement import Placement, select_device
@@ -38,7 +38,6 @@ def run_silo(cfg: Config, transport: Transport, placement: Placement, silo: int)
 
     from ..models import build_model, load_arrays, state_arrays
     from ..training import evaluate, train_local
-    from ..wire.messages import Expect
 
     torch.set_num_threads(placement.threads)
     device = select_device(placement)
