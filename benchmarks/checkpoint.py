@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from cfl_mpi.algorithms import REGISTRY
-from cfl_mpi.config import load_config
+from cfl_mpi.config import config_digest, load_config
 from cfl_mpi.data import num_classes, true_clusters
 from cfl_mpi.runtime.checkpoint import Checkpoint, dedupe_models, save_checkpoint
 
@@ -43,6 +43,7 @@ def main() -> None:
         if hasattr(strategy, name):
             getattr(strategy, name)[...] = rng.random(getattr(strategy, name).shape)
     strategy.clusters = truth.copy()
+    digest = config_digest(cfg)
 
     def fresh_model() -> dict[str, np.ndarray]:
         return state_arrays(build_model(cfg, num_classes(cfg), load_weights=False))
@@ -63,7 +64,7 @@ def main() -> None:
             best, size = float("inf"), 0
             for r in range(args.repeats):
                 start = time.perf_counter()
-                size = save_checkpoint(out, Checkpoint(r + 1, models, index, arrays, {"strategy": meta}))
+                size = save_checkpoint(out, Checkpoint(r + 1, models, index, arrays, {"strategy": meta}, digest))
                 best = min(best, time.perf_counter() - start)
             print(f"| {case} | {len(models)} | {size / 1e6:.1f} | {best:.3f} | {size / 1e6 / best:.0f} |")
 

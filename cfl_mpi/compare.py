@@ -1,7 +1,8 @@
 """`python -m cfl_mpi.compare CONFIG --methods emdcfl,pacfl,cfl,ifca,fedavg,oracle --seeds 0,1,2
-[--out DIR] [--resume] [--mpirun PATH] [--set [METHOD:]key=value ...]`
+[--out DIR] [--resume] [--backend mpi|simulate] [--mpirun PATH] [--set [METHOD:]key=value ...]`
 
-Runs every (method, seed) as its own MPI job on the same config, data partition and seeds,
+Runs every (method, seed) as its own job (an MPI job, or one process of the in-process
+simulator with `--backend simulate`) on the same config, data partition and seeds,
 then writes the comparison of the paper's Table 1: average and worst silo accuracy and ARI
 as mean ± std over the seeds, with wall time (`table.md`, `table.csv`), and one heat map
 of the pairwise matrix of each distance-based method (EMD-CFL's W, PACFL's A, CFL's
@@ -23,13 +24,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import yaml
 
+from .cli import config_error
 from .config import STRATEGIES, ConfigError, load_config
 
-EXIT_CONFIG = 2
 COLUMNS = ("avg_acc", "worst_acc", "ari", "wall_s")
 #: methods that do not cluster: the paper prints "-" for their ARI
 NOT_CLUSTERING = {"fedavg"}
@@ -45,15 +47,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder for the runs and the tables (default: runs/compare_<name>)")
     parser.add_argument("--resume", action="store_true", help="skip runs whose summary.json exists")
+    parser.add_argument("--backend", choices=("mpi", "simulate"), default="mpi",
+                        help="run each job under mpirun (default) or in one process (python -m cfl_mpi.simulate)")
     parser.add_argument("--mpirun", help="mpirun to launch with (default: next to this Python, else on PATH)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
                         help="config override for every run, or for one method with a METHOD: prefix")
     return parser.parse_args(argv)
 
 
-def _fail(message: str) -> None:
-    print(f"cfl_mpi.compare: config error: {message}", file=sys.stderr, flush=True)
-    sys.exit(EXIT_CONFIG)
+def _fail(message: str) -> NoReturn:
+    config_error(message, prog="cfl_mpi.compare")
 
 
 def _split_list(text: str, what: str, cast=str) -> list:
@@ -103,11 +106,16 @@ def find_mpirun(given: str | None) -> str:
     return found
 
 
-def launch(mpirun: str, ranks: int, config: str, out: Path, sets: list[str]) -> tuple[int, float]:
-    """One MPI job; its output goes to out/log.txt. Returns (exit code, wall seconds)."""
+def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[str]) -> tuple[int, float]:
+    """One job (MPI, or the simulator when `mpirun` is None); its output goes to out/log.txt.
+    Returns (exit code, wall seconds).
+
+    The run folders are the comparison's own: a run not skipped by `--resume` starts over
+    there (`--overwrite`) rather than being refused for the unfinished run it holds."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [mpirun, "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main", config, "--out", str(out),
-           *[a for s in sets for a in ("--set", s)]]
+    start_cmd = [mpirun, "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main"] if mpirun else \
+        [sys.executable, "-m", "cfl_mpi.simulate"]
+    cmd = [*start_cmd, config, "--out", str(out), "--overwrite", *[a for s in sets for a in ("--set", s)]]
     start = time.monotonic()
     with open(out / "log.txt", "w") as log:
         log.write(" ".join(cmd) + "\n")
@@ -196,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     first = configs[methods[0], seeds[0]]
     out = Path(args.out or f"runs/compare_{first.name}")
     out.mkdir(parents=True, exist_ok=True)
-    mpirun = find_mpirun(args.mpirun)
+    mpirun = find_mpirun(args.mpirun) if args.backend == "mpi" else None
 
     failed = []
     for method in methods:

@@ -6,7 +6,10 @@ data) becomes one `ConfigError` line that names the dotted field and the fix.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +21,26 @@ import yaml
 
 class ConfigError(ValueError):
     """A config problem, reported as one line: `<field>: <what is wrong> (<fix>)`."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading YAML 1.2's floats too.
+
+    PyYAML follows YAML 1.1, whose floats need a dot and a signed exponent (1.0e-3), so
+    `lr: 1e-3` or `--set train.lr=1e-3` would arrive as the string "1e-3". YAML 1.2 (core
+    schema) reads every form `[-+]?(.d+ | d+(.d*)?)([eE][-+]?d+)?` as a float; the resolver
+    below adds the exponent forms 1.1 misses. Integers still resolve first (1e3 is a float).
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
+
+
+def read_yaml(text: str) -> Any:
+    """Parse YAML text the way every config, `--set` value and saved config is read."""
+    return yaml.load(text, Loader=_Loader)
 
 
 # Data sets (SPEC §6): the rotated sets replicate their pool once per angle; the backdoor sets
@@ -107,6 +130,29 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-6
     batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class AggregationConfig:
+    """How each cluster's updates become its model (algorithms/averaging.py, every strategy)."""
+
+    # fedavg: weighted by sample counts (the paper's, EMD-CFL Alg. 1 line 21); median and
+    # trimmed_mean: coordinate-wise and unweighted (Yin et al. 2018); norm_clip: every update
+    # clipped to norm clip_norm, then FedAvg (Sun et al. 2019).
+    rule: Literal["fedavg", "median", "trimmed_mean", "norm_clip"] = "fedavg"
+    # trimmed_mean: the fraction β of values cut at each end of every coordinate (⌊β·members⌋).
+    trim: float = 0.1
+    # norm_clip: the bound M on an update's norm; null: the cluster's median update norm.
+    clip_norm: float | None = None
+    # Check every update against the silo's start model and the other members of its cluster
+    # before the rule (averaging.screen_updates; decisions go to metrics.jsonl).
+    screen: bool = True
+    # An update whose norm exceeds norm_ratio times the cluster's median is rejected, or
+    # scaled down to that bound ("clip"). A sample count is lowered to the silo's first
+    # report and to count_ratio times the cluster's median.
+    outliers: Literal["reject", "clip"] = "reject"
+    norm_ratio: float = 4.0
+    count_ratio: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -281,6 +327,10 @@ class RuntimeConfig:
     # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
     checkpoint: bool = True
     fault: FaultConfig | None = None
+    # Silos hosted by each MPI rank after the server's (they share its device and torch):
+    # the job then needs 1 + ceil(silos / silos_per_rank) ranks. null: one silo per rank,
+    # or as many per rank as `mpirun -n` implies (blocks of consecutive silos).
+    silos_per_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +342,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     strategy: StrategyConfig = field(default_factory=EmdCflConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
     late_silos: list[LateSilo] = field(default_factory=list)
@@ -300,8 +351,9 @@ class Config:
 
     @property
     def world_size(self) -> int:
-        """Ranks the job needs: one server and one rank per silo."""
-        return self.silos + 1
+        """Ranks the job needs: the server's, and one per block of `runtime.silos_per_rank` silos
+        (one per silo by default)."""
+        return 1 + -(-self.silos // (self.runtime.silos_per_rank or 1))
 
     def join_round(self, silo: int) -> int:
         """The first round silo `silo` takes part in (1 unless it is a late silo)."""
@@ -363,11 +415,25 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return _finite(value, where)
     elif tp is str:
         if isinstance(value, str):
             return value
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _finite(value: int | float, where: str) -> float:
+    """Every float field must be finite: none of them has a meaning for inf or NaN (a
+    learning rate, a decay, a threshold, an angle, a fraction or a timeout that is infinite
+    trains NaN weights, merges or splits everything, or waits forever on a dead peer)."""
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float's range, e.g. 10**400
+        number = math.inf
+    if not math.isfinite(number):
+        text = repr(value) if len(repr(value)) <= 24 else repr(value)[:20] + "..."
+        raise ConfigError(f"{where}: must be a finite number, got {text}")
+    return number
 
 
 def _dataclass(cls: type, value: Any, where: str) -> Any:
@@ -403,10 +469,14 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+# torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).
+SEED_LIMIT = 2**64
+
+
 def _validate(cfg: Config) -> None:
     """Value checks the types cannot express, each naming the field and the fix."""
     _check(cfg.silos >= 1, f"silos: must be at least 1, got {cfg.silos}")
-    _check(cfg.seed >= 0, f"seed: must be a non-negative integer, got {cfg.seed}")
+    _check(0 <= cfg.seed < SEED_LIMIT, f"seed: must be an integer in [0, 2**64), got {cfg.seed}")
     _validate_data(cfg)
     _validate_model(cfg)
     for name in ("rounds", "local_epochs", "batch_size"):
@@ -414,6 +484,7 @@ def _validate(cfg: Config) -> None:
     _check(cfg.train.lr > 0, f"train.lr: must be positive, got {cfg.train.lr}")
     _check(0 <= cfg.train.momentum < 1, f"train.momentum: must lie in [0, 1), got {cfg.train.momentum}")
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
+    _validate_aggregation(cfg.aggregation)
     s = cfg.strategy
     if isinstance(s, EmdCflConfig):
         _check(0 < s.proj_ratio <= 1, f"strategy.proj_ratio: must lie in (0, 1], got {s.proj_ratio}")
@@ -442,8 +513,8 @@ def _validate(cfg: Config) -> None:
         _check(not s.transform or s.warmup_rounds >= 1,
                "strategy.warmup_rounds: must be at least 1 with strategy.transform (round 1 starts from the "
                "public θ(0), so its updates cannot be measured in the transformed space)")
-        _check(s.transform_seed is None or s.transform_seed >= 0,
-               f"strategy.transform_seed: must be a non-negative integer or null, got {s.transform_seed}")
+        _check(s.transform_seed is None or 0 <= s.transform_seed < SEED_LIMIT,
+               f"strategy.transform_seed: must be an integer in [0, 2**64) or null, got {s.transform_seed}")
     if isinstance(s, IfcaConfig) and s.k is not None:
         _check(1 <= s.k <= cfg.silos, f"strategy.k: must lie between 1 and silos ({cfg.silos}), got {s.k}")
     if isinstance(s, FedWaDClusteringConfig):
@@ -456,7 +527,17 @@ def _validate(cfg: Config) -> None:
         _check(s.iterations >= 1, f"strategy.iterations: must be at least 1, got {s.iterations}")
     _validate_federation(cfg)
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
+    _check(cfg.runtime.silos_per_rank is None or 1 <= cfg.runtime.silos_per_rank <= cfg.silos,
+           f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
+           f"got {cfg.runtime.silos_per_rank}")
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
+
+
+def _validate_aggregation(a: AggregationConfig) -> None:
+    _check(0 <= a.trim < 0.5, f"aggregation.trim: must lie in [0, 0.5), got {a.trim}")
+    _check(a.clip_norm is None or a.clip_norm > 0, f"aggregation.clip_norm: must be positive or null, got {a.clip_norm}")
+    _check(a.norm_ratio > 1, f"aggregation.norm_ratio: must be above 1 (the cluster median itself), got {a.norm_ratio}")
+    _check(a.count_ratio >= 1, f"aggregation.count_ratio: must be at least 1, got {a.count_ratio}")
 
 
 def _validate_federation(cfg: Config) -> None:
@@ -562,7 +643,10 @@ def _apply_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment}: expected key=value, e.g. --set train.rounds=2")
     key, text = assignment.split("=", 1)
-    value = yaml.safe_load(text) if text else ""
+    try:
+        value = read_yaml(text) if text else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {key}: {text!r} is not a valid YAML value (check its brackets and quotes)") from None
     node = raw
     parts = key.strip().split(".")
     if parts == ["strategy", "name"]:  # another strategy: the file's settings of the old one no longer apply
@@ -582,7 +666,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     if not path.is_file():
         raise ConfigError(f"config: file {path} not found (give the path of a YAML file, e.g. configs/digits.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = read_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -596,25 +680,60 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     return cfg
 
 
-def check_world(cfg: Config, world_size: int) -> None:
-    """The job must have been started with exactly silos + 1 ranks."""
-    if world_size != cfg.world_size:
+def check_world(cfg: Config, world_size: int) -> int:
+    """The silo ranks a job of `world_size` ranks runs the config on (ConfigError if none fits).
+
+    With `runtime.silos_per_rank` the rank count is fixed; without it any count from 2 (all
+    silos on one rank) to silos + 1 (one silo per rank) works, in blocks of consecutive silos.
+    """
+    k = cfg.runtime.silos_per_rank
+    if k is not None and world_size != cfg.world_size:
         raise ConfigError(
-            f"silos: the config asks for {cfg.silos} silos, so the job needs {cfg.world_size} ranks "
-            f"(mpirun -n {cfg.world_size}) but it has {world_size} "
-            f"(start it with -n {cfg.world_size}, or --set silos={max(world_size - 1, 1)})")
+            f"runtime.silos_per_rank: {cfg.silos} silos at {k} per rank need {cfg.world_size} ranks "
+            f"(mpirun -n {cfg.world_size}) but the job has {world_size} (start it with -n {cfg.world_size}, "
+            f"or remove runtime.silos_per_rank to derive it from -n)")
+    if not 2 <= world_size <= cfg.silos + 1:
+        raise ConfigError(
+            f"silos: the config asks for {cfg.silos} silos, so the job needs 2 to {cfg.silos + 1} ranks "
+            f"(the server and one rank per silo, or per block of silos: mpirun -n {cfg.silos + 1}) but it has "
+            f"{world_size} (start it with -n {cfg.silos + 1}, or run python -m cfl_mpi.simulate for one process)")
+    return world_size - 1
+
+
+# Sections a resumed run may change: timeouts and faults are not the experiment, and the
+# results folder may have moved.
+NOT_THE_EXPERIMENT = ("runtime", "out")
+
+
+def experiment_dict(cfg: Config) -> dict[str, Any]:
+    """The resolved config without NOT_THE_EXPERIMENT, as plain YAML/JSON types."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in NOT_THE_EXPERIMENT}
+
+
+def config_digest(cfg: Config) -> str:
+    """SHA-256 of the experiment's resolved config (canonical JSON): the checkpoint records
+    it, so a resume with another experiment's config is refused even without config.yaml."""
+    text = json.dumps(experiment_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_resumable(cfg: Config, out: Path) -> None:
-    """`--resume DIR` continues the same experiment: the config must match the one saved
-    in DIR (the `runtime` section may differ: timeouts and faults are not the experiment)."""
+    """`--resume DIR` continues the same experiment: the config must match the one saved in
+    DIR (NOT_THE_EXPERIMENT may differ); names the first differing field. Without a saved
+    config.yaml the checkpoint's config digest decides (runtime/checkpoint.py)."""
     saved_path = out / "config.yaml"
     if not saved_path.is_file():
-        return  # nothing ran yet: the run starts afresh
-    saved = yaml.safe_load(saved_path.read_text()) or {}
-    now = yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        return
+    try:
+        saved = read_yaml(saved_path.read_text()) or {}
+    except yaml.YAMLError:
+        raise ConfigError(f"--resume: {saved_path} is not valid YAML (the run's saved config was damaged; "
+                          f"start afresh with --out {out} --overwrite)") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"--resume: {saved_path} does not hold a config (start afresh with --out {out} --overwrite)")
+    now = read_yaml(yaml.safe_dump(experiment_dict(cfg), sort_keys=False))
     for section in sorted(set(saved) | set(now)):
-        if section in ("runtime", "out"):
+        if section in NOT_THE_EXPERIMENT:
             continue
         old, new = saved.get(section), now.get(section)
         if old != new:

@@ -1,35 +1,28 @@
-"""`mpirun -n <silos+1> python -m cfl_mpi.main CONFIG [--out DIR] [--set key=value ...]`
+"""`mpirun -n <ranks> python -m cfl_mpi.main CONFIG [--out DIR] [--resume DIR] [--set key=value ...]`
 
-Rank 0 is the server, ranks 1..N the silos. Every rank validates the config; all ranks
-agree on the outcome before any work, so a config error is one line and exit code 2 on
-every rank instead of a hang. After that, an exception on any rank aborts the whole job.
+Rank 0 is the server; ranks 1..R host the silos, one each (R = silos) or in blocks of
+consecutive silos that share the rank's device and torch (`runtime.silos_per_rank`, or
+derived from the rank count). Every rank validates the config; all ranks agree on the
+outcome before any work, so a config error is one line and exit code 2 on every rank
+instead of a hang. After that, an exception on any rank aborts the whole job.
 """
 from __future__ import annotations
 
-import argparse
+import os
 import sys
+import threading
 import traceback
-from pathlib import Path
+from functools import partial
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .config import Config, ConfigError, check_resumable, check_world, load_config
+from .channel import SERVER, LocalHub, RankLayout, party_name
+from .cli import EXIT_CONFIG, load_run_config, prepare_results_folder, run_arguments
+from .config import Config, ConfigError, check_world
+from .runtime.parties import PartyFailure, PartyThreads
+from .runtime.placement import Placement
 from .runtime.stop import StopRequest, ignore_sigterm
-
-EXIT_CONFIG = 2
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.main", description=__doc__.splitlines()[0])
-    parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
-    parser.add_argument("--out", help="results folder (overrides the config's `out`)")
-    parser.add_argument("--resume", metavar="DIR",
-                        help="continue the run whose results folder is DIR from its last checkpoint "
-                             "(same config and --set options; starts afresh if DIR has no checkpoint)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value by its dotted key, e.g. --set train.rounds=2")
-    return parser.parse_args(argv)
 
 
 def _agree_on_error(comm, error: str | None) -> str | None:
@@ -44,26 +37,21 @@ def _agree_on_error(comm, error: str | None) -> str | None:
     return error if first[0] == comm.Get_rank() else ""
 
 
-def _validated(comm, args: argparse.Namespace) -> Config:
+def _validated(comm, args) -> tuple[Config, RankLayout]:
     """Config checks on every rank, then data preparation on rank 0; exit 2 on any error."""
-    from .data import check_data
     from .prepare import prepare
 
-    cfg, error = None, None
+    cfg, layout, error = None, None, None
     try:
-        out = args.resume or args.out
-        overrides = [*args.overrides, *([f"out={out}"] if out else [])]
-        cfg = load_config(args.config, overrides)
-        check_world(cfg, comm.Get_size())
-        if args.resume:
-            check_resumable(cfg, Path(args.resume))
-        check_data(cfg)
+        cfg = load_run_config(args)
+        layout = RankLayout(cfg.silos, check_world(cfg, comm.Get_size()))
     except ConfigError as err:
         error = str(err)
     for step in ("validation", "preparation"):
         if step == "preparation" and comm.Get_rank() == 0:
             try:
                 prepare(cfg)  # data files and pretrained weights, once per job
+                prepare_results_folder(cfg, args)  # rank 0 is the one rank sure to see the folder
             except ConfigError as err:
                 error = str(err)
         agreed = _agree_on_error(comm, error)
@@ -71,12 +59,35 @@ def _validated(comm, args: argparse.Namespace) -> Config:
             if agreed:
                 print(f"cfl_mpi: config error: {agreed}", file=sys.stderr, flush=True)
             sys.exit(EXIT_CONFIG)
-    return cfg
+    return cfg, layout
+
+
+def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) -> None:
+    """This rank's silos: in this thread when it hosts one, else a thread each."""
+    import torch
+
+    from .runtime.placement import select_device
+    from .runtime.silo import run_silo
+
+    torch.set_num_threads(placement.threads)
+    device = select_device(placement)
+    if len(channels) == 1:
+        (silo, channel), = channels.items()
+        run_silo(cfg, channel, device, silo)
+        return
+    threads = PartyThreads(hub)
+    for silo, channel in channels.items():
+        threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo))
+    threads.join()
 
 
 def cli(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.main", __doc__.splitlines()[0]).parse_args(argv)
     from mpi4py import MPI
+
+    from .channel.mpi import MpiChannel
+    from .runtime.placement import place
+    from .runtime.silo import InjectedExit
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -85,28 +96,36 @@ def cli(argv: list[str] | None = None) -> None:
         stop.install()  # before anything slow: SIGTERM from now on means "stop after this round"
     else:
         ignore_sigterm()
-    cfg = _validated(comm, args)
-    role = "server" if rank == 0 else f"silo {rank - 1}"
+    cfg, layout = _validated(comm, args)
+    here = layout.silos_on(rank)
+    role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
     try:
-        from .runtime.placement import place
-        from .wire.transport import Transport
-
-        placement = place(comm, is_silo=rank > 0)
+        placement = place(comm, len(here))
         # numpy/scipy's BLAS would start a thread per core in every rank: on a node shared by
         # many ranks that oversubscribes it (measured 2.5x slower FedWaD with 9 ranks on 2 cores).
         threadpool_limits(placement.threads)
-        transport = Transport(comm, cfg.runtime.message_timeout_s, cfg.runtime.max_poll_sleep_ms / 1000)
+        hub, mpi_lock = LocalHub(), threading.Lock()
+
+        def channel(address: int) -> MpiChannel:
+            return MpiChannel(address, comm, layout, hub, mpi_lock, cfg.runtime.message_timeout_s,
+                              cfg.runtime.max_poll_sleep_ms / 1000)
+
         if rank == 0:
-            from .runtime.server import run_server
+            from .runtime.server import start_server
 
-            run_server(cfg, transport, cfg.results_dir(), stop, resume=bool(args.resume))
+            if layout.silo_ranks < cfg.silos:
+                print(f"{cfg.silos} silos on {layout.silo_ranks} ranks "
+                      f"(up to {layout.slots} per rank)", flush=True)
+            start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume)).run()
         else:
-            from .runtime.silo import run_silo
-
-            run_silo(cfg, transport, placement, rank - 1)
+            run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         if isinstance(exc, SystemExit) and not exc.code:
             raise
+        if isinstance(exc, PartyFailure):
+            role, exc = exc.party, exc.error
+        if isinstance(exc, InjectedExit):
+            os._exit(3)  # dies without a word, as a killed process does
         detail = "".join(traceback.format_exception(exc)).rstrip()
         print(f"cfl_mpi: rank {rank} ({role}) failed: {type(exc).__name__}: {exc}\n{detail}",
               file=sys.stderr, flush=True)

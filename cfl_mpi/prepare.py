@@ -9,8 +9,7 @@ Exit code 2 with one line on any problem.
 """
 from __future__ import annotations
 
-import sys
-
+from .cli import config_error, run_arguments
 from .config import Config, ConfigError, load_config
 
 
@@ -56,15 +55,12 @@ def _cache_file(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .main import EXIT_CONFIG, parse_args
-
-    args = parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.prepare", __doc__.splitlines()[0], resume=False).parse_args(argv)
     try:
         cfg = load_config(args.config, [*args.overrides, *([f"out={args.out}"] if args.out else [])])
         prepare(cfg)
     except ConfigError as err:
-        print(f"cfl_mpi: config error: {err}", file=sys.stderr)
-        sys.exit(EXIT_CONFIG)
+        config_error(str(err))
     where = f" in {cfg.data.root}" if cfg.data.root else " (embedded)"
     weights = "" if cfg.model.pretrained is False else f"; weights for {cfg.model.name} ready"
     print(f"{cfg.data.name}: data ready{where}{weights}")

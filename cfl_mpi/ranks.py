@@ -1,19 +1,17 @@
-"""`python -m cfl_mpi.ranks CONFIG [--set k=v ...]` prints the rank count the job needs."""
+"""`python -m cfl_mpi.ranks CONFIG [--set k=v ...]` prints the rank count the job needs:
+1 + silos, or 1 + ceil(silos / runtime.silos_per_rank)."""
 from __future__ import annotations
 
-import sys
-
+from .cli import config_error, run_arguments
 from .config import ConfigError, load_config
-from .main import EXIT_CONFIG, parse_args
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.ranks", __doc__.splitlines()[0], resume=False).parse_args(argv)
     try:
         print(load_config(args.config, args.overrides).world_size)
     except ConfigError as err:
-        print(f"cfl_mpi: config error: {err}", file=sys.stderr)
-        sys.exit(EXIT_CONFIG)
+        config_error(str(err))
 
 
 if __name__ == "__main__":

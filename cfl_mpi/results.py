@@ -3,6 +3,7 @@ clusters, summary and plots."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,28 @@ import yaml
 
 from .config import Config
 from .plots import PAIRWISE, accuracy_curves, distance_heatmap
+
+
+# What a run writes into its folder (README, "Results folder"): the first four mark a folder
+# that holds a run; `--overwrite` removes all of them, and the *.npy/*.csv arrays, before a
+# new run starts there. Anything else (a launcher's log.txt) stays.
+RUN_MARKS = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoint")
+RUN_FILES = (*RUN_MARKS, "clusters.json", "distances.png", "accuracy.png")
+RUN_ARRAYS = ("*.npy", "*.csv")
+
+
+def run_files(out: Path) -> list[str]:
+    """The marks of a run found in `out` (empty: no run there)."""
+    return [name for name in RUN_MARKS if (out / name).exists()]
+
+
+def remove_run(out: Path) -> None:
+    """Delete an earlier run's files from `out` (`--overwrite`, once every check passed)."""
+    for path in [out / name for name in RUN_FILES] + [p for g in RUN_ARRAYS for p in out.glob(g)]:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 class RunRecorder:

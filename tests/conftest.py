@@ -4,6 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests check results, never timings: this machine and CI are shared and noisy.
+settings.register_profile("cfl_mpi", deadline=None)
+settings.load_profile("cfl_mpi")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"

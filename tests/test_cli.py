@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from mpi_helpers import PROJECT_ROOT
+from jobs import PROJECT_ROOT
 
 
 def run(*args):
@@ -21,3 +21,10 @@ def test_ranks_reports_config_errors_with_exit_2():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("cfl_mpi: config error: train.epochz: unknown key (valid keys here: "
                                    "rounds, local_epochs, lr, momentum, weight_decay, batch_size)")
+
+
+def test_numbers_on_the_command_line_yaml_1_2_floats_and_finite_only():
+    assert run("configs/digits.yaml", "--set", "train.lr=1e-3").stdout.strip() == "9"
+    proc = run("configs/digits.yaml", "--set", "train.lr=.nan")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "cfl_mpi: config error: train.lr: must be a finite number, got nan"

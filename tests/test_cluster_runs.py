@@ -1,10 +1,7 @@
-"""Cluster extraction in real jobs (issue 7): one default setting across silo counts and
-data sets, one cluster when there is one, and the margin reported."""
-import pytest
+"""Cluster extraction in whole runs (issue 7; simulated in-process): one default setting across
+silo counts and data sets, one cluster when there is one, and the margin reported."""
 
-from mpi_helpers import run_job
-
-pytestmark = pytest.mark.mpi
+from jobs import simulate_job
 
 DIGITS = "configs/digits.yaml"
 MNIST_TEST = "configs/rotated_mnist_test.yaml"
@@ -28,22 +25,22 @@ def test_digits_16_silos(tmp_path):
     # by only ~4.5 noise units on average, and the closest single pair across clusters is
     # about as far as the loosest pair inside one (margin ~0.6-0.9). Seeded pair keys make
     # the projections, and so this outcome, reproducible.
-    _, summary, records = run_job(DIGITS, tmp_path, "silos=16", ONE_ROUND, SEEDED)
+    summary, records = simulate_job(DIGITS, tmp_path, "silos=16", ONE_ROUND, SEEDED)
     assert_found(summary, records, 4, min_margin=0.5)
 
 
 def test_digits_base_variant_is_one_cluster(tmp_path):
-    _, summary, records = run_job(DIGITS, tmp_path, "data.rotations=[0]", ONE_ROUND, SEEDED)
+    summary, records = simulate_job(DIGITS, tmp_path, "data.rotations=[0]", ONE_ROUND, SEEDED)
     assert summary["n_clusters"] == 1 and records[0]["ari"] == 1.0
 
 
 def test_digits_two_variant_is_two_clusters(tmp_path):
-    _, summary, records = run_job(DIGITS, tmp_path, "data.rotations=[-3,3,177,183]",
+    summary, records = simulate_job(DIGITS, tmp_path, "data.rotations=[-3,3,177,183]",
                                   "data.group_clusters=[0,0,1,1]", ONE_ROUND, SEEDED)
     # Silos 0-3 hold -3°/3°, silos 4-7 hold 177°/183°: two true clusters.
     assert records[0]["clusters"] == [0, 0, 0, 0, 1, 1, 1, 1] and records[0]["ari"] == 1.0
 
 
 def test_real_mnist_16_silos_one_local_epoch(shared_data, tmp_path):
-    _, summary, records = run_job(MNIST_TEST, tmp_path, *mnist(shared_data, "silos=16"))
+    summary, records = simulate_job(MNIST_TEST, tmp_path, *mnist(shared_data, "silos=16"))
     assert_found(summary, records, 4, min_margin=1.0)

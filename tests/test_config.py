@@ -1,10 +1,15 @@
 """Every config mistake is one line naming the field and the fix."""
+import dataclasses
 import textwrap
+import typing
 
 import pytest
 
-from cfl_mpi.config import Config, ConfigError, EmdCflConfig, check_world, load_config
+from cfl_mpi.config import STRATEGIES, Config, ConfigError, EmdCflConfig, check_world, load_config, read_yaml
 from cfl_mpi.data import check_data
+from conftest import PROJECT_ROOT
+
+PROJECT_CONFIG = PROJECT_ROOT / "configs" / "digits.yaml"
 
 BASE = """
 name: t
@@ -69,11 +74,19 @@ def test_bad_yaml_and_missing_file(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-def test_rank_count_must_match():
+def test_rank_count_gives_the_silos_per_rank():
     cfg = Config(silos=8)
-    check_world(cfg, 9)
-    with pytest.raises(ConfigError, match=r"^silos: .*mpirun -n 9.*has 5"):
-        check_world(cfg, 5)
+    assert cfg.world_size == 9 and check_world(cfg, 9) == 8  # one silo per rank
+    assert check_world(cfg, 5) == 4 and check_world(cfg, 2) == 1  # blocks derived from -n
+    for too_many_or_few in (10, 1):
+        with pytest.raises(ConfigError, match=rf"^silos: .*2 to 9 ranks.*mpirun -n 9.*has {too_many_or_few} "):
+            check_world(cfg, too_many_or_few)
+    fixed = load_config(PROJECT_CONFIG, ["runtime.silos_per_rank=3"])
+    assert fixed.world_size == 4 and check_world(fixed, 4) == 3
+    with pytest.raises(ConfigError, match=r"^runtime.silos_per_rank: 8 silos at 3 per rank need 4 ranks.*has 9"):
+        check_world(fixed, 9)
+    with pytest.raises(ConfigError, match=r"^runtime.silos_per_rank: must lie between 1 and silos \(8\)"):
+        load_config(PROJECT_CONFIG, ["runtime.silos_per_rank=9"])
 
 
 def test_missing_data_folder(tmp_path):
@@ -81,3 +94,65 @@ def test_missing_data_folder(tmp_path):
                                                "data.download=false"])
     with pytest.raises(ConfigError, match=r"^data.root: MNIST files .* not found"):
         check_data(cfg)
+
+
+# ------------------------------------------------------------------ numbers: YAML 1.2 floats, finite only
+
+def float_fields():
+    """(overrides that select the section, dotted field, is a list) for every float field of the config."""
+    for name, tp in typing.get_type_hints(Config).items():
+        classes = [(cls, [f"strategy.name={key}"]) for key, cls in STRATEGIES.items()] if name == "strategy" else \
+            [(a, []) for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
+        for cls, select in classes:
+            for field, hint in typing.get_type_hints(cls).items():
+                if hint == list[float]:
+                    yield select, f"{name}.{field}", True
+                elif hint is float or float in typing.get_args(hint):
+                    yield select, f"{name}.{field}", False
+
+
+FLOATS = list(float_fields())
+
+
+def test_the_catalogue_covers_every_float_field():
+    names = {field for _, field, _ in FLOATS}
+    assert {"train.lr", "train.weight_decay", "train.momentum", "strategy.epsilon", "strategy.beta",
+            "runtime.message_timeout_s", "runtime.max_poll_sleep_ms", "data.rotations",
+            "participation.fraction", "strategy.eps1"} <= names
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1" * 400])
+@pytest.mark.parametrize("select,field,is_list", FLOATS, ids=[f for _, f, _ in FLOATS])
+def test_non_finite_numbers_are_refused_in_every_float_field(tmp_path, select, field, is_list, value):
+    text = f"[0, {value}]" if is_list else value
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, BASE), [*select, f"{field}={text}"])
+    message = str(err.value)
+    assert message.startswith(f"{field}{'[1]' if is_list else ''}: must be a finite number, got ")
+    assert "\n" not in message and len(message) < 120
+
+
+@pytest.mark.parametrize("text,value", [("1e-3", 0.001), ("1E3", 1000.0), ("-2e+5", -2e5), (".5e2", 50.0),
+                                        ("1.0e-3", 0.001), ("3", 3), ("0.025", 0.025)])
+def test_yaml_1_2_floats_are_numbers(tmp_path, text, value):
+    assert read_yaml(text) == value and type(read_yaml(text)) is type(value)
+    assert load_config(write(tmp_path, BASE), [f"strategy.epsilon={text}"]).strategy.epsilon == value
+    from_file = load_config(write(tmp_path, BASE.replace("epsilon: 0.025", f"epsilon: {text}")))
+    assert from_file.strategy.epsilon == value
+
+
+def test_strings_that_look_like_numbers_stay_strings():
+    assert read_yaml("1e3x") == "1e3x" and read_yaml("'1e-3'") == "1e-3" and read_yaml("inf") == "inf"
+
+
+@pytest.mark.parametrize("override,field,words", [
+    ("train.lr=inf", "train.lr", "expected a number, got 'inf'"),
+    ("seed=18446744073709551616", "seed", "[0, 2**64)"),
+    ("seed=-1", "seed", "[0, 2**64)"),
+    ("data.rotations=[0,90", "--set data.rotations", "not a valid YAML value"),
+    ("train.rounds=1e3", "train.rounds", "expected an integer, got 1000.0"),
+])
+def test_number_errors_name_the_field(tmp_path, override, field, words):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, BASE), [override])
+    assert str(err.value).startswith(field + ":") and words in str(err.value) and "\n" not in str(err.value)

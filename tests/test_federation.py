@@ -77,7 +77,7 @@ def test_resume_refuses_another_experiment_but_not_other_runtime_settings(tmp_pa
     check_resumable(config(tmp_path, "runtime.message_timeout_s=5"), tmp_path / "run")
     with pytest.raises(ConfigError, match=r"^train.lr: differs from the run being resumed"):
         check_resumable(config(tmp_path, "train.lr=0.5"), tmp_path / "run")
-    check_resumable(cfg, tmp_path / "nothing-yet")  # no folder yet: a fresh start
+    check_resumable(cfg, tmp_path / "nothing-yet")  # no saved config: the checkpoint decides (test_checkpoint.py)
 
 
 # ------------------------------------------------------------------ late silos
@@ -136,12 +136,12 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
     def update(c):
         return {"w": (directions[c % 2] + 0.05 * rng.standard_normal(50)).astype(np.float32)}
 
-    ctx = ServerRound(1, None, list(range(1, 9)), list(range(7)), {c: update(c) for c in range(7)},
+    ctx = ServerRound(1, None, list(range(7)), {c: update(c) for c in range(7)},
                       {c: 10 for c in range(7)}, start)
     clusters = strategy.after_training(ctx).copy()
     assert len(strategy.splits) == 1 and clusters[7] == 0  # split by direction; silo 7 not there
     assert len(set(clusters[[0, 2, 4, 6]])) == 1 and clusters[0] != clusters[1]
-    ctx = ServerRound(3, None, list(range(1, 9)), [7], {7: update(7)}, {7: 10}, start, first={7})
+    ctx = ServerRound(3, None, [7], {7: update(7)}, {7: 10}, start, first={7})
     clusters = strategy.after_training(ctx)
     assert clusters[7] == clusters[1] and 7 in strategy.tree.members(int(clusters[1]))
     arrays, meta = strategy.state_dict()

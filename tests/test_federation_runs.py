@@ -1,6 +1,7 @@
-"""Multi-rank jobs for real-cluster behaviour (issue 6): a run stopped by SIGTERM and
-resumed equals the uninterrupted run; a failing or silent silo ends the job cleanly with
-the last checkpoint intact; partial participation and late silos cluster correctly."""
+"""Real-cluster behaviour (issue 6): an MPI job stopped by SIGTERM and resumed equals the
+uninterrupted run; a failing or silent silo ends the job cleanly with the last checkpoint
+intact (MPI and simulator); partial participation and late silos cluster correctly
+(simulated in-process: the backends agree, test_backends.py)."""
 from __future__ import annotations
 
 import json
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
+from cfl_mpi.config import load_config
 from cfl_mpi.runtime.checkpoint import load_checkpoint
-from mpi_helpers import PROJECT_ROOT, mpirun, run_job
-
-pytestmark = pytest.mark.mpi
+from cfl_mpi.runtime.parties import PartyFailure
+from cfl_mpi.simulate import simulate
+from jobs import PROJECT_ROOT, mpirun, run_job, simulate_job
 
 DIGITS = "configs/digits.yaml"
 # 4 silos (one per rotation), small CNN, one local epoch: ~1 min per job on 2 cores.
@@ -52,6 +54,7 @@ def rank_pids(out: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.mpi
 def test_sigterm_stops_after_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_path):
     settings = [*FOUR, "train.rounds=4"]
     _, full_summary, full = run_job(DIGITS, tmp_path / "full", *settings, n=5)
@@ -88,21 +91,23 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_equals_the_uninterrupted_ru
     assert all(r["checkpoint"]["bytes"] > 0 for r in again[stopped_after:])
 
 
-def _failing_job(out: Path, *overrides: str) -> tuple[int, str, float]:
+def _failing_job(out: Path, *overrides: str, n: int = 5) -> tuple[int, str, float]:
     """Run a job that must fail in round 2; returns (exit code, stderr, seconds from the
     checkpoint of round 1 — the failing silo fails right after it — to mpirun's exit)."""
-    job = start_job(out, *FOUR, "strategy.name=fedavg", "train.rounds=3", *overrides)
+    job = start_job(out, *FOUR, "strategy.name=fedavg", "train.rounds=3", *overrides, n=n)
     _, stderr = job.communicate(timeout=600)
     exited = time.time()
     index = out / "checkpoint" / "index.json"
     return job.returncode, stderr, exited - index.stat().st_mtime if index.exists() else float("nan")
 
 
-def test_a_silo_that_raises_ends_the_job_within_seconds_and_the_checkpoint_survives(tmp_path):
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks,rank", [(5, 3), (3, 2)], ids=["one_silo_per_rank", "two_silos_per_rank"])
+def test_a_silo_that_raises_ends_the_job_within_seconds_and_the_checkpoint_survives(tmp_path, ranks, rank):
     out = tmp_path / "crash"
-    code, stderr, to_exit = _failing_job(out, "runtime.fault={silo: 2, round: 2}")
+    code, stderr, to_exit = _failing_job(out, "runtime.fault={silo: 2, round: 2}", n=ranks)
     assert code != 0
-    assert "rank 3 (silo 2) failed: InjectedFault: silo 2 fails in round 2" in stderr
+    assert f"rank {rank} (silo 2) failed: InjectedFault: silo 2 fails in round 2" in stderr
     print(f"checkpoint of round 1 to job exit (the silo fails in between): {to_exit:.2f} s")
     assert to_exit < 15, f"{to_exit:.1f} s from the failure to the job's exit"
     ckpt = load_checkpoint(out)
@@ -110,6 +115,7 @@ def test_a_silo_that_raises_ends_the_job_within_seconds_and_the_checkpoint_survi
     assert not (out / "summary.json").exists()
 
 
+@pytest.mark.mpi
 def test_a_silent_silo_is_caught_by_the_message_timeout(tmp_path):
     out = tmp_path / "hang"
     code, stderr, _ = _failing_job(out, "runtime.fault={silo: 1, round: 2, kind: hang}",
@@ -119,14 +125,25 @@ def test_a_silent_silo_is_caught_by_the_message_timeout(tmp_path):
     assert load_checkpoint(out).round == 1
 
 
+@pytest.mark.parametrize("kind,words", [("raise", "InjectedFault: silo 2 fails in round 2"),
+                                        ("exit", "InjectedExit: silo 2 exits without a word in round 2")])
+def test_the_simulator_names_a_failing_silo_and_stops_every_party(tmp_path, kind, words):
+    cfg = load_config(PROJECT_ROOT / DIGITS, [*FOUR, "strategy.name=fedavg", "train.rounds=3",
+                                              f"runtime.fault={{silo: 2, round: 2, kind: {kind}}}", f"out={tmp_path}"])
+    start = time.monotonic()
+    with pytest.raises(PartyFailure, match=f"silo 2 failed: {words}"):
+        simulate(cfg)
+    assert time.monotonic() - start < 120 and load_checkpoint(tmp_path).round == 1
+
+
 def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_path):
     """Appendix E.4: 4 of 8 silos train per round; a pair is measured the first round both
     train. With two rotations (four silos each) every silo is linked to its cluster within
     a few rounds: the run's seed draws the participants, the test checks the outcome."""
     out = tmp_path / "half"
-    _, summary, recs = run_job(DIGITS, out, "participation.fraction=0.5", "data.rotations=[0,90]",
-                               "train.rounds=4", "train.local_epochs=1", "strategy.pair_keys=seeded",
-                               "model.channels=[16,32]")
+    summary, recs = simulate_job(DIGITS, out, "participation.fraction=0.5", "data.rotations=[0,90]",
+                                 "train.rounds=4", "train.local_epochs=1", "strategy.pair_keys=seeded",
+                                 "model.channels=[16,32]")
     W = np.load(out / "W.npy")
     together = np.eye(8, dtype=bool)
     for r in recs:
@@ -140,8 +157,8 @@ def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_pa
 
 def test_a_late_silo_lands_in_its_true_cluster_and_nobody_moves(tmp_path):
     out = tmp_path / "late"
-    _, summary, recs = run_job(DIGITS, out, "late_silos=[{silo: 5, round: 3}]", "train.rounds=3",
-                               "train.local_epochs=1", "strategy.pair_keys=seeded", "model.channels=[16,32]")
+    summary, recs = simulate_job(DIGITS, out, "late_silos=[{silo: 5, round: 3}]", "train.rounds=3",
+                                 "train.local_epochs=1", "strategy.pair_keys=seeded", "model.channels=[16,32]")
     truth_of = json.loads((out / "clusters.json").read_text())["truth"]
     truth = np.array([truth_of[str(c)] for c in range(8)])
     others = [c for c in range(8) if c != 5]

@@ -1,12 +1,13 @@
 """The sbatch scripts, run with srun/mpirun replaced by stand-ins that record their command."""
 import os
+import shutil
 import stat
 import subprocess
 import sys
 
 import pytest
 
-from mpi_helpers import PROJECT_ROOT
+from jobs import PROJECT_ROOT
 
 SCRIPTS = sorted((PROJECT_ROOT / "slurm").glob("*.sbatch")) + [PROJECT_ROOT / "slurm" / "common.sh"]
 
@@ -76,20 +77,25 @@ def test_multi_node_puts_the_server_and_the_silos_in_two_components(stand_ins):
 def test_requeue_resumes_and_requeues_until_the_run_is_complete(stand_ins, tmp_path):
     env = {"SLURM_NTASKS": "9", "SLURM_JOB_NAME": "rq", "SLURM_JOB_ID": f"rq{os.getpid()}"}
     out = PROJECT_ROOT / "runs" / f"rq-rq{os.getpid()}"
-    main = f"{sys.executable} -m cfl_mpi.main configs/digits.yaml --resume runs/rq-rq{os.getpid()}"
+    main = f"{sys.executable} -m cfl_mpi.main configs/digits.yaml"
+    fresh = f"srun --mpi=pmix --ntasks=9 --kill-on-bad-exit=1 {main} --out runs/rq-rq{os.getpid()} --overwrite"
+    resume = f"srun --mpi=pmix --ntasks=9 --kill-on-bad-exit=1 {main} --resume runs/rq-rq{os.getpid()}"
     proc, calls = run_script("requeue.sbatch", stand_ins, env, "configs/digits.yaml")
     assert proc.returncode == 0, proc.stderr
-    # the stand-in srun writes no summary: the run "stopped early", so the job is requeued
-    assert calls == [f"srun --mpi=pmix --ntasks=9 --kill-on-bad-exit=1 {main}", f"scontrol requeue rq{os.getpid()}"]
+    # no checkpoint yet: a fresh start; the stand-in srun writes no summary, so the job is requeued
+    assert calls == [fresh, f"scontrol requeue rq{os.getpid()}"]
     proc, calls = run_script("requeue.sbatch", stand_ins, {**env, "SLURM_RESTART_COUNT": "20"}, "configs/digits.yaml")
     assert proc.returncode == 1 and "not requeueing" in proc.stderr and calls[2:] == calls[:1]  # no requeue
+    log = stand_ins[1]
     try:
-        out.mkdir(parents=True)
-        (out / "summary.json").write_text("{}")
-        log = stand_ins[1]
+        (out / "checkpoint").mkdir(parents=True)
+        (out / "checkpoint" / "index.json").write_text("{}")
         log.unlink()
         proc, calls = run_script("requeue.sbatch", stand_ins, env, "configs/digits.yaml")
-        assert proc.returncode == 0 and calls == [f"srun --mpi=pmix --ntasks=9 --kill-on-bad-exit=1 {main}"]
+        assert proc.returncode == 0 and calls == [resume, f"scontrol requeue rq{os.getpid()}"]  # a checkpoint: resumed
+        (out / "summary.json").write_text("{}")
+        log.unlink()
+        proc, calls = run_script("requeue.sbatch", stand_ins, env, "configs/digits.yaml")
+        assert proc.returncode == 0 and calls == [resume]  # complete: not requeued
     finally:
-        (out / "summary.json").unlink(missing_ok=True)
-        out.rmdir()
+        shutil.rmtree(out, ignore_errors=True)

@@ -1,10 +1,11 @@
-"""The wire under a real 2-rank MPI job: malformed messages are rejected with the sender,
-kind and round named; waiting does not burn CPU; a silent peer times out."""
+"""The MPI channel under a real 2-rank job: malformed messages are rejected with the sender,
+kind and round named; waiting does not burn CPU; a silent peer times out; silos sharing a
+rank reach each other and the server. (The same checks in-process: test_channel.py.)"""
 import json
 
 import pytest
 
-from mpi_helpers import run_mpi
+from jobs import run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -21,7 +22,7 @@ def test_good_message_arrives_intact(report):
 
 
 @pytest.mark.parametrize("case,words", [
-    ("wrong_kind", "unexpected message (tag 3"),
+    ("wrong_kind", "kind 'test_eval'"),
     ("wrong_round", "for round 3"),
     ("wrong_shape", "shape (3, 2)"),
     ("wrong_dtype", "dtype float64"),
@@ -36,12 +37,8 @@ def test_good_message_arrives_intact(report):
 def test_bad_messages_are_rejected_with_sender_kind_and_round(report, case, words):
     result = report[case]
     assert result["ok"] is False
-    assert "rank 1" in result["error"] and "update" in result["error"] and "round 4" in result["error"]
+    assert "silo 0 (rank 1)" in result["error"] and "test_update" in result["error"] and "round 4" in result["error"]
     assert words in result["error"], result["error"]
-
-
-def test_zero_dimensional_arrays_keep_their_shape(report):
-    assert report["scalar"] == {"shape": [], "value": 7}
 
 
 def test_waiting_rank_does_not_spin(report):
@@ -51,7 +48,13 @@ def test_waiting_rank_does_not_spin(report):
 
 
 def test_silent_peer_times_out(report):
-    assert "waited" in report["timeout"]["error"] and "rank 1" in report["timeout"]["error"]
+    assert "waited" in report["timeout"]["error"] and "silo 0 (rank 1)" in report["timeout"]["error"]
+
+
+def test_silos_sharing_a_rank_reach_each_other_and_the_server(report):
+    shared = report["shared_rank"]
+    assert shared["server_got"] == {"0": 0, "1": 1, "2": 2}
+    assert shared["silos_heard"] == [[2, 0], [0, 1], [1, 2]]  # (left neighbour, server's echo) per silo
 
 
 def test_placement_counts_silos_per_node_when_ranks_span_two_nodes():
@@ -68,7 +71,7 @@ def test_placement_counts_silos_per_node_when_ranks_span_two_nodes():
         del os.environ[NODE_GROUPS_ENV]
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [(r["node_rank"], r["local_silo"], r["node_silos"]) for r in ranks] == [
+    assert [(r["node_rank"], r["local_rank"], r["node_silos"]) for r in ranks] == [
         (0, -1, 2), (1, 0, 2), (2, 1, 2), (0, 0, 3), (1, 1, 3), (2, 2, 3)]
     cores = usable_cores()
     assert [r["threads"] for r in ranks] == [1, *[max(1, cores // 2)] * 2, *[max(1, cores // 3)] * 3]

@@ -1,10 +1,12 @@
-"""The strategy interface: algorithms decide *what* is computed and exchanged, the runtime
+"""The strategy interface: algorithms decide *what* is computed and exchanged, a channel
 decides *how* it travels (STYLE.md: Flower's Strategy, pfl-research's algorithm/backend).
 
 A strategy has a server half (`Strategy`) and, when it needs silos to do more than train,
 a silo half (`SiloProtocol`). Both halves are called at the same points of every round:
 `before_training` at its start (e.g. IFCA hands out its K models) and `after_training`
-right after the silos sent their weight updates; they talk only through the `Transport`.
+right after the silos sent their weight updates; then the server half `aggregate`s the
+updates into what every silo continues from. They talk only through `ctx.channel`, which
+addresses silos by index and the server as `SERVER`: no rank, no MPI.
 """
 from __future__ import annotations
 
@@ -14,13 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..channel import Channel
 from ..config import Config
-from ..wire.transport import Transport
+from ..wire.messages import Kind, message_kind
+from .averaging import Decision, cluster_averages
 
 if TYPE_CHECKING:  # torch-side types; the server half never needs them
     from torch import nn
 
     from ..data import SiloData
+
+Model = dict[str, np.ndarray]
+
+# The kinds every round exchanges, whatever the strategy (SPEC's table; the runtime sends them).
+CONTROL = message_kind("control")  # server → silo: what to do in a round (train, evaluate, wait, stop)
+MODEL = message_kind("model")      # server → silo: model weights to train from / evaluate
+UPDATE = message_kind("update")    # silo → server: trained weights + sample count
+EVAL = message_kind("eval")        # silo → server: test accuracy of the received model, bytes sent
+ROUND_KINDS: tuple[Kind, ...] = (MODEL, UPDATE, EVAL, CONTROL)
 
 
 @dataclass
@@ -28,20 +41,19 @@ class ServerRound:
     """What the server knows when a strategy is asked for the round's clusters."""
 
     round: int
-    transport: Transport
-    silo_ranks: list[int]                       # rank of silo i is silo_ranks[i]
+    channel: Channel
     participants: list[int]                     # silos training this round (partial participation)
-    updates: dict[int, dict[str, np.ndarray]]   # silo index → trained weights (empty before training)
+    updates: dict[int, Model]                   # silo index → trained weights (empty before training)
     n_samples: dict[int, int]
     # silo index → the weights it starts this round's training from: θ(0) in round 1, then
-    # the model the runtime sent it at the end of the last round. A strategy that hands a
-    # silo another model in `before_training` records it here.
-    start_models: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    # what `aggregate` gave it at the end of the last round. A strategy that hands a silo
+    # another model in `before_training` records it here.
+    start_models: dict[int, Model] = field(default_factory=dict)
     first: set[int] = field(default_factory=set)  # participants training for the first time
-
-    @property
-    def participant_ranks(self) -> list[int]:
-        return [self.silo_ranks[c] for c in self.participants]
+    # the sample count each silo reported first (kept by the server across rounds and resumes:
+    # the screening's bound), and what `aggregate` decided about each update this round
+    first_counts: dict[int, int] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
 
 
 @dataclass
@@ -50,13 +62,12 @@ class SiloRound:
 
     round: int
     silo: int
-    transport: Transport
+    channel: Channel
     model: "nn.Module"
     data: "SiloData"
     device: Any
-    silo_ranks: list[int]
-    server_rank: int = 0
-    first: bool = False  # this silo's first training round (e.g. PACFL's one-off signature)
+    silos: int            # silos in the run: peers are 0..silos-1
+    first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
 
 
 class Strategy(ABC):
@@ -82,6 +93,15 @@ class Strategy(ABC):
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         """Update and return the assignment used to aggregate this round's updates."""
         return self.clusters
+
+    def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
+        """What every silo continues from: each cluster's updates screened and aggregated by
+        the config's `aggregation` rule (weighted FedAvg by default, Alg. 1, line 21); a
+        cluster without participants keeps its members' models."""
+        models, decisions = cluster_averages(self.cfg.aggregation, ctx.round, self.clusters, ctx.updates,
+                                             ctx.n_samples, ctx.start_models, ctx.first_counts)
+        ctx.decisions += decisions
+        return models
 
     def report(self) -> dict[str, Any]:
         """JSON-serialisable facts about how the clusters were found."""
@@ -120,8 +140,13 @@ class SiloProtocol:
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """How to build both halves of a named strategy."""
+    """How to build both halves of a named strategy, and the message kinds it adds to a round."""
 
     server: type[Strategy]
     silo: type[SiloProtocol] = SiloProtocol
-    notes: dict[str, str] = field(default_factory=dict)
+    kinds: tuple[Kind, ...] = ()
+
+    @property
+    def all_kinds(self) -> tuple[Kind, ...]:
+        """Every kind a run of this strategy sends, in the order metrics count them."""
+        return ROUND_KINDS + self.kinds

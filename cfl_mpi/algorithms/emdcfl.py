@@ -12,19 +12,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
+from ..channel import SERVER
 from ..config import Config, EmdCflConfig
 from ..ot.wasserstein import w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                  random_projection)
-from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
+from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from . import emdcfl_fedwad
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy
 from .cluster_extraction import ExtractionReport, extract_clusters, place_newcomer, symmetrised
+from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
 from .pairs import partner_lists
+
+PLAN = message_kind("plan")                        # server → silo: the partners to measure this round
+HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
+EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
+EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R, Z_{c|c'}R, τ_c and noise
+KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, emdcfl_fedwad.REFERENCE, *FEDWAD_KINDS)
 
 
 def projected_dim(cfg: Config) -> int:
@@ -85,7 +94,7 @@ class EmdCfl(Strategy):
         partners = partner_lists(silos, wanted)
         for silo in silos:
             plan = np.asarray(partners.get(silo, []), dtype=np.int64)
-            ctx.transport.send(ctx.silo_ranks[silo], Kind.PLAN, ctx.round, {"partners": plan})
+            ctx.channel.send(silo, PLAN, ctx.round, {"partners": plan})
         if wanted:
             self._measure(ctx, partners)
             self.clusters, report = self._extract()
@@ -98,27 +107,29 @@ class EmdCfl(Strategy):
         if s.distance == "fedwad":  # the embeddings stay on the silos
             emdcfl_fedwad.measure(ctx, self.cfg, partners, projected_dim(self.cfg), self.tau, self.noise, self.W)
             return
-        rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
         todo = {silo: list(p) for silo, p in partners.items() if p}
         dim_r = projected_dim(self.cfg)
         halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-
-        def expect(rank: int) -> Expect:
-            return Expect(Kind.EMBEDDINGS, ctx.round,
-                          (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
-                          {"partner": int, "tau": float, "noise": float}, max_elements=s.sample_cap * dim_r)
-
+        reference: dict[int, tuple[float, float]] = {}  # (τ_c, noise_c) as silo c first stated them
+        expect = Expect(EMBEDDINGS, ctx.round,
+                        (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
+                        {"partner": int, "tau": float, "noise": float}, max_elements=s.sample_cap * dim_r,
+                        bounds={"tau": (0.0, math.inf), "noise": (0.0, math.inf)})
         while todo:
-            msg = ctx.transport.recv_any([ctx.silo_ranks[c] for c in todo], expect)
-            c = rank_to_silo[msg.sender]
+            msg = ctx.channel.recv_any(list(todo), lambda _: expect)
+            c = msg.sender
             partner = todo[c].pop(0)
-            if msg.meta["partner"] != partner or msg.meta["noise"] < 0:
-                raise ProtocolError(f"rank {msg.sender} sent embeddings of round {ctx.round} for partner "
-                                    f"{msg.meta['partner']} with noise {msg.meta['noise']}; expected partner "
-                                    f"{partner} and noise >= 0")
+            stated = reference.setdefault(c, (msg.meta["tau"], msg.meta["noise"]))
+            rows = {len(msg.arrays["own"]), len(msg.arrays["cross"])}
+            if msg.meta["partner"] != partner or stated != (msg.meta["tau"], msg.meta["noise"]) or len(rows) != 1 \
+                    or min(rows) < 2:
+                raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {msg.meta['partner']} "
+                                    f"with τ {msg.meta['tau']}, noise {msg.meta['noise']} and {sorted(rows)} rows; "
+                                    f"expected partner {partner}, the τ and noise of its first embeddings {stated} "
+                                    "and as many rows (at least 2) in both")
             if not todo[c]:
                 del todo[c]
-            self.tau[c], self.noise[c] = msg.meta["tau"], msg.meta["noise"]
+            self.tau[c], self.noise[c] = stated
             halves[(c, partner)] = (msg.arrays["own"], msg.arrays["cross"])
             if (partner, c) in halves:
                 own_c, cross_c = halves.pop((c, partner))
@@ -175,57 +186,70 @@ class EmdCflSilo(SiloProtocol):
     """Silo half: handshake, ω swap and projected embeddings for each planned partner."""
 
     def after_training(self, ctx: SiloRound) -> None:
-        plan = ctx.transport.recv(ctx.server_rank, Expect(Kind.PLAN, ctx.round,
-                                                          (ArraySpec("partners", "int64", (None,)),)))
-        partners = [int(p) for p in plan.arrays["partners"]]
+        partners = self._plan(ctx)
         if not partners:
             return
-        if len(set(partners)) != len(partners) or not all(0 <= p < len(ctx.silo_ranks) and p != ctx.silo
-                                                          for p in partners):
-            raise ValueError(f"server sent an invalid plan {partners} to silo {ctx.silo} in round {ctx.round}")
         from ..training import embed  # torch: silo side only
 
         s: EmdCflConfig = self.cfg.strategy
-        data = ctx.data
-        n = sample_size(s, len(data.y_train))
         rng = np.random.default_rng([self.cfg.seed, 11, ctx.silo, ctx.round])
-        x_sample = data.x_train[np.sort(rng.choice(len(data.y_train), n, replace=False))]
+        x_sample = ctx.data.x_train[np.sort(rng.choice(len(ctx.data.y_train), sample_size(s, len(ctx.data.y_train)),
+                                                       replace=False))]
         z_own = embed(ctx.model.embedding, x_sample, ctx.device)
-        z_val = embed(ctx.model.embedding, data.x_val[: s.sample_cap], ctx.device)
+        z_val = embed(ctx.model.embedding, ctx.data.x_val[: s.sample_cap], ctx.device)
         tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
+        seeds = self._handshake(ctx, partners)
+        projected = self._project(ctx, partners, seeds, x_sample, z_own)
+        if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
+            own, cross = {}, {}
+            for p, zr_own, zr_cross in projected:
+                own[p], cross[p] = zr_own, zr_cross
+            emdcfl_fedwad.serve_pairs(ctx, self.cfg, own, cross, tau, noise)
+            return
+        # each pair's embeddings leave as soon as they exist: the server measures meanwhile
+        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, {"own": own, "cross": cross},
+                                     partner=p, tau=tau, noise=noise) for p, own, cross in projected]
+        for p in pending:
+            p.wait()
 
-        # Seed handshake: one X25519 key per silo and round serves all its partners.
-        seed_material = (f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode()
-                         if s.pair_keys == "seeded" else None)
+    def _plan(self, ctx: SiloRound) -> list[int]:
+        """The partners the server asks this silo to measure, in tournament order."""
+        plan = ctx.channel.recv(SERVER, Expect(PLAN, ctx.round, (ArraySpec("partners", "int64", (None,)),)))
+        partners = [int(p) for p in plan.arrays["partners"]]
+        if len(set(partners)) != len(partners) or not all(0 <= p < ctx.silos and p != ctx.silo for p in partners):
+            raise ProtocolError(f"{plan.who} sent an invalid plan {partners} to silo {ctx.silo} in round {ctx.round}")
+        return partners
+
+    def _handshake(self, ctx: SiloRound, partners: list[int]) -> dict[int, bytes]:
+        """Each pair's projection seed: X25519 public keys swapped directly, then HKDF.
+        One key per silo and round serves all its partners."""
+        s: EmdCflConfig = self.cfg.strategy
+        seed_material = f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None
         key = new_private_key(seed_material)
         mine = public_bytes(key)
-        sends = [ctx.transport.isend(ctx.silo_ranks[p], Kind.HANDSHAKE, ctx.round, {"public_key": mine})
-                 for p in partners]
-        key_spec = Expect(Kind.HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
-        peer_keys = {p: ctx.transport.recv(ctx.silo_ranks[p], key_spec).arrays["public_key"] for p in partners}
+        sends = [ctx.channel.isend(p, HANDSHAKE, ctx.round, {"public_key": mine}) for p in partners]
+        key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
+        peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
         for pending in sends:
             pending.wait()
+        context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
+        return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
+    def _project(self, ctx: SiloRound, partners: list[int], seeds: dict[int, bytes], x_sample: np.ndarray,
+                 z_own: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(c', Z_{c|c}R, Z_{c|c'}R) for every partner c' in turn: ω swapped with c', own data
+        embedded with c''s model, both projected by the pair's R."""
         from ..models import load_arrays, state_arrays
+        from ..training import embed
 
         omega = state_arrays(ctx.model.embedding)
         borrowed = copy.deepcopy(ctx.model.embedding)
-        context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         dim_z, dim_r = z_own.shape[1], projected_dim(self.cfg)
-        to_server, own, cross = [], {}, {}
         for p in partners:  # tournament order: the partner reaches this pair in the same slot
-            swap = ctx.transport.isend(ctx.silo_ranks[p], Kind.EMBEDDING_MODEL, ctx.round, omega)
-            theirs = ctx.transport.recv(ctx.silo_ranks[p], Expect.like(Kind.EMBEDDING_MODEL, ctx.round, omega))
+            swap = ctx.channel.isend(p, EMBEDDING_MODEL, ctx.round, omega)
+            theirs = ctx.channel.recv(p, Expect.like(EMBEDDING_MODEL, ctx.round, omega))
             swap.wait()
             load_arrays(borrowed, theirs.arrays)
             z_cross = embed(borrowed, x_sample, ctx.device)  # Z_{c|c'}: own data, partner's model
-            r = projection_matrix(pair_seed(key, peer_keys[p], ctx.silo, p, context), dim_z, dim_r)
-            own[p], cross[p] = z_own @ r, z_cross @ r
-            if s.distance != "fedwad":
-                to_server.append(ctx.transport.isend(ctx.server_rank, Kind.EMBEDDINGS, ctx.round,
-                                                     {"own": own[p], "cross": cross[p]}, partner=p, tau=tau,
-                                                     noise=noise))
-        for pending in to_server:
-            pending.wait()
-        if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
-            emdcfl_fedwad.serve_pairs(ctx, self.cfg, own, cross, tau, noise)
+            r = projection_matrix(seeds[p], dim_z, dim_r)
+            yield p, z_own @ r, z_cross @ r

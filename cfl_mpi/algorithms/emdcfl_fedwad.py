@@ -3,8 +3,8 @@
 The direct mode sends the server Z_{c|c}R and Z_{c|c'}R. Here every silo keeps them: for the
 pair (c, c'), W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (emd-cfl.txt Alg. 1, line 16) is the
 FedWaD job "c>c'" with μ = Z_{c|c}R on silo c and ν = Z_{c'|c}R on silo c' (fedwad.txt,
-Algorithm 1; :mod:`cfl_mpi.ot.fedwad_protocol`). A silo first sends the server its τ_c, its
-noise scale and its sample size (``fedwad_distance``, no arrays), then serves FedWaD requests.
+Algorithm 1; :mod:`cfl_mpi.algorithms.fedwad_exchange`). A silo first sends the server its
+τ_c, its noise scale and its sample size (``reference``, no arrays), then serves FedWaD requests.
 
 Ground cost: FedWaD interpolates along straight lines, so the cost must be Euclidean.
 ``chordal`` (L2-normalised embeddings, Euclidean cost, the cosine geometry) and ``euclidean``
@@ -18,13 +18,16 @@ from __future__ import annotations
 import numpy as np
 from sklearn.preprocessing import normalize
 
+from ..channel import SERVER
 from ..config import Config, EmdCflConfig
 from ..ot.fedwad import Measure, uniform_measure
-from ..ot.fedwad_protocol import FedWaDParams, Job, job_key, run_jobs, serve
-from ..wire.messages import Expect, Kind, ProtocolError
+from ..wire.messages import Expect, message_kind
 from .base import ServerRound, SiloRound
+from .fedwad_exchange import FedWaDParams, Job, job_key, run_jobs, serve
 
-__all__ = ["measure", "serve_pairs", "silo_measure"]
+__all__ = ["REFERENCE", "measure", "serve_pairs", "silo_measure"]
+
+REFERENCE = message_kind("reference")  # silo → server: τ_c, noise scale and sample size, no arrays
 
 _META = {"tau": float, "noise": float, "n_samples": int}
 
@@ -46,33 +49,29 @@ def serve_pairs(ctx: SiloRound, cfg: Config, own: dict[int, np.ndarray], cross: 
     """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for jobs c>p and ν = Z_{c|p}R for p>c."""
     s: EmdCflConfig = cfg.strategy
     n = next(iter(own.values())).shape[0]
-    ctx.transport.send(ctx.server_rank, Kind.FEDWAD_DISTANCE, ctx.round, None, tau=tau, noise=noise, n_samples=n)
+    ctx.channel.send(SERVER, REFERENCE, ctx.round, None, tau=tau, noise=noise, n_samples=n)
     measures = {}
     for p in own:
         measures[job_key(ctx.silo, p)] = silo_measure(own[p], s)
         measures[job_key(p, ctx.silo)] = silo_measure(cross[p], s)
     dim = next(iter(own.values())).shape[1]
-    serve(ctx.transport, ctx.round, ctx.server_rank, measures, fedwad_params(cfg, dim))
+    serve(ctx.channel, ctx.round, measures, fedwad_params(cfg, dim))
 
 
 def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[int]], dim: int,
             tau: np.ndarray, noise: np.ndarray, W: np.ndarray) -> None:
     """Server: gather τ and noise of every silo with partners, run both jobs of each pair, fill W."""
     s: EmdCflConfig = cfg.strategy
-    rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
     busy = sorted(c for c, p in partners.items() if p)
     sizes = {}
-    for msg in ctx.transport.recv_each([ctx.silo_ranks[c] for c in busy],
-                                       lambda r: Expect(Kind.FEDWAD_DISTANCE, ctx.round, (), _META)):
-        c = rank_to_silo[msg.sender]
-        if msg.meta["noise"] < 0 or not 2 <= msg.meta["n_samples"] <= s.sample_cap:
-            raise ProtocolError(f"rank {msg.sender} sent fedwad_distance of round {ctx.round} with noise "
-                                f"{msg.meta['noise']} and n_samples {msg.meta['n_samples']}; expected noise >= 0 "
-                                f"and 2 <= n_samples <= {s.sample_cap}")
+    expect = Expect(REFERENCE, ctx.round, (), _META,
+                    bounds={"tau": (0.0, np.inf), "noise": (0.0, np.inf), "n_samples": (2, s.sample_cap)})
+    for msg in ctx.channel.recv_each(busy, lambda _: expect):
+        c = msg.sender
         tau[c], noise[c], sizes[c] = msg.meta["tau"], msg.meta["noise"], msg.meta["n_samples"]
     jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p in partners[c]]
     params = fedwad_params(cfg, dim)
-    estimates = run_jobs(ctx.transport, ctx.round, ctx.silo_ranks, jobs, params, cfg.seed)
+    estimates = run_jobs(ctx.channel, ctx.round, jobs, params, cfg.seed)
     for job in jobs:
         w1 = estimates[job.key] ** params.p  # p = 2: W2² is W1 under the squared Euclidean cost
         W[job.mu, job.nu] = w1 - tau[job.mu]

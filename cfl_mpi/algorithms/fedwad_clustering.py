@@ -2,7 +2,7 @@
 and Appendix D.7), one shot before round 1's training.
 
 Every pair of silos (a, b) gets D[a][b] = Wp(μ_a, μ_b), the FedWaD estimate (Algorithm 1,
-:mod:`cfl_mpi.ot.fedwad_protocol`) between samples of their local data, in input space or in
+:mod:`cfl_mpi.algorithms.fedwad_exchange`) between samples of their local data, in input space or in
 the embedding space of the common θ(0) (a fixed random feature map, like the paper's
 untrained autoencoder for CIFAR-10). The data never leave the silos. The server turns D into
 an affinity and runs scikit-learn's spectral clustering with K clusters (the paper's
@@ -16,8 +16,8 @@ from sklearn.cluster import SpectralClustering
 from ..config import Config, FedWaDClusteringConfig
 from ..data import input_channels
 from ..ot.fedwad import uniform_measure
-from ..ot.fedwad_protocol import FedWaDParams, Job, run_jobs, serve
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy
+from .fedwad_exchange import FedWaDParams, Job, run_jobs, serve
 from .labels import relabel_by_first_appearance
 
 __all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "spectral_clusters"]
@@ -73,7 +73,7 @@ class FedWaDClustering(Strategy):
             return
         s: FedWaDClusteringConfig = self.cfg.strategy
         jobs = pair_jobs(self.cfg)
-        estimates = run_jobs(ctx.transport, ctx.round, ctx.silo_ranks, jobs, fedwad_params(self.cfg), self.cfg.seed)
+        estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(self.cfg), self.cfg.seed)
         for job in jobs:
             self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
         k = s.clusters or len(np.unique(self.truth))
@@ -111,4 +111,4 @@ class FedWaDClusteringSilo(SiloProtocol):
             points = sample.reshape(len(sample), -1)
         mine = uniform_measure(points)
         measures = {job.key: mine for job in pair_jobs(self.cfg) if ctx.silo in (job.mu, job.nu)}
-        serve(ctx.transport, ctx.round, ctx.server_rank, measures, fedwad_params(self.cfg))
+        serve(ctx.channel, ctx.round, measures, fedwad_params(self.cfg))

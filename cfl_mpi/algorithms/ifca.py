@@ -5,8 +5,9 @@ messages of that round, `cluster` = k, `clusters` = K); the silo evaluates each 
 training data, sends the K losses (`losses`) and trains the one of lowest loss, as
 IFCA's clients estimate their identity themselves. The server assigns with `ifca_assign`
 on the loss table, checks that every silo chose what its losses say, and averages each
-cluster's updates (FedAvg per cluster, by the runtime). A cluster nobody joined keeps its
-model. The models evaluated at the end of a round are the silos' cluster models.
+cluster's updates into its model (FedAvg per cluster, `aggregate`). A cluster nobody
+joined keeps its model. The models evaluated at the end of a round are the silos' cluster
+models.
 
 Initialisation (`strategy.init`):
 - "random": K models drawn one after another from the run's torch seed (model 0 is θ(0)),
@@ -25,12 +26,16 @@ import copy
 
 import numpy as np
 
+from ..channel import SERVER
 from ..config import Config, IfcaConfig
-from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
-from .base import ServerRound, SiloProtocol, SiloRound, Strategy
+from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
+from .base import MODEL, Model, ServerRound, SiloProtocol, SiloRound, Strategy
 from .ifca_assign import ifca_assign
 
-#: a loss the wire accepts standing for a diverged model (the transport refuses inf/NaN)
+LOSSES = message_kind("losses")  # silo → server: the losses of the K cluster models on its data
+KINDS = (LOSSES,)
+
+#: a loss the wire accepts standing for a diverged model (the channel refuses inf/NaN)
 HUGE_LOSS = float(np.finfo(np.float64).max)
 
 
@@ -39,19 +44,16 @@ def number_of_clusters(cfg: Config, truth: np.ndarray) -> int:
     return cfg.strategy.k or int(len(np.unique(truth)))
 
 
-def random_models(cfg: Config, k: int) -> list[dict[str, np.ndarray]]:
+def random_models(cfg: Config, k: int) -> list[Model]:
     """K models drawn one after another from the run's torch seed; the first is θ(0)."""
-    import torch  # only for init: random
-
     from ..data import num_classes
-    from ..models import build_model, state_arrays
+    from ..models import seeded_states  # torch: only for init: random
 
-    torch.manual_seed(cfg.seed)
-    return [state_arrays(build_model(cfg, num_classes(cfg))) for _ in range(k)]
+    return seeded_states(cfg, num_classes(cfg), cfg.seed, k)
 
 
 def losses_expect(round: int, k: int, meta: dict[str, type]) -> Expect:
-    return Expect(Kind.LOSSES, round, (ArraySpec("losses", "float64", (k,)),), meta)
+    return Expect(LOSSES, round, (ArraySpec("losses", "float64", (k,)),), meta)
 
 
 class Ifca(Strategy):
@@ -60,7 +62,7 @@ class Ifca(Strategy):
     def __init__(self, cfg: Config, truth: np.ndarray) -> None:
         super().__init__(cfg, truth)
         self.k = number_of_clusters(cfg, truth)
-        self.models: list[dict[str, np.ndarray]] | None = None
+        self.models: list[Model] | None = None
         self.losses = np.full((cfg.silos, self.k), np.nan)
         self.seeds: list[int] = []
         self.artifacts = {"losses": self.losses}
@@ -74,9 +76,6 @@ class Ifca(Strategy):
             if s.init == "silos":
                 return  # round 1 trains from θ(0); the models are seeded after training
             self.models = random_models(self.cfg, self.k)
-        else:  # cluster k's model: the aggregate the runtime sent its members last round
-            for c, k in enumerate(self.clusters):
-                self.models[k] = ctx.start_models[c]
         self._assign(ctx)
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
@@ -84,18 +83,23 @@ class Ifca(Strategy):
             self._seed(ctx)
         return self.clusters
 
-    def _broadcast(self, ctx: ServerRound, model: dict[str, np.ndarray], k: int) -> list:
-        return [ctx.transport.isend(r, Kind.MODEL, ctx.round, model, cluster=k, clusters=self.k)
-                for r in ctx.participant_ranks]
+    def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
+        """FedAvg per cluster, which becomes that cluster's model for the next round."""
+        models = super().aggregate(ctx)
+        for c in ctx.updates:
+            self.models[self.clusters[c]] = models[c]
+        return models
+
+    def _broadcast(self, ctx: ServerRound, model: Model, k: int) -> list:
+        return [ctx.channel.isend(c, MODEL, ctx.round, model, cluster=k, clusters=self.k) for c in ctx.participants]
 
     def _assign(self, ctx: ServerRound) -> None:
         """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
         pending = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
-        rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
         chosen = {}
         expect = losses_expect(ctx.round, self.k, {"cluster": int})
-        for msg in ctx.transport.recv_each(ctx.participant_ranks, lambda r: expect):
-            c = rank_to_silo[msg.sender]
+        for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect):
+            c = msg.sender
             self.losses[c], chosen[c] = msg.arrays["losses"], msg.meta["cluster"]
         for p in pending:
             p.wait()
@@ -103,14 +107,13 @@ class Ifca(Strategy):
         self.clusters[here] = ifca_assign(self.losses[here])
         for c in here:
             if chosen[c] != self.clusters[c]:
-                raise ProtocolError(f"rank {ctx.silo_ranks[c]} sent losses of round {ctx.round} and chose cluster "
+                raise ProtocolError(f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
                                     f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
                                     f"{self.clusters[c]}")
             ctx.start_models[c] = self.models[self.clusters[c]]
 
     def _seed(self, ctx: ServerRound) -> None:
         """init "silos": farthest-first traversal of the trained silo models in loss space."""
-        rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
         here = ctx.participants
         if len(here) < self.k:
             raise ValueError(f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
@@ -119,11 +122,11 @@ class Ifca(Strategy):
         expect = losses_expect(ctx.round, 1, {"candidate": int})
         for k in range(self.k):
             pending = self._broadcast(ctx, ctx.updates[picked[k]], k)
-            for msg in ctx.transport.recv_each(ctx.participant_ranks, lambda r: expect):
+            for msg in ctx.channel.recv_each(here, lambda _: expect):
                 if msg.meta["candidate"] != k:
-                    raise ProtocolError(f"rank {msg.sender} sent losses of round {ctx.round} for candidate "
+                    raise ProtocolError(f"{msg.who} sent losses of round {ctx.round} for candidate "
                                         f"{msg.meta['candidate']}, expected candidate {k}")
-                self.losses[rank_to_silo[msg.sender], k] = msg.arrays["losses"][0]
+                self.losses[msg.sender, k] = msg.arrays["losses"][0]
             for p in pending:
                 p.wait()
             if k + 1 < self.k:
@@ -165,15 +168,15 @@ class IfcaSilo(SiloProtocol):
         from ..models import state_arrays
 
         template = state_arrays(ctx.model)
-        expect = Expect.like(Kind.MODEL, ctx.round, template, {"cluster": int, "clusters": int})
+        expect = Expect.like(MODEL, ctx.round, template, {"cluster": int, "clusters": int})
         k, total = 0, None
         while total is None or k < total:
-            msg = ctx.transport.recv(ctx.server_rank, expect)
+            msg = ctx.channel.recv(SERVER, expect)
             total = msg.meta["clusters"] if total is None else total
-            if msg.meta["cluster"] != k or msg.meta["clusters"] != total or not 1 <= total <= len(ctx.silo_ranks):
-                raise ProtocolError(f"rank {msg.sender} sent {what} {msg.meta['cluster']} of "
+            if msg.meta["cluster"] != k or msg.meta["clusters"] != total or not 1 <= total <= ctx.silos:
+                raise ProtocolError(f"{msg.who} sent {what} {msg.meta['cluster']} of "
                                     f"{msg.meta['clusters']} in round {ctx.round}, expected number {k} of "
-                                    f"{total} (at most {len(ctx.silo_ranks)})")
+                                    f"{total} (at most {ctx.silos})")
             yield k, msg.arrays
             k += 1
 
@@ -201,12 +204,12 @@ class IfcaSilo(SiloProtocol):
             losses.append(self._loss(ctx, arrays))
         table = np.asarray(losses, dtype=np.float64)
         choice = int(ifca_assign(table[None, :])[0])
-        ctx.transport.send(ctx.server_rank, Kind.LOSSES, ctx.round, {"losses": table}, cluster=choice)
+        ctx.channel.send(SERVER, LOSSES, ctx.round, {"losses": table}, cluster=choice)
         load_arrays(ctx.model, models[choice])  # train the chosen cluster's model
 
     def after_training(self, ctx: SiloRound) -> None:
         if not self._seeding_round(ctx):
             return
         for k, arrays in self._models(ctx, "seed candidate"):
-            ctx.transport.send(ctx.server_rank, Kind.LOSSES, ctx.round,
+            ctx.channel.send(SERVER, LOSSES, ctx.round,
                                {"losses": np.array([self._loss(ctx, arrays)])}, candidate=k)

@@ -16,12 +16,17 @@ import numpy as np
 from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 
+from ..channel import SERVER
 from ..config import Config, PacflConfig
 from ..data import num_classes
-from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
+from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy
 from .principal_angles import (class_subspace_basis, extend_proximity_matrix, hierarchical_clusters,
                                place_new_silos, proximity_matrix)
+
+PRINCIPAL_VECTORS = message_kind("principal_vectors")  # silo → server: PACFL's signature U_c, once
+KINDS = (PRINCIPAL_VECTORS,)
+
 
 def merge_heights(A: np.ndarray) -> list[float]:
     """Average-linkage merge distances of A, ascending: β between heights i-1 and i gives
@@ -54,17 +59,16 @@ class Pacfl(Strategy):
         if not new:
             return self.clusters
         s: PacflConfig = self.cfg.strategy
-        expect = Expect(Kind.PRINCIPAL_VECTORS, ctx.round, (ArraySpec("basis", "float64", (None, None)),))
-        rank_to_silo = {r: i for i, r in enumerate(ctx.silo_ranks)}
+        expect = Expect(PRINCIPAL_VECTORS, ctx.round, (ArraySpec("basis", "float64", (None, None)),))
         most = s.p * (num_classes(self.cfg) if s.per_class else 1)
         received: dict[int, np.ndarray] = {}
-        for msg in ctx.transport.recv_each([ctx.silo_ranks[c] for c in new], lambda r: expect):
+        for msg in ctx.channel.recv_each(new, lambda _: expect):
             basis = msg.arrays["basis"]
             first = next(iter(self.bases or received.values()), basis)
             if not 1 <= basis.shape[1] <= most or basis.shape[0] != first.shape[0]:
-                raise ProtocolError(f"rank {msg.sender} sent principal_vectors of round {ctx.round} with shape "
+                raise ProtocolError(f"{msg.who} sent principal_vectors of round {ctx.round} with shape "
                                     f"{basis.shape}; expected ({first.shape[0]}, 1..{most})")
-            received[rank_to_silo[msg.sender]] = basis
+            received[msg.sender] = basis
         self.add_signatures([received[c] for c in new], new)
         return self.clusters
 
@@ -119,4 +123,4 @@ class PacflSilo(SiloProtocol):
         s: PacflConfig = self.cfg.strategy
         x = ctx.data.x_train.reshape(len(ctx.data.x_train), -1)
         basis = class_subspace_basis(x, ctx.data.y_train if s.per_class else None, s.p)
-        ctx.transport.send(ctx.server_rank, Kind.PRINCIPAL_VECTORS, ctx.round, {"basis": np.ascontiguousarray(basis)})
+        ctx.channel.send(SERVER, PRINCIPAL_VECTORS, ctx.round, {"basis": np.ascontiguousarray(basis)})

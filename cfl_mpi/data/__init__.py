@@ -12,6 +12,8 @@ files itself and keeps only its own shard (`build_silo_data`).
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,12 +157,31 @@ def prepare_data(cfg: Config) -> None:
         return
     root = Path(cfg.data.root)
     try:
-        (mnist.download if label == "MNIST" else cifar.download)(root)
+        _download(label, root, folder, missing)
     except Exception as err:  # torchvision raises RuntimeError/URLError without a network
         raise ConfigError(
             f"data.root: {label} is not in {folder} and downloading it failed ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else 'no detail'}) (run {PREPARE_HINT} on a machine "
             f"with a network and copy {root} here, or put the files {', '.join(missing)} in {folder})") from None
+
+
+def _download(label: str, root: Path, folder: Path, missing: list[str]) -> None:
+    """Download into a fresh temporary folder and move the missing files into `folder` only
+    once all of them arrived. torchvision creates its folders before it fetches anything, so
+    downloading in place would leave an empty `data.root` tree (or a truncated archive that a
+    later run would take for data) behind a failed download; the temporary folder goes away
+    either way. It is made in the nearest existing ancestor of `root`, so the final move is
+    a rename on the same file system."""
+    anchor = next(p for p in (root, *root.parents) if p.is_dir())
+    with tempfile.TemporaryDirectory(prefix=".cfl_mpi-download-", dir=anchor) as tmp:
+        (mnist.download if label == "MNIST" else cifar.download)(Path(tmp))
+        fetched = Path(tmp) / folder.relative_to(root)
+        absent = [name for name in missing if not (fetched / name).is_file()]
+        if absent:
+            raise FileNotFoundError(f"the download did not bring {', '.join(absent)}")
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in missing:
+            shutil.move(fetched / name, folder / name)
 
 
 # --------------------------------------------------------------------------- shards

@@ -5,6 +5,7 @@ the simple CNN (simple_cnn.py) and torchvision's ImageNet models (torchvision_mo
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,12 @@ from ..config import TORCHVISION_MODELS, Config
 from .simple_cnn import SimpleCNN
 from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
 
-__all__ = ["build_model", "state_arrays", "load_arrays", "embedding_dim", "load_weights_file", "WeightsError"]
+__all__ = ["build_model", "seeded_states", "state_arrays", "load_arrays", "embedding_dim", "load_weights_file",
+           "WeightsError"]
+
+# torch's default generator is process-wide, and several silos (threads) may build models at
+# once: seeded draws and every other construction take turns, so θ(0) depends on the seed only.
+_DEFAULT_GENERATOR = threading.RLock()
 
 
 class WeightsError(ValueError):
@@ -23,7 +29,7 @@ class WeightsError(ValueError):
 
 
 def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> nn.Module:
-    """A fresh model; `torch.manual_seed` beforehand fixes θ(0).
+    """A fresh model (θ(0) and other seeded draws come from `seeded_states`).
 
     With `model.pretrained` set and `load_weights`, the embedding (and the head, when the file
     has one of the right shape) starts from those weights. Silos pass `load_weights=False`:
@@ -32,10 +38,12 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
     from ..data import input_channels
 
     m = cfg.model
-    if m.name == "simple_cnn":
-        model = SimpleCNN(input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels), m.embedding_dim)
-    else:
-        model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
+    with _DEFAULT_GENERATOR:
+        if m.name == "simple_cnn":
+            model = SimpleCNN(input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels),
+                              m.embedding_dim)
+        else:
+            model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
     if load_weights and m.pretrained is not False:
         if m.pretrained is True:
             state = _torchvision_weights(m.name)
@@ -45,6 +53,14 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
             source = m.pretrained
         _load_pretrained(model, m.name, state, source)
     return model
+
+
+def seeded_states(cfg: Config, num_classes: int, seed: int, count: int) -> list[dict[str, np.ndarray]]:
+    """`count` models drawn one after another after `torch.manual_seed(seed)`: θ(0) is the first."""
+    with _DEFAULT_GENERATOR:
+        torch.manual_seed(seed)
+        models = [build_model(cfg, num_classes) for _ in range(count)]
+    return [state_arrays(m) for m in models]
 
 
 def _torchvision_weights(name: str) -> dict[str, torch.Tensor]:

@@ -52,13 +52,14 @@ import numpy as np
 import ot
 from scipy.optimize import linear_sum_assignment
 
+from .wasserstein import ground_cost
+
 __all__ = [
     "Measure",
     "FedWaDResult",
     "as_measure",
     "uniform_measure",
     "gaussian_measure",
-    "ground_cost",
     "optimal_plan",
     "wasserstein",
     "interpolate",
@@ -187,20 +188,6 @@ def _check_p(p: int) -> int:
     return int(p)
 
 
-def ground_cost(x: np.ndarray, y: np.ndarray, p: int = 2) -> np.ndarray:
-    """Pairwise cost ``C_ij = ||x_i - y_j||^p`` for p ∈ {1, 2} (the C of Eq. 2).
-
-    Both clouds are first shifted by a common centre: costs are translation invariant, and
-    the ``|x|² + |y|² - 2 x·y`` expansion used by ``ot.dist`` loses precision when the points
-    sit far from the origin. Round-off negatives are clipped to 0.
-    """
-    p = _check_p(p)
-    centre = 0.5 * (x.mean(axis=0) + y.mean(axis=0))
-    sq = ot.dist(x - centre, y - centre, metric="sqeuclidean")
-    np.maximum(sq, 0.0, out=sq)
-    return np.sqrt(sq, out=sq) if p == 1 else sq
-
-
 def _integer_masses(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
     """``(a * L, b * L, L)`` with integer masses when all weights are fractions k / L.
 
@@ -248,7 +235,7 @@ def optimal_plan(
 
     Raises RuntimeError when the solver does not report an optimal solution.
     """
-    cost = ground_cost(x, y, p)
+    cost = ground_cost(x, y, "euclidean" if p == 1 else "sqeuclidean")  # C_ij = ||x_i - y_j||^p (Eq. 2)
     scale = float(cost.max())
     if not math.isfinite(scale):
         raise ValueError("ground cost overflowed (points too large for float64)")

@@ -22,19 +22,27 @@ __all__ = ["ground_cost", "w1", "w1_assignment", "w1_emd"]
 
 
 def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> np.ndarray:
-    """Pairwise cost matrix C[i, j] = d(x_i, y_j) in float64.
+    """Pairwise cost matrix C[i, j] = d(x_i, y_j) in float64: the one ground cost of the package.
 
     "chordal" is the Euclidean distance between the L2-normalised rows, sqrt(2 * cosine
     distance): a monotone function of the cosine cost that is a Euclidean cost, as FedWaD
-    (and any geodesic argument) needs.
+    (and any geodesic argument) needs. The Euclidean costs are computed after shifting both
+    clouds by a common centre: they are translation invariant, and the |x|² + |y|² − 2 x·y
+    expansion `ot.dist` uses loses precision far from the origin; round-off negatives are
+    clipped to 0.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError("ground_cost: non-finite coordinates")
+    if metric == "cosine":
+        return ot.dist(x, y, metric="cosine")
     if metric == "chordal":
-        return ot.dist(normalize(x), normalize(y), metric="euclidean")
-    return ot.dist(x, y, metric=metric)
+        x, y = normalize(x), normalize(y)
+    centre = 0.5 * (x.mean(axis=0) + y.mean(axis=0))
+    sq = ot.dist(x - centre, y - centre, metric="sqeuclidean")
+    np.maximum(sq, 0.0, out=sq)
+    return sq if metric == "sqeuclidean" else np.sqrt(sq, out=sq)
 
 
 def w1_assignment(cost: np.ndarray) -> float:

@@ -6,18 +6,36 @@ the round, every silo's current model, the strategy's state (clusters, distances
 and the metrics written so far. Arrays go to an `.npz` without pickle, the rest to JSON;
 both are written to temporary names and renamed, so a crash mid-write leaves the
 previous checkpoint intact.
+
+A resume trusts nothing in the folder: `index.json` records the SHA-256 of the arrays
+file and of the experiment's config (config.config_digest), and `check_resume` refuses,
+with one line and exit code 2 before any work, a checkpoint that is missing, truncated,
+altered, written by another config, or whose arrays do not fit θ(0) and the strategy.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from ..config import ConfigError, config_digest
+
+if TYPE_CHECKING:
+    from ..config import Config
+
 CHECKPOINT = "checkpoint"
+INDEX = "index.json"
+INDEX_KEYS = ("round", "arrays", "arrays_sha256", "config_sha256", "n_models", "silo_model", "meta")
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be continued from; one line, exit code 2 like a config error."""
 
 
 @dataclass
@@ -27,6 +45,7 @@ class Checkpoint:
     silo_model: list[int]                     # silo → index into `models`
     strategy: dict[str, np.ndarray]           # the strategy's arrays
     meta: dict[str, Any]                      # JSON-serialisable strategy and run facts
+    config_sha256: str                        # config.config_digest of the run that wrote it
 
     def model_of(self, silo: int) -> dict[str, np.ndarray]:
         return self.models[self.silo_model[silo]]
@@ -41,6 +60,15 @@ def _atomic_write(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (a 40-silo ResNet checkpoint is GBs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def save_checkpoint(out: Path, state: Checkpoint) -> int:
     """Write `state` into `out/checkpoint/` atomically (arrays first, the JSON index last);
     returns the bytes written."""
@@ -49,32 +77,174 @@ def save_checkpoint(out: Path, state: Checkpoint) -> int:
     arrays = {f"strategy/{k}": v for k, v in state.strategy.items()}
     for i, model in enumerate(state.models):
         arrays.update({f"model{i}/{k}": v for k, v in model.items()})
-    npz = f"round{state.round}.npz"
+    npz = arrays_name(state.round)
     _atomic_write(folder / npz, lambda fh: np.savez(fh, **arrays))
-    index = {"round": state.round, "arrays": npz, "n_models": len(state.models),
+    index = {"round": state.round, "arrays": npz, "arrays_sha256": file_sha256(folder / npz),
+             "config_sha256": state.config_sha256, "n_models": len(state.models),
              "silo_model": state.silo_model, "meta": state.meta}
-    _atomic_write(folder / "index.json", lambda fh: fh.write(json.dumps(index).encode()))
+    _atomic_write(folder / INDEX, lambda fh: fh.write(json.dumps(index).encode()))
     for old in folder.glob("round*.npz"):  # only after the new index points elsewhere
         if old.name != npz:
             old.unlink()
-    return (folder / npz).stat().st_size + (folder / "index.json").stat().st_size
+    return (folder / npz).stat().st_size + (folder / INDEX).stat().st_size
+
+
+def arrays_name(round: int) -> str:
+    return f"round{round}.npz"
 
 
 def load_checkpoint(out: Path) -> Checkpoint:
-    """Read the checkpoint in `out/checkpoint/`; FileNotFoundError if there is none."""
+    """Read and verify the checkpoint in `out/checkpoint/`: the index's fields and types,
+    `arrays` a plain file name inside the folder, its SHA-256, and the array names.
+    CheckpointError (one line naming the file) on any problem, a missing index included."""
     folder = out / CHECKPOINT
-    index = json.loads((folder / "index.json").read_text())
-    with np.load(folder / index["arrays"], allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
+    index = _read_index(folder / INDEX)
+    path = folder / index["arrays"]
+    if not path.is_file():
+        _fail(path, "is missing")
+    if file_sha256(path) != index["arrays_sha256"]:
+        _fail(path, "does not match the checksum in index.json (truncated or altered)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        _fail(path, f"cannot be read ({type(err).__name__})")
     models: list[dict[str, np.ndarray]] = [{} for _ in range(index["n_models"])]
     strategy: dict[str, np.ndarray] = {}
     for key, value in arrays.items():
-        group, name = key.split("/", 1)
-        if group == "strategy":
+        group, _, name = key.partition("/")
+        number = group.removeprefix("model")
+        if group == "strategy" and name:
             strategy[name] = value
+        elif number.isdigit() and int(number) < len(models) and name:
+            models[int(number)][name] = value
         else:
-            models[int(group.removeprefix("model"))][name] = value
-    return Checkpoint(index["round"], models, index["silo_model"], strategy, index["meta"])
+            _fail(path, f"holds an unexpected array {key!r}")
+    if not all(models):
+        _fail(path, f"lacks one of the {len(models)} models index.json announces")
+    return Checkpoint(index["round"], models, index["silo_model"], strategy, index["meta"], index["config_sha256"])
+
+
+def _read_index(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        _fail(path.parent.parent, "holds no checkpoint/index.json",
+              "a run writes it after its first round with runtime.checkpoint: true; start a fresh run with --out")
+    try:
+        index = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        _fail(path, "is not valid JSON")
+    if not isinstance(index, dict) or set(index) != set(INDEX_KEYS):
+        _fail(path, f"must hold exactly the keys {', '.join(INDEX_KEYS)}")
+    name = index["arrays"]
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+        _fail(path, f"arrays: {name!r} is not a plain file name")
+    ints = (index["round"], index["n_models"], *_list(index["silo_model"], path))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
+        _fail(path, "round, n_models and silo_model must be integers")
+    if index["round"] < 1 or name != arrays_name(index["round"]):
+        _fail(path, f"arrays: {name!r} is not the file of round {index['round']} ({arrays_name(index['round'])})")
+    if not 1 <= index["n_models"] or not all(0 <= m < index["n_models"] for m in index["silo_model"]):
+        _fail(path, f"silo_model must index the {index['n_models']} models")
+    if not all(isinstance(index[k], str) and len(index[k]) == 64 for k in ("arrays_sha256", "config_sha256")):
+        _fail(path, "arrays_sha256 and config_sha256 must be SHA-256 hex digests")
+    if not isinstance(index["meta"], dict):
+        _fail(path, "meta must be a mapping")
+    return index
+
+
+def _list(value: Any, path: Path) -> list:
+    if not isinstance(value, list):
+        _fail(path, "silo_model must be a list")
+    return value
+
+
+DAMAGED = "a damaged checkpoint cannot be continued: start the run afresh in that folder with --out and --overwrite"
+
+
+def _fail(path: Path, problem: str, fix: str = DAMAGED) -> NoReturn:
+    raise CheckpointError(f"--resume: {path} {problem} ({fix})")
+
+
+def check_results_folder(cfg: Config, resume: bool, overwrite: bool) -> None:
+    """Rank 0 (the only rank sure to see the folder), before any work: `--resume` needs a
+    checkpoint that fits (`check_resume`); a fresh run refuses a folder that already holds
+    a run, whose rounds it would mix with its own, unless `--overwrite` asks to replace it."""
+    from ..results import run_files
+
+    out = cfg.results_dir()
+    if resume and overwrite:
+        raise ConfigError("--overwrite: cannot be combined with --resume (--resume continues the run in the folder, "
+                          "--overwrite replaces it: choose one)")
+    if resume:
+        check_resume(cfg, out)
+        return
+    found = run_files(out)
+    if found and not overwrite:
+        raise ConfigError(f"out: {out} already holds a run ({', '.join(found)}) (continue it with --resume {out}, "
+                          f"choose another folder with --out, or replace it with --overwrite)")
+
+
+def check_resume(cfg: Config, out: Path) -> None:
+    """Everything `--resume out` needs, verified on rank 0 before any work: the saved config
+    (config.check_resumable names a differing field), the checkpoint's files
+    (`load_checkpoint`), its config digest, its round, and its arrays against θ(0) and a
+    fresh strategy, whose `load_state_dict` must accept the strategy's state."""
+    from ..algorithms import REGISTRY
+    from ..config import check_resumable
+    from ..data import true_clusters
+    from .server import initial_model
+
+    check_resumable(cfg, out)
+    ckpt = load_checkpoint(out)
+    index = out / CHECKPOINT / INDEX
+    if ckpt.config_sha256 != config_digest(cfg):
+        _fail(index, "was written by another experiment's config (config_sha256 differs)",
+              "resume with the config and --set options the run was started with")
+    if ckpt.round > cfg.train.rounds or len(ckpt.silo_model) != cfg.silos:
+        _fail(index, f"is of round {ckpt.round} with {len(ckpt.silo_model)} silos but the config has "
+                     f"{cfg.train.rounds} rounds and {cfg.silos} silos")
+    check_run_meta(ckpt, cfg.silos, index)
+    theta0 = initial_model(cfg)
+    for i, model in enumerate(ckpt.models):
+        _check_like(model, theta0, index, f"model {i}")
+    strategy = REGISTRY[cfg.strategy.name].server(cfg, true_clusters(cfg))
+    _check_like(ckpt.strategy, strategy.state_dict()[0], index, "the strategy's state", extra_allowed=True)
+    try:
+        strategy.load_state_dict(ckpt.strategy, ckpt.meta["strategy"])
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        _fail(index, f"holds a {cfg.strategy.name} state that does not load ({type(err).__name__}: {err})")
+
+
+def check_run_meta(ckpt: Checkpoint, silos: int, index: Path) -> None:
+    """The server's facts (runtime/server.py `Server.checkpoint`): which silos trained, the
+    sample count each first reported, one metrics record per round done, and the strategy's
+    own facts."""
+    meta = ckpt.meta
+    if set(meta) != {"strategy", "trained", "first_counts", "records"} or not isinstance(meta["strategy"], dict):
+        _fail(index, "meta must hold strategy, trained, first_counts and records")
+    trained, first_counts, records = meta["trained"], meta["first_counts"], meta["records"]
+    if not isinstance(trained, list) or not all(isinstance(c, int) and 0 <= c < silos for c in trained):
+        _fail(index, f"meta.trained must list silos in 0..{silos - 1}")
+    if not isinstance(first_counts, dict) or not all(
+            k.isdigit() and int(k) < silos and isinstance(n, int) and n >= 1 for k, n in first_counts.items()):
+        _fail(index, f"meta.first_counts must map silos in 0..{silos - 1} to positive counts")
+    if (not isinstance(records, list) or len(records) != ckpt.round
+            or any(not isinstance(r, dict) or r.get("round") != i + 1 for i, r in enumerate(records))):
+        _fail(index, f"meta.records must hold one record per round 1..{ckpt.round}")
+
+
+def _check_like(arrays: dict[str, np.ndarray], reference: dict[str, np.ndarray], index: Path, what: str,
+                extra_allowed: bool = False) -> None:
+    """Same names, shapes and dtypes as `reference` (extra names allowed for a strategy's
+    state, whose cached models and bases come and go)."""
+    for name, ref in reference.items():
+        ref = np.asarray(ref)
+        got = arrays.get(name)
+        if got is None or got.shape != ref.shape or got.dtype != ref.dtype:
+            found = "missing" if got is None else f"{got.dtype}{list(got.shape)}"
+            _fail(index, f"{what}: {name} is {found}, expected {ref.dtype}{list(ref.shape)}")
+    if not extra_allowed and set(arrays) != set(reference):
+        _fail(index, f"{what}: unexpected arrays {sorted(set(arrays) - set(reference))[:3]}")
 
 
 def dedupe_models(per_silo: list[dict[str, np.ndarray]]) -> tuple[list[dict[str, np.ndarray]], list[int]]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..algorithms.base import CONTROL
 from ..config import Config, participant_count
-from ..wire.messages import Expect, Kind
+from ..wire.messages import Expect
 
 TRAIN = "train"          # train, take part in the strategy's exchanges, evaluate
 EVALUATE = "evaluate"    # present but not sampled: evaluate the cluster model only
@@ -29,11 +30,11 @@ HELLO_META = {"next_round": int}
 
 
 def control_expect(round: int) -> Expect:
-    return Expect(Kind.CONTROL, round, (), CONTROL_META)
+    return Expect(CONTROL, round, (), CONTROL_META, bounds={"model": (0, 1), "first": (0, 1)})
 
 
 def hello_expect() -> Expect:
-    return Expect(Kind.CONTROL, 0, (), HELLO_META)
+    return Expect(CONTROL, 0, (), HELLO_META, bounds={"next_round": (1, 1 << 31)})
 
 
 def present(cfg: Config, round: int) -> list[int]:

@@ -5,20 +5,20 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 
 @dataclass(frozen=True)
 class Placement:
     node_rank: int        # rank within the node (shared-memory split of COMM_WORLD)
-    node_silos: int       # silo ranks on this node (the server is not counted)
-    local_silo: int       # index of this silo among the node's silos (-1 for the server)
+    node_silos: int       # silos hosted on this node (the server is not one)
+    local_rank: int       # index of this rank among the node's silo ranks: its device (-1: the server)
+    silos: int            # silos this rank hosts
     cores: int            # cores this process may use
 
     @property
     def threads(self) -> int:
-        """Torch threads so that silos × threads does not exceed the node's cores."""
-        if self.local_silo < 0:
+        """Torch (and BLAS) threads per silo, so that the node's silos × threads fit its cores."""
+        if self.silos == 0:
             return 1
         return max(1, self.cores // max(1, self.node_silos))
 
@@ -34,8 +34,10 @@ def usable_cores() -> int:
 NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
 
 
-def place(comm: MPI.Comm, is_silo: bool) -> Placement:
+def place(comm, silos: int) -> Placement:
     """Split COMM_WORLD by shared memory (one group per node) and count the silos in it."""
+    from mpi4py import MPI
+
     groups = int(os.environ.get(NODE_GROUPS_ENV, "0"))
     if groups > 0:
         size = comm.Get_size()
@@ -43,34 +45,42 @@ def place(comm: MPI.Comm, is_silo: bool) -> Placement:
     else:
         node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
-        flags = np.zeros(node.Get_size(), dtype=np.int64)
-        node.Allgather(np.array([int(is_silo)], dtype=np.int64), flags)
+        hosted = np.zeros(node.Get_size(), dtype=np.int64)
+        node.Allgather(np.array([silos], dtype=np.int64), hosted)
         node_rank = node.Get_rank()
     finally:
         node.Free()
-    local_silo = int(flags[:node_rank].sum()) if is_silo else -1
-    return Placement(node_rank, int(flags.sum()), local_silo, usable_cores())
+    local_rank = int(np.count_nonzero(hosted[:node_rank])) if silos else -1
+    return Placement(node_rank, int(hosted.sum()), local_rank, silos, usable_cores())
 
 
-def select_device(placement: Placement):
-    """`cuda:(local silo index) % device_count` when CUDA is present, else the CPU.
+def device_for(local_rank: int):
+    """`cuda:(local_rank % device_count)` when CUDA is present and the party is a silo rank,
+    else the CPU (the server needs no GPU and never initialises CUDA).
 
     Under SLURM with one GPU per task, CUDA_VISIBLE_DEVICES already holds a single device
     and device_count() is 1, so every silo takes cuda:0 of its own view.
     """
     import torch
 
-    if placement.local_silo >= 0 and torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return torch.device(f"cuda:{placement.local_silo % torch.cuda.device_count()}")
+    if local_rank >= 0 and torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     return torch.device("cpu")
+
+
+def select_device(placement: Placement):
+    """The device this rank's silos share."""
+    return device_for(placement.local_rank)
 
 
 if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`: where each rank runs
     import json
 
+    from mpi4py import MPI
+
     world = MPI.COMM_WORLD
-    mine = place(world, is_silo=world.Get_rank() > 0)
-    fields = ("node_rank", "node_silos", "local_silo", "cores", "threads")
+    mine = place(world, silos=int(world.Get_rank() > 0))
+    fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads")
     row = np.array([getattr(mine, f) for f in fields], dtype=np.int64)
     table = np.empty((world.Get_size(), len(fields)), dtype=np.int64) if world.Get_rank() == 0 else None
     world.Gather(row, table, root=0)  # raw buffers: no pickle between ranks

@@ -1,7 +1,11 @@
-"""Rank 0: decides who trains, gathers updates, lets the strategy cluster, aggregates per
-cluster, and checkpoints after every round so that a stopped run continues where it stopped."""
+"""The server: decides who trains, gathers updates, lets the strategy cluster and aggregate,
+and checkpoints after every round so that a stopped run continues where it stopped.
+
+It talks to the silos through its channel only, so the same server runs over MPI (rank 0)
+and in the in-process simulator."""
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -9,66 +13,67 @@ import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
 from ..algorithms import REGISTRY
-from ..algorithms.base import ServerRound
-from ..algorithms.fedavg import fedavg
-from ..config import Config
+from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
+from ..channel import Channel
+from ..config import Config, config_digest
 from ..data import backdoor_targets, num_classes, true_clusters
 from ..results import RunRecorder
-from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
-from ..wire.transport import Transport
+from ..wire.messages import ArraySpec, Expect, Kind
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
 from .stop import StopRequest
 
-Model = dict[str, np.ndarray]
+
+MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
 
 
 def initial_model(cfg: Config) -> Model:
     """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
-    import torch
+    from ..models import seeded_states
 
-    from ..models import build_model, state_arrays
-
-    torch.manual_seed(cfg.seed)
-    return state_arrays(build_model(cfg, num_classes(cfg)))
+    return seeded_states(cfg, num_classes(cfg), cfg.seed, 1)[0]
 
 
-def eval_expect(round: int, backdoor: bool = False) -> Expect:
-    """A silo's evaluation; the target silos of a backdoor set also report `backdoor_acc`."""
+def eval_expect(round: int, kinds: tuple[Kind, ...], backdoor: bool = False) -> Expect:
+    """A silo's evaluation and its bytes sent per kind (in `kinds` order); the target silos of a
+    backdoor set also report `backdoor_acc`."""
     meta = {"accuracy": float, "loss": float, "n_test": int, "wait_wall_s": float, "wait_cpu_s": float}
-    return Expect(Kind.EVAL, round, (ArraySpec("sent_bytes", "int64", (len(Kind),)),),
-                  {**meta, "backdoor_acc": float} if backdoor else meta)
+    bounds = {"accuracy": (0.0, 1.0), "backdoor_acc": (0.0, 1.0), "loss": (0.0, math.inf), "n_test": (1, MAX_SAMPLES),
+              "wait_wall_s": (0.0, math.inf), "wait_cpu_s": (0.0, math.inf)}
+    return Expect(EVAL, round, (ArraySpec("sent_bytes", "int64", (len(kinds),)),),
+                  {**meta, "backdoor_acc": float} if backdoor else meta, bounds=bounds)
 
 
 class Server:
-    def __init__(self, cfg: Config, transport: Transport, out: Path, stop: StopRequest) -> None:
-        self.cfg, self.transport, self.out, self.stop = cfg, transport, out, stop
-        self.silo_ranks = list(range(1, cfg.silos + 1))
-        self.rank_to_silo = {r: i for i, r in enumerate(self.silo_ranks)}
+    """Builds θ(0) and the strategy at once (before any silo starts, so nothing races for torch's
+    default generator), then `run`s the rounds."""
+
+    def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest) -> None:
+        self.cfg, self.channel, self.out, self.stop = cfg, channel, out, stop
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
-        self.strategy = REGISTRY[cfg.strategy.name].server(cfg, self.truth)
+        spec = REGISTRY[cfg.strategy.name]
+        self.kinds = spec.all_kinds
+        self.strategy = spec.server(cfg, self.truth)
         self.theta0 = initial_model(cfg)
         self.start_models: dict[int, Model] = {c: self.theta0 for c in range(cfg.silos)}  # what each trains from
         self.trained: set[int] = set()  # silos that have trained at least once
+        self.first_counts: dict[int, int] = {}  # each silo's first reported sample count (screening)
         self.next_round = 1
         self.resumed_after: int | None = None
         self.records: list[dict] = []  # metrics of the rounds done, including those before a resume
 
     # ------------------------------------------------------------------ checkpoints
-    def resume(self) -> bool:
-        """Continue from the results folder's checkpoint; False when there is none."""
-        try:
-            ckpt = load_checkpoint(self.out)
-        except FileNotFoundError:
-            return False
+    def resume(self) -> None:
+        """Continue from the results folder's checkpoint (verified by check_resume before any work)."""
+        ckpt = load_checkpoint(self.out)
         self.start_models = {c: ckpt.model_of(c) for c in range(self.cfg.silos)}
         self.strategy.load_state_dict(ckpt.strategy, ckpt.meta["strategy"])
         self.trained = set(ckpt.meta["trained"])
+        self.first_counts = {int(c): int(n) for c, n in ckpt.meta["first_counts"].items()}
         self.records = ckpt.meta["records"]
         self.next_round = ckpt.round + 1
         self.resumed_after = ckpt.round
-        return True
 
     def checkpoint(self, round: int) -> tuple[int, float]:
         """Write the state after `round`; returns (bytes, seconds)."""
@@ -76,15 +81,16 @@ class Server:
         models, index = dedupe_models([self.start_models[c] for c in range(self.cfg.silos)])
         arrays, meta = self.strategy.state_dict()
         size = save_checkpoint(self.out, Checkpoint(round, models, index, arrays, {
-            "strategy": meta, "trained": sorted(self.trained), "records": self.records}))
+            "strategy": meta, "trained": sorted(self.trained), "first_counts": self.first_counts,
+            "records": self.records}, config_digest(self.cfg)))
         return size, time.monotonic() - start
 
     # ------------------------------------------------------------------ the run
     def run(self) -> dict | None:
         start = time.monotonic()
         recorder = RunRecorder(self.out, self.cfg, self.records)
-        for r in self.silo_ranks:
-            self.transport.send(r, Kind.CONTROL, 0, next_round=self.next_round)
+        for c in range(self.cfg.silos):
+            self.channel.send(c, CONTROL, 0, next_round=self.next_round)
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
         for t in range(self.next_round, self.cfg.train.rounds + 1):
@@ -97,41 +103,37 @@ class Server:
             recorder.write(record)
             if self.stop.requested and t < self.cfg.train.rounds:
                 break
-        for r in self.silo_ranks:
-            self.transport.send(r, Kind.CONTROL, t + 1, action=STOP, model=0, first=0)
+        for c in range(self.cfg.silos):
+            self.channel.send(c, CONTROL, t + 1, action=STOP, model=0, first=0)
         if t < self.cfg.train.rounds:
             print(f"stopped after round {t} ({self.stop.reason}); continue with --resume {self.out}", flush=True)
             return None
         return self.finish(recorder, time.monotonic() - start)
 
     def round(self, t: int, needs_model: set[int]) -> dict:
-        cfg, transport = self.cfg, self.transport
+        cfg, channel = self.cfg, self.channel
         here = present(cfg, t)
         training = participants(cfg, t)
         needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
         first = {c for c in training if c not in self.trained}
         for c in range(cfg.silos):
             action = TRAIN if c in training else EVALUATE if c in here else WAIT
-            transport.send(self.silo_ranks[c], Kind.CONTROL, t, action=action, model=int(c in needs_model),
-                           first=int(c in first))
-        for pending in [transport.isend(self.silo_ranks[c], Kind.MODEL, t - 1, self.start_models[c], cluster=-1)
-                        for c in sorted(needs_model)]:
+            channel.send(c, CONTROL, t, action=action, model=int(c in needs_model), first=int(c in first))
+        for pending in [channel.isend(c, MODEL, t - 1, self.start_models[c], cluster=-1) for c in sorted(needs_model)]:
             pending.wait()
 
         phases: dict[str, float] = {}
         updates, n_samples = {}, {}
-        ctx = ServerRound(t, transport, self.silo_ranks, training, updates, n_samples, self.start_models, first)
+        ctx = ServerRound(t, channel, training, updates, n_samples, self.start_models, first, self.first_counts)
         t0 = time.monotonic()
         self.strategy.before_training(ctx)
         before = time.monotonic() - t0
 
         t0 = time.monotonic()
-        expect = Expect.like(Kind.UPDATE, t, self.theta0, {"n_samples": int})
-        for msg in transport.recv_each(ctx.participant_ranks, lambda r: expect):
-            if msg.meta["n_samples"] <= 0:
-                raise ProtocolError(f"rank {msg.sender} sent update of round {t} with n_samples {msg.meta['n_samples']}")
-            silo = self.rank_to_silo[msg.sender]
-            updates[silo], n_samples[silo] = msg.arrays, msg.meta["n_samples"]
+        expect = Expect.like(UPDATE, t, self.theta0, {"n_samples": int}, {"n_samples": (1, MAX_SAMPLES)})
+        arrived = {msg.sender: msg for msg in channel.recv_each(training, lambda _: expect)}
+        for c in sorted(arrived):  # silo order, not arrival order: the run is a function of the seed
+            updates[c], n_samples[c] = arrived[c].arrays, arrived[c].meta["n_samples"]
         phases["train"] = time.monotonic() - t0
         self.trained |= set(training)
 
@@ -140,9 +142,11 @@ class Server:
         phases["clustering"] = before + time.monotonic() - t0
 
         t0 = time.monotonic()
-        self.aggregate(clusters, updates, n_samples)
-        for pending in [transport.isend(self.silo_ranks[c], Kind.MODEL, t, self.start_models[c],
-                                        cluster=int(clusters[c])) for c in here]:
+        self.start_models = self.strategy.aggregate(ctx)
+        flagged = [d for d in ctx.decisions if d.action != "accepted"]
+        for d in flagged:
+            print(f"round {t}: {d.action} the update of {channel.describe(d.silo)}: {d.reason}", flush=True)
+        for pending in [channel.isend(c, MODEL, t, self.start_models[c], cluster=int(clusters[c])) for c in here]:
             pending.wait()
         phases["aggregation"] = time.monotonic() - t0
 
@@ -154,6 +158,7 @@ class Server:
             "ari": float(adjusted_rand_score(self.truth[here], clusters[here])),
             "n_clusters": int(len(np.unique(clusters[here]))),
             "clusters": clusters.tolist(),
+            "rejected": [d.record() for d in flagged],
             "seconds": {k: round(v, 4) for k, v in phases.items()},
         })
         print(f"round {t}/{cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
@@ -161,41 +166,27 @@ class Server:
               + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
         return record
 
-    def aggregate(self, clusters: np.ndarray, updates: dict[int, Model], n_samples: dict[int, int]) -> None:
-        """FedAvg per cluster over this round's participants (Alg. 1, line 21). Every member
-        of such a cluster, trained this round or not, continues from the new model; a
-        cluster without participants keeps its models."""
-        models = {}
-        for k in np.unique([clusters[c] for c in updates]):
-            members = [c for c in updates if clusters[c] == k]
-            models[int(k)] = fedavg([updates[c] for c in members], [n_samples[c] for c in members])
-        for c in range(self.cfg.silos):
-            if int(clusters[c]) in models:
-                self.start_models[c] = models[int(clusters[c])]
-
     def evaluations(self, t: int, here: list[int]) -> dict:
-        """Every present silo's accuracy on its test set, and the bytes every rank sent."""
+        """Every present silo's accuracy on its test set, and the bytes every party sent."""
         accuracy = np.full(self.cfg.silos, np.nan)
         backdoor_acc = np.full(self.cfg.silos, np.nan)
-        sent = np.zeros(len(Kind), dtype=np.int64)
+        sent = np.zeros(len(self.kinds), dtype=np.int64)
         silo_wait = np.zeros(2)
         targets = self.targets
-        ranks = [self.silo_ranks[c] for c in here]
-        for msg in self.transport.recv_each(ranks, lambda r: eval_expect(t, bool(targets[self.rank_to_silo[r]]))):
-            silo = self.rank_to_silo[msg.sender]
+        for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]))):
+            silo = msg.sender
             accuracy[silo] = msg.meta["accuracy"]
             if targets[silo]:  # checked by eval_expect; other silos' extra meta is ignored
                 backdoor_acc[silo] = msg.meta["backdoor_acc"]
             sent += msg.arrays["sent_bytes"]
             silo_wait += (msg.meta["wait_wall_s"], msg.meta["wait_cpu_s"])
-        for kind in Kind:
-            sent[kind - 1] += self.transport.sent_bytes.pop(kind.label, 0)
-        waits = self.transport.waits
+        sent += [self.channel.sent_bytes.pop(kind.name, 0) for kind in self.kinds]
+        waits = self.channel.waits
         record = {
             "round": t,
             "accuracy": [None if np.isnan(a) else round(float(a), 6) for a in accuracy],
             "avg_acc": float(np.nanmean(accuracy)), "worst_acc": float(np.nanmin(accuracy)),
-            "bytes": {kind.label: int(sent[kind - 1]) for kind in Kind},
+            "bytes": {kind.name: int(n) for kind, n in zip(self.kinds, sent)},
             "wait_cpu_fraction": {"server": _fraction(waits.cpu_s, waits.wall_s),
                                   "silos": _fraction(silo_wait[1], silo_wait[0])},
         }
@@ -222,15 +213,13 @@ class Server:
         return summary
 
 
-def run_server(cfg: Config, transport: Transport, out: Path, stop: StopRequest, resume: bool = False) -> dict | None:
-    """The whole run on rank 0; None when it was stopped early (SIGTERM) after a checkpoint."""
-    server = Server(cfg, transport, out, stop)
+def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, resume: bool = False) -> Server:
+    """The server, ready to `run` (from the checkpoint in `out` with `resume`)."""
+    server = Server(cfg, channel, out, stop)
     if resume:
-        if server.resume():
-            print(f"resuming {out} after round {server.next_round - 1}", flush=True)
-        else:
-            print(f"no checkpoint in {out}: starting from round 1", flush=True)
-    return server.run()
+        server.resume()
+        print(f"resuming {out} after round {server.next_round - 1}", flush=True)
+    return server
 
 
 def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np.ndarray) -> dict:

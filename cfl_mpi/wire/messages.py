@@ -1,47 +1,53 @@
 """Typed messages: what a peer may send, and how a receiver states what it expects.
 
 A message is a JSON header (kind, round, sender, array names/dtypes/shapes, scalar meta)
-followed by one raw MPI buffer per array. Nothing a peer sends is ever unpickled.
+followed by one raw buffer per array. Nothing a peer sends is ever unpickled.
+
+The wire knows no algorithm: the runtime and each strategy declare the kinds of message
+they exchange with `message_kind`, and a receiver checks a message against its `Expect`.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
-WIRE_VERSION = 1
+__all__ = ["ALLOWED_DTYPES", "MAX_HEADER_BYTES", "ArraySpec", "Expect", "Kind", "Message", "ProtocolError", "check_payload",
+           "decode_header", "encode_header", "message_kind"]
+
+WIRE_VERSION = 2
 MAX_HEADER_BYTES = 1 << 16
-# Tags: a header travels on its kind's value, each array on PAYLOAD_TAG_OFFSET + kind.
-PAYLOAD_TAG_OFFSET = 100
 ALLOWED_DTYPES = frozenset({"float32", "float64", "int64", "uint8"})
+MAX_NDIM = 8
+INT64_LIMIT = 1 << 63  # JSON integers are unbounded; what travels must fit int64
 
 
-class Kind(IntEnum):
-    """Message kinds of SPEC.md's table, plus the small control messages a round needs."""
+@dataclass(frozen=True)
+class Kind:
+    """A kind of message, by the name it travels under (and is counted under in metrics)."""
 
-    MODEL = 1            # server → silo: model weights to train from / evaluate
-    UPDATE = 2           # silo → server: trained weights + sample count
-    EVAL = 3             # silo → server: test accuracy of the received model, byte counts
-    PLAN = 4             # server → silo: partners to measure this round (EMD-CFL)
-    HANDSHAKE = 5        # silo ↔ silo: X25519 public key
-    EMBEDDING_MODEL = 6  # silo ↔ silo: embedding part ω of the silo's model
-    EMBEDDINGS = 7       # silo → server: projected embeddings Z·R and τ
-    PRINCIPAL_VECTORS = 8  # silo → server: PACFL's principal vectors U_c
-    LOSSES = 9           # silo → server: IFCA's losses of the K cluster models on its data
-    FEDWAD_MEASURE = 10  # server ↔ silo: a FedWaD interpolating measure ξ
-    FEDWAD_DISTANCE = 11  # silo → server: Wp between its measure and the final ξ; EMD-CFL's τ_c in FedWaD mode
-    CONTROL = 12         # server → silo: what to do in a round (train, evaluate, wait, stop)
+    name: str
 
-    @property
-    def label(self) -> str:
-        return self.name.lower()
+    def __str__(self) -> str:
+        return self.name
+
+
+_DECLARED: dict[str, Kind] = {}
+
+
+def message_kind(name: str) -> Kind:
+    """Declare a message kind once, in the module of whoever sends it."""
+    if not name.isidentifier() or name in _DECLARED:
+        raise ValueError(f"message kind {name!r} is not an identifier or is declared twice")
+    _DECLARED[name] = Kind(name)
+    return _DECLARED[name]
 
 
 class ProtocolError(RuntimeError):
-    """A peer sent something the protocol does not allow; names sender, kind/tag and round."""
+    """A peer sent something the protocol does not allow; names sender, kind and round."""
 
 
 @dataclass(frozen=True)
@@ -70,83 +76,126 @@ class Expect:
     arrays: tuple[ArraySpec, ...] = ()
     meta: dict[str, type] = field(default_factory=dict)
     max_elements: int = 1 << 28  # refuse absurd declared sizes before allocating
+    # closed ranges of numeric meta values, e.g. {"accuracy": (0, 1)}: well-formed is not plausible
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @staticmethod
-    def like(kind: Kind, round: int, arrays: dict[str, np.ndarray], meta: dict[str, type] | None = None) -> "Expect":
+    def like(kind: Kind, round: int, arrays: dict[str, np.ndarray], meta: dict[str, type] | None = None,
+             bounds: dict[str, tuple[float, float]] | None = None) -> "Expect":
         """Expect exactly the names, dtypes and shapes of `arrays` (e.g. a model's state)."""
         specs = tuple(ArraySpec(k, str(v.dtype), tuple(v.shape)) for k, v in arrays.items())
-        return Expect(kind, round, specs, meta or {})
+        return Expect(kind, round, specs, meta or {}, bounds=bounds or {})
 
 
 @dataclass
 class Message:
+    """A received message; `sender` is the silo index (or SERVER), `who` names it in errors."""
+
     kind: Kind
     round: int
     sender: int
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
+    who: str = ""
 
 
 def encode_header(kind: Kind, round: int, sender: int, arrays: dict[str, np.ndarray],
                   meta: dict[str, Any]) -> bytes:
     header = {
-        "v": WIRE_VERSION, "kind": int(kind), "round": int(round), "sender": int(sender),
+        "v": WIRE_VERSION, "kind": kind.name, "round": int(round), "sender": int(sender),
         "arrays": [[name, str(a.dtype), list(a.shape)] for name, a in arrays.items()],
         "meta": meta,
     }
     data = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
     if len(data) > MAX_HEADER_BYTES:
-        raise ValueError(f"header of {kind.label} is {len(data)} bytes, over {MAX_HEADER_BYTES}")
+        raise ValueError(f"header of {kind} is {len(data)} bytes, over {MAX_HEADER_BYTES}")
     return data
 
 
-def decode_header(data: bytes, source: int, tag: int, expect: Expect) -> tuple[list[tuple[str, str, tuple[int, ...]]], dict[str, Any]]:
-    """Parse and check a header against `expect`; raise ProtocolError naming sender, tag, round."""
+Layout = list[tuple[str, str, tuple[int, ...]]]
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # "1e400" parses to inf
+        raise ValueError(f"non-finite number {token[:20]} in header")
+    return value
+
+
+def _int64(token: str) -> int:
+    if len(token) > 20 or not -INT64_LIMIT <= int(token) < INT64_LIMIT:
+        raise ValueError(f"integer {token[:20]}... out of int64 range in header")
+    return int(token)
+
+
+def _non_finite(token: str) -> float:
+    raise ValueError(f"non-finite number {token} in header")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode_header(data: bytes, sender: int, who: str, expect: Expect) -> tuple[Layout, dict[str, Any]]:
+    """Parse and check a header that came from `sender` (named `who`) against `expect`;
+    ProtocolError naming the sender, the kind and the round otherwise, whatever the bytes."""
 
     def fail(why: str) -> ProtocolError:
-        return ProtocolError(f"rank {source} sent a bad message (tag {tag}, expected "
-                             f"{expect.kind.label} of round {expect.round}): {why}")
-
-    def non_finite(token: str) -> float:
-        raise ValueError(f"non-finite number {token} in header")
+        return ProtocolError(f"{who} sent a bad message (expected {expect.kind} of round {expect.round}): {why}")
 
     try:
-        header = json.loads(data.decode(), parse_constant=non_finite)
+        header = json.loads(data.decode(), parse_constant=_non_finite, parse_float=_finite_float, parse_int=_int64)
     except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
-        raise fail(f"header is not JSON ({err})") from None
+        raise fail(f"header is not JSON ({str(err)[:200]})") from None
+    except RecursionError:
+        raise fail("header nests too deeply") from None
     if not isinstance(header, dict) or header.get("v") != WIRE_VERSION:
-        raise fail(f"unknown header version {header.get('v') if isinstance(header, dict) else header!r}")
-    if header.get("kind") != int(expect.kind) or tag != int(expect.kind):
-        raise fail(f"kind {header.get('kind')} on tag {tag}")
-    if header.get("sender") != source:
-        raise fail(f"header claims sender {header.get('sender')}")
-    if header.get("round") != expect.round:
-        raise fail(f"message is for round {header.get('round')}")
+        version = header.get("v") if isinstance(header, dict) else type(header).__name__
+        raise fail(f"unknown header version {str(version)[:40]!r}")
+    if header.get("kind") != expect.kind.name:
+        raise fail(f"an unexpected message of kind {str(header.get('kind'))[:40]!r}")
+    if header.get("sender") != sender or not _is_int(header.get("sender")):
+        raise fail(f"header claims sender {str(header.get('sender'))[:40]}")
+    if header.get("round") != expect.round or not _is_int(header.get("round")):
+        raise fail(f"message is for round {str(header.get('round'))[:40]}")
     meta = header.get("meta")
-    if not isinstance(meta, dict):
-        raise fail("meta is not a mapping")
+    if not isinstance(meta, dict) or len(meta) > 32:
+        raise fail("meta is not a mapping of at most 32 entries")
+    for key, value in meta.items():
+        if not (value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 256)):
+            raise fail(f"meta {str(key)[:40]!r} is not a scalar")
     for key, typ in expect.meta.items():
         value = meta.get(key)
         ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        if typ is float and _is_int(value):
             ok = True
         if not ok:
-            raise fail(f"meta {key!r} is {value!r}, expected {typ.__name__}")
+            raise fail(f"meta {key!r} is {str(value)[:40]!r}, expected {typ.__name__}")
+        low, high = expect.bounds.get(key, (-math.inf, math.inf))
+        if typ in (int, float) and not low <= value <= high:
+            raise fail(f"meta {key!r} is {value!r}, outside [{low}, {high}]")
     arrays = header.get("arrays")
     if not isinstance(arrays, list) or len(arrays) != len(expect.arrays):
-        raise fail(f"declares {len(arrays) if isinstance(arrays, list) else arrays!r} arrays, "
-                   f"expected {len(expect.arrays)}")
+        count = len(arrays) if isinstance(arrays, list) else str(arrays)[:40]
+        raise fail(f"declares {count} arrays, expected {len(expect.arrays)}")
     parsed = []
     for spec, entry in zip(expect.arrays, arrays):
         if (not isinstance(entry, list) or len(entry) != 3 or entry[0] != spec.name
-                or entry[1] not in ALLOWED_DTYPES or not isinstance(entry[2], list)
-                or not all(isinstance(s, int) and s >= 0 for s in entry[2])):
-            raise fail(f"array entry {entry!r} does not match {spec.name!r}")
+                or entry[1] not in ALLOWED_DTYPES or not isinstance(entry[2], list) or len(entry[2]) > MAX_NDIM
+                or not all(_is_int(s) and s >= 0 for s in entry[2])):
+            raise fail(f"array entry {str(entry)[:80]} does not match {spec.name!r}")
         shape = tuple(entry[2])
         problem = spec.check(entry[1], shape)
         if problem:
             raise fail(problem)
-        if int(np.prod(shape, dtype=np.int64)) > expect.max_elements:
+        if math.prod(shape) > expect.max_elements:  # Python integers: no overflow
             raise fail(f"array {spec.name!r} declares {shape}, over the size limit")
         parsed.append((spec.name, entry[1], shape))
     return parsed, meta
+
+
+def check_payload(arrays: dict[str, np.ndarray], who: str, expect: Expect) -> None:
+    """Floating arrays must be finite: NaN or inf would poison every aggregate downstream."""
+    for name, a in arrays.items():
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise ProtocolError(f"{who} sent non-finite values in {name!r} of {expect.kind} (round {expect.round})")

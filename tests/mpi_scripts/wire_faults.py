@@ -1,120 +1,135 @@
-"""Run under `mpirun -n 2`: rank 1 sends malformed messages, rank 0 must reject each one
-with an error naming the sender, the kind and the round. Rank 0 prints a JSON report."""
+"""Run under `mpirun -n 2`. Part 1 (rank 1 hosts silo 0): silo 0 sends malformed raw messages
+on the MPI wire, the server must reject each one with an error naming the sender, the kind
+and the round. Part 2 (rank 1 hosts silos 0-2, one thread each): co-located silos and the
+server exchange messages concurrently and every one reaches the right party. Rank 0 prints
+a JSON report."""
 import json
+import threading
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from cfl_mpi.wire.messages import PAYLOAD_TAG_OFFSET, ArraySpec, Expect, Kind, ProtocolError, encode_header
-from cfl_mpi.wire.transport import PeerTimeout, Transport
+from cfl_mpi.channel import SERVER, LocalHub, PeerTimeout, RankLayout
+from cfl_mpi.channel.mpi import MpiChannel
+from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 
 world = MPI.COMM_WORLD
+UPDATE, EVAL, MODEL = message_kind("test_update"), message_kind("test_eval"), message_kind("test_model")
 GOOD = {"w": np.ones((2, 3), dtype=np.float32)}
-EXPECT = Expect.like(Kind.UPDATE, 4, GOOD, {"n_samples": int})
+EXPECT = Expect.like(UPDATE, 4, GOOD, {"n_samples": int})
 
 
-def raw_send(comm, header: bytes, payloads, tag=int(Kind.UPDATE)):
-    comm.Send([np.frombuffer(header, dtype=np.uint8), MPI.BYTE], dest=0, tag=tag)
+def channel(address, layout, comm, timeout_s=20.0, hub=None, lock=None):
+    return MpiChannel(address, comm, layout, hub or LocalHub(), lock or threading.Lock(), timeout_s, 0.02)
+
+
+def raw_send(ch, header: bytes, payloads):
+    tag = ch.tag_of(0, SERVER)
+    ch.comm.Send([np.frombuffer(header, dtype=np.uint8), MPI.BYTE], dest=0, tag=tag)
     for p in payloads:
-        comm.Send([p.view(np.uint8), MPI.BYTE], dest=0, tag=PAYLOAD_TAG_OFFSET + tag)
+        ch.comm.Send([p.view(np.uint8), MPI.BYTE], dest=0, tag=tag + 1)
 
 
 def cases():
-    """(name, what rank 1 does on its fresh communicator)."""
-    def good(t):
-        t.send(0, Kind.UPDATE, 4, GOOD, n_samples=10)
+    """(name, what silo 0 does through its channel on a fresh communicator)."""
+    header = encode_header(UPDATE, 4, 0, GOOD, {"n_samples": 10})
+    return {
+        "good": lambda c: c.send(SERVER, UPDATE, 4, GOOD, n_samples=10),
+        "wrong_kind": lambda c: c.send(SERVER, EVAL, 4, {}, accuracy=1.0),
+        "wrong_round": lambda c: c.send(SERVER, UPDATE, 3, GOOD, n_samples=10),
+        "wrong_shape": lambda c: c.send(SERVER, UPDATE, 4, {"w": np.ones((3, 2), np.float32)}, n_samples=10),
+        "wrong_dtype": lambda c: c.send(SERVER, UPDATE, 4, {"w": np.ones((2, 3))}, n_samples=10),
+        "non_finite": lambda c: c.send(SERVER, UPDATE, 4, {"w": np.full((2, 3), np.nan, np.float32)}, n_samples=10),
+        "missing_meta": lambda c: c.send(SERVER, UPDATE, 4, GOOD),
+        "oversized_payload": lambda c: raw_send(c, header, [np.ones(12, np.float32)]),
+        "short_payload": lambda c: raw_send(c, header, [np.ones(4, np.float32)]),
+        "garbage_header": lambda c: raw_send(c, b"\x80\x04not json", []),
+        "nan_meta": lambda c: raw_send(c, header.replace(b'"n_samples":10', b'"n_samples":NaN'), [GOOD["w"]]),
+        "forged_sender": lambda c: raw_send(c, encode_header(UPDATE, 4, 5, GOOD, {"n_samples": 10}), [GOOD["w"]]),
+    }
 
-    def wrong_kind(t):
-        t.send(0, Kind.EVAL, 4, {}, accuracy=1.0)
 
-    def wrong_round(t):
-        t.send(0, Kind.UPDATE, 3, GOOD, n_samples=10)
+def bad_messages(report):
+    layout = RankLayout(1, 1)
+    for name, case in cases().items():
+        comm = world.Dup()  # leftovers of a rejected message cannot leak into the next case
+        if world.Get_rank() == 1:
+            case(channel(0, layout, comm))
+        else:
+            try:
+                msg = channel(SERVER, layout, comm).recv(0, EXPECT)
+                report[name] = {"ok": True, "sum": float(msg.arrays["w"].sum())}
+            except ProtocolError as err:
+                report[name] = {"ok": False, "error": str(err)}
+        comm.Barrier()
 
-    def wrong_shape(t):
-        t.send(0, Kind.UPDATE, 4, {"w": np.ones((3, 2), dtype=np.float32)}, n_samples=10)
 
-    def wrong_dtype(t):
-        t.send(0, Kind.UPDATE, 4, {"w": np.ones((2, 3), dtype=np.float64)}, n_samples=10)
+def idle_wait_and_timeout(report):
+    layout = RankLayout(1, 1)
+    comm = world.Dup()
+    if world.Get_rank() == 1:
+        time.sleep(2.0)
+        channel(0, layout, comm).send(SERVER, UPDATE, 4, GOOD, n_samples=1)
+    else:
+        server = channel(SERVER, layout, comm)
+        server.recv(0, EXPECT)
+        report["idle_wait"] = {"wall_s": server.waits.wall_s, "cpu_s": server.waits.cpu_s}
+    comm.Barrier()
+    silent = world.Dup()  # collective: every rank
+    if world.Get_rank() == 0:
+        try:
+            channel(SERVER, layout, silent, timeout_s=0.5).recv(0, EXPECT)
+        except PeerTimeout as err:
+            report["timeout"] = {"error": str(err)}
+    world.Barrier()
 
-    def non_finite(t):
-        bad = np.ones((2, 3), dtype=np.float32)
-        bad[1, 2] = np.nan
-        t.send(0, Kind.UPDATE, 4, {"w": bad}, n_samples=10)
 
-    def missing_meta(t):
-        t.send(0, Kind.UPDATE, 4, GOOD)
+def silos_sharing_a_rank(report):
+    """Silos 0-2 on rank 1: each sends the server its index and its right neighbour a message,
+    then waits for the server's reply; the server answers each with what it got."""
+    layout, comm = RankLayout(3, 1), world.Dup()
+    if world.Get_rank() == 0:
+        server = channel(SERVER, layout, comm)
+        got = {}
+        for msg in server.recv_each(range(3), lambda _: Expect(UPDATE, 1, (), {"silo": int})):
+            got[msg.sender] = msg.meta["silo"]
+            server.send(msg.sender, MODEL, 1, {"echo": np.full(4, msg.sender, np.int64)})
+        report["shared_rank"] = {"server_got": got}
+    else:
+        hub, lock, heard = LocalHub(), threading.Lock(), {}
+        channels = {c: channel(c, layout, comm, hub=hub, lock=lock) for c in range(3)}
 
-    def oversized_payload(t):
-        header = encode_header(Kind.UPDATE, 4, 1, GOOD, {"n_samples": 10})
-        raw_send(t.comm, header, [np.ones(12, dtype=np.float32)])
+        def silo(c):
+            ch = channels[c]
+            ch.send((c + 1) % 3, EVAL, 1, None, from_silo=c)
+            ch.send(SERVER, UPDATE, 1, None, silo=c)
+            left = ch.recv((c - 1) % 3, Expect(EVAL, 1, (), {"from_silo": int})).meta["from_silo"]
+            echo = ch.recv(SERVER, Expect.like(MODEL, 1, {"echo": np.zeros(4, np.int64)})).arrays["echo"]
+            heard[c] = (left, int(echo[0]))
 
-    def short_payload(t):
-        header = encode_header(Kind.UPDATE, 4, 1, GOOD, {"n_samples": 10})
-        raw_send(t.comm, header, [np.ones(4, dtype=np.float32)])
-
-    def garbage_header(t):
-        raw_send(t.comm, b"\x80\x04not json", [])
-
-    def nan_meta(t):
-        header = encode_header(Kind.UPDATE, 4, 1, GOOD, {"n_samples": 10}).replace(b'"n_samples":10', b'"n_samples":NaN')
-        raw_send(t.comm, header, [GOOD["w"]])
-
-    def forged_sender(t):
-        header = encode_header(Kind.UPDATE, 4, 5, GOOD, {"n_samples": 10})
-        raw_send(t.comm, header, [GOOD["w"]])
-
-    return [good, wrong_kind, wrong_round, wrong_shape, wrong_dtype, non_finite, missing_meta,
-            oversized_payload, short_payload, garbage_header, nan_meta, forged_sender]
+        threads = [threading.Thread(target=silo, args=(c,)) for c in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        heard_buf = np.array([heard[c] for c in range(3)], dtype=np.int64)
+        comm.Send([heard_buf, MPI.INT64_T], dest=0, tag=999)
+        comm.Barrier()
+        return
+    heard_buf = np.empty((3, 2), dtype=np.int64)
+    comm.Recv([heard_buf, MPI.INT64_T], source=1, tag=999)
+    report["shared_rank"]["silos_heard"] = heard_buf.tolist()
+    comm.Barrier()
 
 
 def main():
-    rank = world.Get_rank()
     report = {}
-    for case in cases():
-        comm = world.Dup()  # leftovers of a rejected message cannot leak into the next case
-        t = Transport(comm, timeout_s=20, max_sleep_s=0.02)
-        if rank == 1:
-            case(t)
-        else:
-            try:
-                msg = t.recv(1, EXPECT)
-                report[case.__name__] = {"ok": True, "sum": float(msg.arrays["w"].sum())}
-            except ProtocolError as err:
-                report[case.__name__] = {"ok": False, "error": str(err)}
-        comm.Barrier()
-
-    # A 0-d array (BatchNorm's step counter) keeps its shape on the wire.
-    comm = world.Dup()
-    t = Transport(comm, timeout_s=20, max_sleep_s=0.02)
-    scalar = {"steps": np.array(7, dtype=np.int64)}
-    if rank == 1:
-        t.send(0, Kind.MODEL, 1, scalar)
-    else:
-        got = t.recv(1, Expect.like(Kind.MODEL, 1, scalar)).arrays["steps"]
-        report["scalar"] = {"shape": list(got.shape), "value": int(got)}
-    comm.Barrier()
-
-    # Idle waiting: rank 0 waits ~2 s for a message; its CPU time while waiting must stay small.
-    comm = world.Dup()
-    t = Transport(comm, timeout_s=20, max_sleep_s=0.02)
-    if rank == 1:
-        time.sleep(2.0)
-        t.send(0, Kind.UPDATE, 4, GOOD, n_samples=1)
-    else:
-        t.recv(1, EXPECT)
-        report["idle_wait"] = {"wall_s": t.waits.wall_s, "cpu_s": t.waits.cpu_s}
-    comm.Barrier()
-
-    # A silent peer becomes a clean timeout, not a hang.
-    t = Transport(world.Dup(), timeout_s=0.5, max_sleep_s=0.02)
-    if rank == 0:
-        try:
-            t.recv(1, EXPECT)
-        except PeerTimeout as err:
-            report["timeout"] = {"error": str(err)}
+    bad_messages(report)
+    idle_wait_and_timeout(report)
+    silos_sharing_a_rank(report)
+    if world.Get_rank() == 0:
         print(json.dumps(report), flush=True)
-    world.Barrier()
 
 
 main()

@@ -1,6 +1,9 @@
-"""End-to-end: real `mpirun` jobs on small configs, asserting on the results they write.
+"""End-to-end on small configs, asserting on the results they write: the README's own MPI job
+(results folder, message accounting, idle waiting, rank-count errors, failures), and
+in-process simulations for what depends only on the algorithms (test_backends.py shows
+the backends agree).
 
-Each job is started once per module (fixtures) and serves several assertions, because
+The MPI job is started once per module (a fixture) and serves several assertions, because
 every rank pays for importing torch.
 """
 import json
@@ -9,9 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from mpi_helpers import run_job, run_mpi
-
-pytestmark = pytest.mark.mpi
+from jobs import run_job, run_mpi, simulate_job
 
 DIGITS = "configs/digits.yaml"
 # Seeded pair keys: the projections R, and so W, are reproducible (README, determinism).
@@ -28,9 +29,10 @@ def emdcfl8(tmp_path_factory):
 @pytest.fixture(scope="module")
 def oracle8(tmp_path_factory):
     out = tmp_path_factory.mktemp("oracle8")
-    return out, *run_job(DIGITS, out, ROUNDS, "strategy.name=oracle")
+    return out, *simulate_job(DIGITS, out, ROUNDS, "strategy.name=oracle")
 
 
+@pytest.mark.mpi
 def test_emdcfl_finds_the_rotations_after_round_1(emdcfl8):
     out, proc, summary, records = emdcfl8
     assert records[0]["ari"] == 1.0 and records[0]["n_clusters"] == 4
@@ -38,6 +40,7 @@ def test_emdcfl_finds_the_rotations_after_round_1(emdcfl8):
     assert "round 1/3" in proc.stdout and "round 3/3" in proc.stdout
 
 
+@pytest.mark.mpi
 def test_results_folder_is_complete(emdcfl8):
     out, _, summary, records = emdcfl8
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "clusters.json", "W.npy", "W.csv",
@@ -52,6 +55,7 @@ def test_results_folder_is_complete(emdcfl8):
     assert len(first["accuracy"]) == 8 and set(first["seconds"]) >= {"train", "clustering", "aggregation"}
 
 
+@pytest.mark.mpi
 def test_message_accounting(emdcfl8):
     _, _, _, records = emdcfl8
     first, later = records[0]["bytes"], records[1]["bytes"]
@@ -63,48 +67,53 @@ def test_message_accounting(emdcfl8):
     assert first["embedding_model"] % 56 == 0
 
 
+@pytest.mark.mpi
 def test_waiting_ranks_do_not_spin(emdcfl8):
     _, _, _, records = emdcfl8
     assert records[-1]["wait_cpu_fraction"]["server"] < 0.2
     assert records[-1]["wait_cpu_fraction"]["silos"] < 0.2
 
 
+@pytest.mark.mpi
 def test_emdcfl_accuracy_matches_the_oracle(emdcfl8, oracle8):
     _, _, emd, _ = emdcfl8
-    _, _, oracle, records = oracle8
+    _, oracle, records = oracle8
     assert oracle["ari"] == 1.0 and records[0]["n_clusters"] == 4
     assert abs(emd["avg_acc"] - oracle["avg_acc"]) <= 0.01
     print(f"wall time emdcfl / oracle = {emd['wall_s'] / oracle['wall_s']:.2f}")
 
 
+@pytest.mark.mpi
 def test_same_seed_same_clusters_and_metrics(emdcfl8, tmp_path):
     _, _, _, first = emdcfl8
-    _, _, again = run_job(DIGITS, tmp_path, ROUNDS, SEEDED)
+    _, again = simulate_job(DIGITS, tmp_path, ROUNDS, SEEDED)
     for a, b in zip(first, again):
         assert a["clusters"] == b["clusters"] and a["accuracy"] == b["accuracy"]
 
 
 def test_fedavg_is_one_cluster(tmp_path):
-    _, summary, records = run_job(DIGITS, tmp_path, "train.rounds=1", "strategy.name=fedavg")
+    summary, records = simulate_job(DIGITS, tmp_path, "train.rounds=1", "strategy.name=fedavg")
     assert all(r["n_clusters"] == 1 for r in records) and summary["n_clusters"] == 1
 
 
 def test_four_silos(tmp_path):
-    _, emd, records = run_job(DIGITS, tmp_path / "emd", "silos=4", ROUNDS, SEEDED)
-    _, oracle, _ = run_job(DIGITS, tmp_path / "oracle", "silos=4", ROUNDS, "strategy.name=oracle")
+    emd, records = simulate_job(DIGITS, tmp_path / "emd", "silos=4", ROUNDS, SEEDED)
+    oracle, _ = simulate_job(DIGITS, tmp_path / "oracle", "silos=4", ROUNDS, "strategy.name=oracle")
     assert records[0]["ari"] == 1.0 and emd["n_clusters"] == 4
     assert abs(emd["avg_acc"] - oracle["avg_acc"]) <= 0.01
 
 
+@pytest.mark.mpi
 def test_wrong_rank_count_fails_fast_with_exit_2():
     start = time.monotonic()
-    proc = run_mpi(5, ["-m", "cfl_mpi.main", DIGITS], timeout=120)
+    proc = run_mpi(5, ["-m", "cfl_mpi.main", DIGITS, "--set", "runtime.silos_per_rank=1"], timeout=120)
     assert proc.returncode == 2
-    assert "config error: silos:" in proc.stderr and "mpirun -n 9" in proc.stderr
+    assert "config error: runtime.silos_per_rank:" in proc.stderr and "mpirun -n 9" in proc.stderr
     assert proc.stderr.count("config error") == 1  # one line, not one per rank
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.mpi
 def test_a_failing_rank_ends_the_job_with_its_name(tmp_path):
     # A timeout far below the time to start a silo makes some rank fail for real.
     start = time.monotonic()
@@ -116,6 +125,6 @@ def test_a_failing_rank_ends_the_job_with_its_name(tmp_path):
 
 
 def test_real_mnist_test_split_8_silos(shared_data, tmp_path):
-    _, summary, records = run_job(DIGITS, tmp_path, "data.name=rotated_mnist", f"data.root={shared_data / 'mnist'}",
+    summary, records = simulate_job(DIGITS, tmp_path, "data.name=rotated_mnist", f"data.root={shared_data / 'mnist'}",
                                   "data.pool=test", "data.download=false", "data.test_fraction=0.1", "train.rounds=2", SEEDED)
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4

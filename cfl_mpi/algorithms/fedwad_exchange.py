@@ -1,4 +1,4 @@
-"""FedWaD over MPI: the server drives many Algorithm-1 runs at once, each point cloud stays home.
+"""FedWaD between silos: the server drives many Algorithm-1 runs at once, each point cloud stays home.
 
 fedwad.txt, Algorithm 1. A *job* estimates Wp(μ, ν) with μ on silo ``job.mu`` and ν on silo
 ``job.nu``. The server holds ξ and, per iteration k = 1..K, sends ξ(k-1) and the time t to
@@ -33,11 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..wire.messages import ArraySpec, Expect, Kind, Message, ProtocolError
-from ..wire.transport import Transport
-from .fedwad import Measure, client_distance, client_step, gaussian_measure, interpolation_times, server_step
+from ..channel import SERVER, Channel
+from ..ot.fedwad import Measure, client_distance, client_step, gaussian_measure, interpolation_times, server_step
+from ..wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 
-__all__ = ["Job", "FedWaDParams", "job_key", "job_rng", "run_jobs", "serve"]
+__all__ = ["FEDWAD_KINDS", "FEDWAD_MEASURE", "FEDWAD_DISTANCE", "Job", "FedWaDParams", "job_key", "job_rng",
+           "run_jobs", "serve"]
+
+FEDWAD_MEASURE = message_kind("fedwad_measure")    # server ↔ silo: an interpolating measure ξ
+FEDWAD_DISTANCE = message_kind("fedwad_distance")  # silo → server: Wp between its measure and ξ(K)
+FEDWAD_KINDS = (FEDWAD_MEASURE, FEDWAD_DISTANCE)
 
 _WEIGHT_SUM_TOL = 1e-6
 INTERPOLATE, DISTANCE, DONE = "interpolate", "distance", "done"
@@ -93,7 +98,7 @@ def _checked_measure(msg: Message, params: FedWaDParams) -> Measure:
     elif np.any(weights < 0) or abs(total - 1.0) > _WEIGHT_SUM_TOL:
         problem = f"weights that are negative or sum to {total!r}, not 1"
     if problem:
-        raise ProtocolError(f"rank {msg.sender} sent a {msg.kind.label} of round {msg.round} "
+        raise ProtocolError(f"{msg.who} sent a {msg.kind} of round {msg.round} "
                             f"(job {msg.meta.get('job')!r}) with {problem}")
     return Measure(points, weights / total)
 
@@ -112,14 +117,12 @@ class _State:
     halves: dict | None = None      # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
 
 
-def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list[Job],
-             params: FedWaDParams, seed: int) -> dict[str, float]:
+def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams, seed: int) -> dict[str, float]:
     """Run every job to its estimate Wp(μ, ν) ≈ Wp(μ, ξ(K)) + Wp(ξ(K), ν); end the silos' loops.
 
     Returns ``{job.key: estimate}``. Every silo that holds a measure of some job is sent
     ``done`` at the end, and must be serving (:func:`serve`) until then.
     """
-    rank_to_silo = {r: i for i, r in enumerate(silo_ranks)}
     states = {}
     for job in jobs:
         if job.mu == job.nu or not 1 <= job.support <= params.max_support:
@@ -127,7 +130,7 @@ def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list
         rng = job_rng(seed, round, job)
         xi = gaussian_measure(job.support, params.dim, rng)  # ξ(0), as fedwad() draws it
         states[job.key] = _State(job, xi, interpolation_times(params.n_iter, "random", rng))
-    queues: dict[int, deque] = {silo_ranks[s]: deque() for j in jobs for s in (j.mu, j.nu)}
+    queues: dict[int, deque] = {s: deque() for j in jobs for s in (j.mu, j.nu)}
     pending = []
     results: dict[str, float] = {}
 
@@ -139,31 +142,29 @@ def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list
         state.halves = {}
         pending[:] = [p for p in pending if not p.done()]  # free the buffers of delivered ξ
         for silo in (state.job.mu, state.job.nu):
-            rank = silo_ranks[silo]
-            pending.append(transport.isend(rank, Kind.FEDWAD_MEASURE, round,
-                                           {"points": state.xi.points, "weights": state.xi.weights},
-                                           op=op, job=state.job.key, k=state.k, t=t))
-            queues[rank].append((state.job.key, state.k, op))
+            pending.append(channel.isend(silo, FEDWAD_MEASURE, round,
+                                         {"points": state.xi.points, "weights": state.xi.weights},
+                                         op=op, job=state.job.key, k=state.k, t=t))
+            queues[silo].append((state.job.key, state.k, op))
 
-    def expect(rank: int) -> Expect:
-        _, _, op = queues[rank][0]
+    def expect(silo: int) -> Expect:
+        _, _, op = queues[silo][0]
         if op == DISTANCE:
-            return Expect(Kind.FEDWAD_DISTANCE, round, (), {"job": str, "k": int, "distance": float})
-        return Expect(Kind.FEDWAD_MEASURE, round, _measure_spec(params), {"job": str, "k": int},
+            return Expect(FEDWAD_DISTANCE, round, (), {"job": str, "k": int, "distance": float})
+        return Expect(FEDWAD_MEASURE, round, _measure_spec(params), {"job": str, "k": int},
                       max_elements=params.max_support * params.dim)
 
     for state in states.values():
         request(state)
     while len(results) < len(states):
-        msg = transport.recv_any([r for r, q in queues.items() if q], expect)
+        msg = channel.recv_any([s for s, q in queues.items() if q], expect)
         key, k, op = queues[msg.sender].popleft()
         if msg.meta["job"] != key or msg.meta["k"] != k or (op == DISTANCE and not msg.meta["distance"] >= 0):
-            raise ProtocolError(f"rank {msg.sender} sent {msg.kind.label} of round {round} for job "
+            raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} for job "
                                 f"{msg.meta['job']!r} step {msg.meta['k']} {msg.meta.get('distance', '')}; "
                                 f"expected job {key!r} step {k}" + (" and a distance >= 0" if op == DISTANCE else ""))
         state = states[key]
-        silo = rank_to_silo[msg.sender]
-        state.halves[silo] = (msg.meta["distance"] if op == DISTANCE
+        state.halves[msg.sender] = (msg.meta["distance"] if op == DISTANCE
                               else _checked_measure(msg, params))
         if len(state.halves) < 2:
             continue
@@ -174,8 +175,8 @@ def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list
         state.xi, _ = server_step(mine, theirs, float(state.times[k - 1]), p=params.p)  # line 7, Eq. 10
         state.k += 1
         request(state)
-    for rank in queues:
-        pending.append(transport.isend(rank, Kind.FEDWAD_MEASURE, round,
+    for silo in queues:
+        pending.append(channel.isend(silo, FEDWAD_MEASURE, round,
                                        {"points": np.zeros((0, params.dim)), "weights": np.zeros(0)},
                                        op=DONE, job="", k=0, t=0.0))
     for p in pending:
@@ -186,37 +187,36 @@ def run_jobs(transport: Transport, round: int, silo_ranks: list[int], jobs: list
 # --------------------------------------------------------------------------- silo
 
 
-def serve(transport: Transport, round: int, server_rank: int, measures: Mapping[str, Measure],
-          params: FedWaDParams) -> None:
+def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params: FedWaDParams) -> None:
     """Answer the server's requests about the jobs in ``measures`` (job key → own measure)
     until it says ``done``; each job must go through steps 1..K, then its distance."""
     next_step = {key: 1 for key in measures}
-    expect = Expect(Kind.FEDWAD_MEASURE, round, _measure_spec(params), {"op": str, "job": str, "k": int, "t": float},
+    expect = Expect(FEDWAD_MEASURE, round, _measure_spec(params), {"op": str, "job": str, "k": int, "t": float},
                     max_elements=params.max_support * params.dim)
     while True:
-        msg = transport.recv(server_rank, expect)
+        msg = channel.recv(SERVER, expect)
         op, key, k, t = msg.meta["op"], msg.meta["job"], msg.meta["k"], msg.meta["t"]
         unfinished = [j for j, s in next_step.items() if s <= params.n_iter + 1]
         if op == DONE:
             if unfinished:
-                raise ProtocolError(f"rank {msg.sender} sent done in {msg.kind.label} of round {round} "
+                raise ProtocolError(f"{msg.who} sent done in {msg.kind} of round {round} "
                                     f"before jobs {unfinished} finished")
             break
         wanted = next_step.get(key)
         final = wanted == params.n_iter + 1
         if wanted is None or k != wanted or op != (DISTANCE if final else INTERPOLATE) or not (final or 0 < t < 1):
-            raise ProtocolError(f"rank {msg.sender} sent {msg.kind.label} of round {round} with op {op!r} "
+            raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} with op {op!r} "
                                 f"job {key!r} step {k} t {t}; this silo expects "
                                 + (f"step {wanted} of job {key!r} (op {'distance' if final else 'interpolate'}, "
                                    f"0 < t < 1)" if wanted else f"one of the jobs {sorted(measures)}"))
         xi = _checked_measure(msg, params)
         next_step[key] += 1
         if final:  # Algorithm 1, line 9
-            transport.send(server_rank, Kind.FEDWAD_DISTANCE, round, None, job=key, k=k,
+            channel.send(SERVER, FEDWAD_DISTANCE, round, None, job=key, k=k,
                            distance=client_distance(measures[key], xi, p=params.p))
             continue
         # Wp(own, ξ(k-1)) stays here: the server learns distances only at the end.
         # The server is always receiving, so a blocking (back-off) send returns promptly.
         mine, _ = client_step(measures[key], xi, t, p=params.p)  # lines 4-5, Eq. 10
-        transport.send(server_rank, Kind.FEDWAD_MEASURE, round, {"points": mine.points, "weights": mine.weights},
+        channel.send(SERVER, FEDWAD_MEASURE, round, {"points": mine.points, "weights": mine.weights},
                        job=key, k=k)

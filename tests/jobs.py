@@ -1,4 +1,4 @@
-"""Launch real `mpirun` jobs from tests and read what they wrote."""
+"""Whole runs from tests: real `mpirun` jobs, or the in-process simulator; and what they wrote."""
 from __future__ import annotations
 
 import json
@@ -37,6 +37,20 @@ def run_job(config: str, out: Path, *overrides: str, n: int | None = None, timeo
     proc = run_mpi(n, ["-m", "cfl_mpi.main", config, "--out", str(out), *sets], timeout)
     if proc.returncode != 0:
         raise AssertionError(f"job failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return (proc, *read_results(out))
+
+
+def read_results(out: Path) -> tuple[dict, list[dict]]:
+    """(summary.json, the records of metrics.jsonl) of a finished run."""
     summary = json.loads((out / "summary.json").read_text())
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return proc, summary, records
+    return summary, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def simulate_job(config: str, out: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    """Run `config` with overrides in this process (cfl_mpi.simulate); return (summary, records)."""
+    from cfl_mpi.config import load_config
+    from cfl_mpi.simulate import simulate
+
+    cfg = load_config(PROJECT_ROOT / config, [*overrides, f"out={out}"])
+    simulate(cfg)
+    return read_results(out)

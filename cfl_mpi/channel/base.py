@@ -1,0 +1,156 @@
+"""The seam between *what* a strategy exchanges and *how* it travels.
+
+A `Channel` is one party's line to the others (Flower's and pfl-research's backend idea):
+typed messages addressed by silo index, or `SERVER`. Strategies and the runtime talk only
+to it; the backends decide the transport: in-process queues (`local.py`) or MPI ranks
+(`mpi.py`), including several silos on one rank.
+
+Waiting polls with an exponential back-off sleep, never spinning (MPICH and Open MPI spin a
+core inside blocking calls, stealing it from the silos that train); a backend may cut a
+sleep short when a message arrives in-process.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from ..wire.messages import Expect, Kind, Message, encode_header
+
+__all__ = ["SERVER", "Channel", "ChannelClosed", "Pending", "PeerTimeout", "WaitStats", "party_name"]
+
+SERVER: Final = -1  # the server's address; silos are addressed by their index 0..C-1
+
+
+def party_name(address: int) -> str:
+    return "the server" if address == SERVER else f"silo {address}"
+
+
+class PeerTimeout(RuntimeError):
+    """A peer stayed silent longer than the configured message timeout."""
+
+
+class ChannelClosed(RuntimeError):
+    """Another party of this process failed: waiting for its messages is pointless."""
+
+
+@dataclass
+class WaitStats:
+    """How long this party waited, and how much CPU it burnt doing so (should be ~0)."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+
+class Pending(ABC):
+    """A message on its way; its arrays must not be modified until `wait` returns."""
+
+    @abstractmethod
+    def wait(self) -> None: ...
+
+    @abstractmethod
+    def done(self) -> bool:
+        """Whether the message has left (its buffers are then released); never waits."""
+
+
+class Channel(ABC):
+    """Sends and receives `Message`s for the party at address `me`; counts bytes per kind."""
+
+    def __init__(self, me: int, timeout_s: float, max_sleep_s: float) -> None:
+        self.me = me
+        self.timeout_s = timeout_s
+        self.max_sleep_s = max_sleep_s
+        self.sent_bytes: Counter[str] = Counter()
+        self.waits = WaitStats()
+
+    # ------------------------------------------------------------------ the protocol
+    def isend(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
+              **meta: object) -> Pending:
+        """Start sending a message; call `.wait()` on the result before reusing the arrays."""
+        # np.require keeps 0-d arrays (e.g. BatchNorm's step counter) 0-d; ascontiguousarray would not.
+        arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}
+        header = encode_header(kind, round, self.me, arrays, meta)
+        self.sent_bytes[kind.name] += len(header) + sum(a.nbytes for a in arrays.values())
+        return self._post(dest, header, list(arrays.values()))
+
+    def send(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
+             **meta: object) -> None:
+        self.isend(dest, kind, round, arrays, **meta).wait()
+
+    def recv(self, source: int, expect: Expect) -> Message:
+        """Receive the next message from `source`, which must match `expect`."""
+        return self.recv_any([source], lambda _: expect)
+
+    def recv_any(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Message:
+        """Receive the first message to arrive from any of `sources`; `expect(source)` checks it."""
+        sources = list(sources)
+        found: list[int] = []
+
+        def any_ready() -> bool:
+            found[:] = [s for s in sources if self._arrived(s)][:1]
+            return bool(found)
+
+        names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")
+        self._wait(any_ready, lambda: f"a message from {names}")
+        return self._receive(found[0], expect(found[0]))
+
+    def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
+        """Yield one message from each source, in the order they arrive."""
+        pending = set(sources)
+        while pending:
+            message = self.recv_any(sorted(pending), expect)
+            pending.remove(message.sender)
+            yield message
+
+    def describe(self, address: int) -> str:
+        """How errors name a party ("silo 3", or with its rank where there are ranks)."""
+        return party_name(address)
+
+    def closed(self) -> bool:
+        """Whether another party of this process failed (waiting then raises ChannelClosed)."""
+        return False
+
+    # ------------------------------------------------------------------ what a backend provides
+    @abstractmethod
+    def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
+        """Start moving one encoded message to `dest`."""
+
+    @abstractmethod
+    def _arrived(self, source: int) -> bool:
+        """Whether a message from `source` to this party is waiting; never blocks."""
+
+    @abstractmethod
+    def _receive(self, source: int, expect: Expect) -> Message:
+        """Take the waiting message from `source`, checked against `expect`."""
+
+    def _before_poll(self) -> None:
+        """Called before each poll: raise ChannelClosed if the run is failing."""
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    # ------------------------------------------------------------------ waiting
+    def _wait(self, ready: Callable[[], bool], what: Callable[[], str]) -> None:
+        """Poll `ready` with exponential back-off until true or the timeout expires."""
+        if ready():
+            return
+        start, cpu0 = time.monotonic(), time.thread_time()
+        sleep = 5e-5
+        try:
+            while True:
+                self._before_poll()
+                if ready():
+                    return
+                if time.monotonic() - start > self.timeout_s:
+                    raise PeerTimeout(f"{self.describe(self.me)}: waited {self.timeout_s:.0f} s for {what()}")
+                self._sleep(sleep)
+                sleep = min(sleep * 2, self.max_sleep_s)
+        finally:
+            self.waits.wall_s += time.monotonic() - start
+            # this thread's CPU only: other parties of the process may be training meanwhile
+            self.waits.cpu_s += time.thread_time() - cpu0

@@ -1,0 +1,56 @@
+"""What every command line of cfl_mpi shares: the run arguments, config loading and checks, and
+the exit code of a config error (2, with one line on stderr)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from .config import Config, load_config
+
+EXIT_CONFIG = 2
+
+__all__ = ["EXIT_CONFIG", "config_error", "load_run_config", "prepare_results_folder", "run_arguments"]
+
+
+def run_arguments(prog: str, description: str, *, resume: bool = True) -> argparse.ArgumentParser:
+    """`CONFIG [--out DIR] [--resume DIR] [--overwrite] [--set KEY=VALUE ...]`, as every run command takes them."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
+    parser.add_argument("--out", help="results folder (overrides the config's `out`)")
+    if resume:
+        parser.add_argument("--resume", metavar="DIR",
+                            help="continue the run whose results folder is DIR from its last checkpoint "
+                                 "(same config and --set options; DIR must hold an intact checkpoint)")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="start afresh in a results folder that already holds a run, deleting that run's files")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value by its dotted key, e.g. --set train.rounds=2")
+    return parser
+
+
+def load_run_config(args: argparse.Namespace) -> Config:
+    """The config the arguments describe, its data checked (ConfigError on any problem)."""
+    from .data import check_data
+
+    out = getattr(args, "resume", None) or args.out
+    cfg = load_config(args.config, [*args.overrides, *([f"out={out}"] if out else [])])
+    check_data(cfg)
+    return cfg
+
+
+def prepare_results_folder(cfg: Config, args: argparse.Namespace) -> None:
+    """After data preparation, by the one process that writes results: `--resume` needs an
+    intact checkpoint that fits the config; a fresh run refuses a folder holding a run unless
+    `--overwrite` (which removes it only now, every check passed). ConfigError otherwise."""
+    from .results import remove_run
+    from .runtime.checkpoint import check_results_folder
+
+    check_results_folder(cfg, bool(args.resume), args.overwrite)  # a resume rebuilds θ(0): after prepare
+    if args.overwrite:
+        remove_run(cfg.results_dir())
+
+
+def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:
+    print(f"{prog}: config error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG)

@@ -1,0 +1,84 @@
+"""`python -m cfl_mpi.simulate CONFIG [--out DIR] [--resume DIR] [--set key=value ...]`
+
+Runs any strategy with the server and every silo in this one process, each in a thread of its
+own, talking through in-process channels: the same server, silos and strategies as the MPI
+job, the same checks on every message, and the same results folder. One torch import and one
+device for all: for developing a strategy, for tests, and for studies that fit one machine.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from functools import partial
+from pathlib import Path
+
+from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
+from .cli import config_error, load_run_config, prepare_results_folder, run_arguments
+from .config import Config, ConfigError
+from .runtime.parties import PartyFailure, PartyThreads
+from .runtime.stop import StopRequest
+
+__all__ = ["simulate"]
+
+
+def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = None, resume: bool = False,
+             grace_s: float = 10.0) -> dict | None:
+    """The whole run in-process; the summary, or None if it was stopped (SIGTERM) after a
+    checkpoint. A failing party raises `PartyFailure` naming it after the others stopped
+    (waiting at most `grace_s` for a party that hangs)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from .runtime.placement import device_for, usable_cores
+    from .runtime.server import start_server
+    from .runtime.silo import run_silo
+
+    # Process-wide settings, as the MPI job gives each silo on one node: its share of the cores.
+    threads = max(1, usable_cores() // cfg.silos)
+    torch.set_num_threads(threads)
+    device = device_for(0)
+    hub = LocalHub()
+
+    def channel(address: int) -> LocalChannel:
+        return LocalChannel(address, hub, cfg.runtime.message_timeout_s, cfg.runtime.max_poll_sleep_ms / 1000)
+
+    with threadpool_limits(threads):
+        # the server first: θ(0) is drawn before any silo thread exists
+        server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume)
+        parties = PartyThreads(hub)
+        for silo in range(cfg.silos):
+            parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo))
+        try:
+            summary = server.run()
+        except ChannelClosed:
+            parties.join(grace_s)  # a silo failed first: raise its failure
+            raise
+        except BaseException as err:
+            parties.fail("the server", err)
+            parties.join(grace_s)
+        parties.join(grace_s)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = run_arguments("python -m cfl_mpi.simulate", __doc__.splitlines()[0]).parse_args(argv)
+    from .prepare import prepare
+
+    try:
+        cfg = load_run_config(args)
+        prepare(cfg)
+        prepare_results_folder(cfg, args)
+    except ConfigError as err:
+        config_error(str(err))
+    stop = StopRequest()
+    stop.install()
+    try:
+        simulate(cfg, stop=stop, resume=bool(args.resume))
+    except PartyFailure as failure:
+        detail = "".join(traceback.format_exception(failure.error)).rstrip()
+        print(f"cfl_mpi: {failure}\n{detail}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The in-process channel and the rank layout: every message checked as on MPI, waiting that
+does not spin, timeouts and failures that end a wait promptly, and silo → rank blocks."""
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cfl_mpi.channel import SERVER, ChannelClosed, LocalChannel, LocalHub, PeerTimeout, RankLayout
+from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
+
+PING = message_kind("test_ping")
+PONG = message_kind("test_pong")
+GOOD = {"w": np.ones((2, 3), dtype=np.float32)}
+EXPECT = Expect.like(PING, 4, GOOD, {"n_samples": int})
+
+
+def pair(timeout_s: float = 5.0) -> tuple[LocalHub, LocalChannel, LocalChannel]:
+    hub = LocalHub()
+    return hub, LocalChannel(SERVER, hub, timeout_s, 0.02), LocalChannel(0, hub, timeout_s, 0.02)
+
+
+def test_a_good_message_arrives_as_a_copy_with_its_meta_and_counted_bytes():
+    _, server, silo = pair()
+    arrays = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "steps": np.array(7, dtype=np.int64)}
+    silo.send(SERVER, PING, 4, arrays, n_samples=10)
+    arrays["w"][:] = -1  # the sender may reuse its buffers at once
+    msg = server.recv(0, Expect.like(PING, 4, {"w": GOOD["w"], "steps": arrays["steps"]}, {"n_samples": int}))
+    assert msg.sender == 0 and msg.who == "silo 0" and msg.meta["n_samples"] == 10
+    np.testing.assert_array_equal(msg.arrays["w"], np.arange(6).reshape(2, 3))
+    assert msg.arrays["steps"].shape == () and int(msg.arrays["steps"]) == 7
+    assert silo.sent_bytes["test_ping"] > 6 * 4 + 8
+
+
+def bad_frames():
+    """(case, header bytes, payload arrays, words the error must hold) as a hostile silo 0 sends them."""
+    header = encode_header(PING, 4, 0, GOOD, {"n_samples": 10})
+    w = GOOD["w"]
+    return [
+        ("wrong_kind", encode_header(PONG, 4, 0, GOOD, {"n_samples": 10}), [w], "kind 'test_pong'"),
+        ("wrong_round", encode_header(PING, 3, 0, GOOD, {"n_samples": 10}), [w], "for round 3"),
+        ("wrong_shape", encode_header(PING, 4, 0, {"w": np.ones((3, 2), np.float32)}, {"n_samples": 10}),
+         [np.ones((3, 2), np.float32)], "shape (3, 2)"),
+        ("wrong_dtype", encode_header(PING, 4, 0, {"w": np.ones((2, 3))}, {"n_samples": 10}),
+         [np.ones((2, 3))], "dtype float64"),
+        ("non_finite", header, [np.full((2, 3), np.nan, np.float32)], "non-finite"),
+        ("missing_meta", encode_header(PING, 4, 0, GOOD, {}), [w], "meta 'n_samples'"),
+        ("short_payload", header, [np.ones(4, np.float32)], "does not fit its header"),
+        ("garbage_header", b"\x80\x04not json", [], "not JSON"),
+        ("nan_meta", header.replace(b'"n_samples":10', b'"n_samples":NaN'), [w], "non-finite number NaN"),
+        ("forged_sender", encode_header(PING, 4, 5, GOOD, {"n_samples": 10}), [w], "claims sender 5"),
+    ]
+
+
+@pytest.mark.parametrize("case,header,payload,words", bad_frames(), ids=[c[0] for c in bad_frames()])
+def test_bad_messages_are_rejected_naming_sender_kind_and_round(case, header, payload, words):
+    hub, server, _ = pair()
+    hub.post(0, SERVER, header, payload)
+    with pytest.raises(ProtocolError) as err:
+        server.recv(0, EXPECT)
+    assert "silo 0" in str(err.value) and "test_ping" in str(err.value) and "round 4" in str(err.value)
+    assert words in str(err.value)
+
+
+def test_waiting_does_not_spin_and_wakes_at_once_on_arrival():
+    _, server, silo = pair()
+    threading.Timer(1.0, lambda: silo.send(SERVER, PING, 4, GOOD, n_samples=1)).start()
+    start = time.monotonic()
+    server.recv(0, EXPECT)
+    woke = time.monotonic() - start
+    assert 0.9 < woke < 1.5 and server.waits.wall_s > 0.9
+    assert server.waits.cpu_s < 0.1 * server.waits.wall_s, server.waits  # a spinning wait would be ~1.0
+
+
+def test_a_silent_peer_times_out_naming_both_parties():
+    _, server, _ = pair(timeout_s=0.3)
+    with pytest.raises(PeerTimeout, match=r"the server: waited 0 s for a message from silo 0"):
+        server.recv(0, EXPECT)
+
+
+def test_a_failure_elsewhere_in_the_process_ends_every_wait_at_once():
+    hub, server, _ = pair(timeout_s=60)
+    threading.Timer(0.3, lambda: hub.fail("silo 3 failed: boom")).start()
+    start = time.monotonic()
+    with pytest.raises(ChannelClosed, match="silo 3 failed: boom"):
+        server.recv(0, EXPECT)
+    assert time.monotonic() - start < 2 and server.closed()
+
+
+def test_recv_each_yields_one_message_per_sender():
+    hub = LocalHub()
+    server = LocalChannel(SERVER, hub, 5, 0.02)
+    silos = [LocalChannel(c, hub, 5, 0.02) for c in range(3)]
+    for c in (2, 0, 1):
+        silos[c].send(SERVER, PING, 4, GOOD, n_samples=c + 1)
+    got = {m.sender: m.meta["n_samples"] for m in server.recv_each(range(3), lambda _: EXPECT)}
+    assert got == {0: 1, 1: 2, 2: 3}
+    assert not any(hub.waiting(c, SERVER) for c in range(3))
+
+
+def test_silos_talk_to_each_other_directly():
+    hub = LocalHub()
+    a, b = LocalChannel(0, hub, 5, 0.02), LocalChannel(1, hub, 5, 0.02)
+    a.send(1, PING, 4, GOOD, n_samples=3)
+    assert b.recv(0, EXPECT).meta["n_samples"] == 3 and not hub.waiting(0, SERVER)
+
+
+@given(silos=st.integers(1, 200), data=st.data())
+def test_rank_layout_blocks_cover_every_silo_once_in_order(silos, data):
+    ranks = data.draw(st.integers(1, silos))
+    layout = RankLayout(silos, ranks)
+    blocks = [list(layout.silos_on(r)) for r in range(1, ranks + 1)]
+    assert [c for b in blocks for c in b] == list(range(silos))
+    assert max(map(len, blocks)) - min(map(len, blocks)) <= 1 and layout.slots == max(map(len, blocks))
+    for r, block in enumerate(blocks, start=1):
+        assert all(layout.rank_of(c) == r and layout.slot_of(c) == i for i, c in enumerate(block))
+    assert layout.rank_of(SERVER) == 0 and layout.slot_of(SERVER) == 0 and not layout.silos_on(0)
+    assert layout.world_size == ranks + 1
+
+
+def test_rank_layout_names_parties_with_their_rank():
+    layout = RankLayout(40, 8)
+    assert layout.describe(SERVER) == "the server (rank 0)" and layout.describe(7) == "silo 7 (rank 2)"
+    with pytest.raises(ValueError):
+        RankLayout(4, 5)
