@@ -308,19 +308,26 @@ class LateSilo:
 
 @dataclass(frozen=True)
 class FaultConfig:
-    """Failure injection, to test that a failing silo ends the job cleanly: silo `silo`
-    raises (`raise`), exits without a word (`exit`) or stops answering (`hang`) at the
-    start of round `round`."""
+    """Failure injection, to test that a failing or hostile silo cannot wreck the job. At the
+    start of round `round`, silo `silo` raises (`raise`), exits without a word (`exit`) or
+    stops answering (`hang`); or, from that round on, sends a hostile update: its model change
+    sign-flipped and scaled with a huge sample count (`scaled_update`), finite but huge
+    weights (`huge_weights`), the same update twice (`duplicate_update`), or an update's
+    header whose payload never follows (`header_only`)."""
 
     silo: int
     round: int
-    kind: Literal["raise", "exit", "hang"] = "raise"
+    kind: Literal["raise", "exit", "hang", "scaled_update", "huge_weights", "duplicate_update",
+                  "header_only"] = "raise"
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
     # A peer that stays silent this long is treated as dead: the job fails cleanly.
     message_timeout_s: float = 1800.0
+    # A header's payload follows it at once from an honest peer: one that has not arrived
+    # this long after its header is a protocol error, not a slow peer.
+    payload_timeout_s: float = 15.0
     # Longest sleep between two polls of a pending receive (back-off cap), so that a
     # waiting rank uses ~0 % CPU but still reacts within this delay.
     max_poll_sleep_ms: float = 20.0
@@ -527,6 +534,7 @@ def _validate(cfg: Config) -> None:
         _check(s.iterations >= 1, f"strategy.iterations: must be at least 1, got {s.iterations}")
     _validate_federation(cfg)
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
+    _check(cfg.runtime.payload_timeout_s > 0, "runtime.payload_timeout_s: must be positive")
     _check(cfg.runtime.silos_per_rank is None or 1 <= cfg.runtime.silos_per_rank <= cfg.silos,
            f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
            f"got {cfg.runtime.silos_per_rank}")

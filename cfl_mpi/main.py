@@ -108,7 +108,7 @@ def cli(argv: list[str] | None = None) -> None:
 
         def channel(address: int) -> MpiChannel:
             return MpiChannel(address, comm, layout, hub, mpi_lock, cfg.runtime.message_timeout_s,
-                              cfg.runtime.max_poll_sleep_ms / 1000)
+                              cfg.runtime.max_poll_sleep_ms / 1000, cfg.runtime.payload_timeout_s)
 
         if rank == 0:
             from .runtime.server import start_server

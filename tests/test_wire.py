@@ -31,6 +31,7 @@ def test_good_message_arrives_intact(report):
     ("oversized_payload", "does not fit its header"),
     ("short_payload", "header declared 24"),
     ("garbage_header", "not JSON"),
+    ("header_without_payload", "whose payload did not follow within 2 s"),
     ("nan_meta", "non-finite number NaN"),
     ("forged_sender", "claims sender 5"),
 ])
@@ -39,6 +40,10 @@ def test_bad_messages_are_rejected_with_sender_kind_and_round(report, case, word
     assert result["ok"] is False
     assert "silo 0 (rank 1)" in result["error"] and "test_update" in result["error"] and "round 4" in result["error"]
     assert words in result["error"], result["error"]
+
+
+def test_a_withheld_payload_is_an_error_within_the_payload_timeout(report):
+    assert report["header_without_payload"]["seconds"] < 2.0 + 3.0  # the payload timeout, not the message timeout
 
 
 def test_waiting_rank_does_not_spin(report):

@@ -82,6 +82,12 @@ class Channel(ABC):
              **meta: object) -> None:
         self.isend(dest, kind, round, arrays, **meta).wait()
 
+    def send_header_only(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray],
+                         **meta: object) -> None:
+        """Send a message's header and withhold its payload, as a broken or hostile peer would
+        (`runtime.fault` kind `header_only`); honest code never calls this."""
+        self._post(dest, encode_header(kind, round, self.me, arrays, meta), []).wait()
+
     def recv(self, source: int, expect: Expect) -> Message:
         """Receive the next message from `source`, which must match `expect`."""
         return self.recv_any([source], lambda _: expect)
@@ -135,10 +141,12 @@ class Channel(ABC):
         time.sleep(seconds)
 
     # ------------------------------------------------------------------ waiting
-    def _wait(self, ready: Callable[[], bool], what: Callable[[], str]) -> None:
-        """Poll `ready` with exponential back-off until true or the timeout expires."""
+    def _wait(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None) -> None:
+        """Poll `ready` with exponential back-off until true or the timeout (default: the
+        message timeout) expires."""
         if ready():
             return
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         start, cpu0 = time.monotonic(), time.thread_time()
         sleep = 5e-5
         try:
@@ -146,8 +154,8 @@ class Channel(ABC):
                 self._before_poll()
                 if ready():
                     return
-                if time.monotonic() - start > self.timeout_s:
-                    raise PeerTimeout(f"{self.describe(self.me)}: waited {self.timeout_s:.0f} s for {what()}")
+                if time.monotonic() - start > timeout_s:
+                    raise PeerTimeout(f"{self.describe(self.me)}: waited {timeout_s:.0f} s for {what()}")
                 self._sleep(sleep)
                 sleep = min(sleep * 2, self.max_sleep_s)
         finally:

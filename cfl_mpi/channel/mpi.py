@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError, check_payload, decode_header
-from .base import Pending
+from .base import Pending, PeerTimeout
 from .layout import RankLayout
 from .local import LocalChannel, LocalHub
 
@@ -44,9 +44,10 @@ class MpiChannel(LocalChannel):
     """A party on an MPI rank: co-located parties through the hub, the others through MPI."""
 
     def __init__(self, me: int, comm: MPI.Comm, layout: RankLayout, hub: LocalHub, mpi_lock: threading.Lock,
-                 timeout_s: float, max_sleep_s: float) -> None:
+                 timeout_s: float, max_sleep_s: float, payload_timeout_s: float) -> None:
         super().__init__(me, hub, timeout_s, max_sleep_s)
         self.comm, self.layout, self.mpi_lock = comm, layout, mpi_lock
+        self.payload_timeout_s = payload_timeout_s
         self.rank = comm.Get_rank()
         if layout.rank_of(me) != self.rank or layout.world_size != comm.Get_size():
             raise ValueError(f"{layout.describe(me)} cannot live on rank {self.rank} of {comm.Get_size()}")
@@ -106,7 +107,10 @@ class MpiChannel(LocalChannel):
                 return MPI.Request.Testall(requests, statuses)
 
         try:
-            self._wait(arrived, lambda: f"the payload of {expect.kind} from {who}")
+            self._wait(arrived, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s)
+        except PeerTimeout:  # an honest peer posts the payload right behind the header
+            raise ProtocolError(f"{who} sent a header of {expect.kind} (round {expect.round}) whose payload did "
+                                f"not follow within {self.payload_timeout_s:g} s") from None
         except MPI.Exception as err:  # e.g. MPI_ERR_TRUNCATE: more bytes than declared
             raise ProtocolError(f"{who} sent a payload of {expect.kind} (round {expect.round}) that does not "
                                 f"fit its header: {err}") from None

@@ -146,12 +146,16 @@ class Server:
         flagged = [d for d in ctx.decisions if d.action != "accepted"]
         for d in flagged:
             print(f"round {t}: {d.action} the update of {channel.describe(d.silo)}: {d.reason}", flush=True)
-        for pending in [channel.isend(c, MODEL, t, self.start_models[c], cluster=int(clusters[c])) for c in here]:
-            pending.wait()
+        sends = [channel.isend(c, MODEL, t, self.start_models[c], cluster=int(clusters[c])) for c in here]
         phases["aggregation"] = time.monotonic() - t0
 
         t0 = time.monotonic()
+        # Receive while the models are still in flight: a silo that sent a stray message (a
+        # second update, say) may be blocked until it is taken, and would never take its
+        # model; receiving first turns that deadlock into a ProtocolError naming it.
         record = self.evaluations(t, here)
+        for pending in sends:
+            pending.wait()
         phases["evaluation"] = time.monotonic() - t0
         record.update({
             "participants": training,

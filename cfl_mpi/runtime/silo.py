@@ -29,13 +29,28 @@ class InjectedExit(BaseException):
     (MPI), or the simulator reports the silo gone; nobody may catch it on the way."""
 
 
-def inject_fault(cfg: Config, silo: int, round: int, channel: Channel) -> None:
+HOSTILE_UPDATES = ("scaled_update", "huge_weights", "duplicate_update", "header_only")
+SCALE = 10.0  # `scaled_update`: -SCALE times the honest change ...
+CLAIMED_SAMPLES = 1 << 30  # ... claimed on a billion examples, to outweigh every honest member
+HUGE = 1e30  # `huge_weights`: finite in float32, ruinous in any average
+
+
+def fault_of(cfg: Config, silo: int, round: int) -> str | None:
+    """The `runtime.fault` kind that silo `silo` plays in round `round`, if any: a failure in
+    its round only, a hostile update in that round and every later one (it stays hostile)."""
     f = cfg.runtime.fault
-    if f is None or f.silo != silo or f.round != round:
+    if f is None or f.silo != silo:
+        return None
+    return f.kind if f.round == round or (f.kind in HOSTILE_UPDATES and f.round < round) else None
+
+
+def inject_fault(cfg: Config, silo: int, round: int, channel: Channel) -> None:
+    kind = fault_of(cfg, silo, round)
+    if kind is None or kind in HOSTILE_UPDATES:
         return
-    if f.kind == "exit":
+    if kind == "exit":
         raise InjectedExit(f"silo {silo} exits without a word in round {round} (runtime.fault)")
-    if f.kind == "hang":
+    if kind == "hang":
         while not channel.closed():  # alive but silent: the peers' message timeout must catch it
             time.sleep(0.5)
         return
@@ -75,9 +90,11 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
             ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.meta["first"]))
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
+            fault = fault_of(cfg, silo, t)
+            start = {k: v.copy() for k, v in state_arrays(model).items()} if fault == "scaled_update" else {}
             train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(seed), device)
-            channel.send(SERVER, UPDATE, t, protocol.encode_update(state_arrays(model), t),
-                         n_samples=len(data.y_train))
+            trained, n_samples = hostile_update(state_arrays(model), len(data.y_train), fault, start)
+            send_update(channel, t, protocol.encode_update(trained, t), n_samples, fault)
             protocol.after_training(ctx)
         if action != WAIT:
             receive_model(t)
@@ -90,3 +107,27 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
                          n_test=len(data.y_test), wait_wall_s=channel.waits.wall_s,
                          wait_cpu_s=channel.waits.cpu_s, **backdoor)
         t += 1
+
+
+
+def hostile_update(arrays: dict[str, np.ndarray], n_samples: int, fault: str | None,
+                   start: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """The trained model and sample count, or what a hostile silo (`runtime.fault`) claims."""
+    floating = [k for k, v in arrays.items() if np.issubdtype(v.dtype, np.floating)]
+    if fault == "scaled_update":  # θ' = s − SCALE·(θ − s): the honest change reversed and magnified
+        return {**arrays, **{k: (start[k] - SCALE * (arrays[k] - start[k])).astype(arrays[k].dtype)
+                             for k in floating}}, CLAIMED_SAMPLES
+    if fault == "huge_weights":
+        return {**arrays, **{k: np.full_like(arrays[k], HUGE) for k in floating}}, n_samples
+    return arrays, n_samples
+
+
+def send_update(channel: Channel, round: int, arrays: dict[str, np.ndarray], n_samples: int,
+                fault: str | None) -> None:
+    """Send the update to the server; a hostile silo withholds its payload or sends it twice."""
+    if fault == "header_only":
+        channel.send_header_only(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+        return
+    channel.send(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+    if fault == "duplicate_update":
+        channel.send(SERVER, UPDATE, round, arrays, n_samples=n_samples)

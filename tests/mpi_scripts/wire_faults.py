@@ -20,8 +20,12 @@ GOOD = {"w": np.ones((2, 3), dtype=np.float32)}
 EXPECT = Expect.like(UPDATE, 4, GOOD, {"n_samples": int})
 
 
+PAYLOAD_TIMEOUT_S = 2.0
+
+
 def channel(address, layout, comm, timeout_s=20.0, hub=None, lock=None):
-    return MpiChannel(address, comm, layout, hub or LocalHub(), lock or threading.Lock(), timeout_s, 0.02)
+    return MpiChannel(address, comm, layout, hub or LocalHub(), lock or threading.Lock(), timeout_s, 0.02,
+                      PAYLOAD_TIMEOUT_S)
 
 
 def raw_send(ch, header: bytes, payloads):
@@ -45,6 +49,7 @@ def cases():
         "oversized_payload": lambda c: raw_send(c, header, [np.ones(12, np.float32)]),
         "short_payload": lambda c: raw_send(c, header, [np.ones(4, np.float32)]),
         "garbage_header": lambda c: raw_send(c, b"\x80\x04not json", []),
+        "header_without_payload": lambda c: c.send_header_only(SERVER, UPDATE, 4, GOOD, n_samples=10),
         "nan_meta": lambda c: raw_send(c, header.replace(b'"n_samples":10', b'"n_samples":NaN'), [GOOD["w"]]),
         "forged_sender": lambda c: raw_send(c, encode_header(UPDATE, 4, 5, GOOD, {"n_samples": 10}), [GOOD["w"]]),
     }
@@ -57,11 +62,12 @@ def bad_messages(report):
         if world.Get_rank() == 1:
             case(channel(0, layout, comm))
         else:
+            start = time.monotonic()
             try:
                 msg = channel(SERVER, layout, comm).recv(0, EXPECT)
                 report[name] = {"ok": True, "sum": float(msg.arrays["w"].sum())}
             except ProtocolError as err:
-                report[name] = {"ok": False, "error": str(err)}
+                report[name] = {"ok": False, "error": str(err), "seconds": time.monotonic() - start}
         comm.Barrier()
 
 
