@@ -7,7 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from cfl_mpi.algorithms.fedwad_exchange import FEDWAD_MEASURE, FedWaDParams, Job, job_rng, run_jobs, serve
+from cfl_mpi.algorithms.fedwad_exchange import (FEDWAD_MEASURE, T_RANGE, FedWaDParams, Job, job_rng, job_times,
+                                                run_jobs, serve)
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub, PeerTimeout
 from cfl_mpi.ot.fedwad import fedwad, uniform_measure
 from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError
@@ -53,10 +54,11 @@ def test_distributed_jobs_equal_local_fedwad(p):
     server, silo0, silo1 = parties()
     params = FedWaDParams(p=p, n_iter=K, dim=DIM, max_support=S)
     got, _, _ = in_threads(lambda: run_jobs(server, ROUND, JOBS, params, SEED),
-                           lambda: serve(silo0, ROUND, measures(0), params),
-                           lambda: serve(silo1, ROUND, measures(1), params))
-    local = {job.key: fedwad(measures(job.mu)[job.key], measures(job.nu)[job.key], p=p, n_iter=K, t="random",
-                             support_size=S, seed=job_rng(SEED, ROUND, job)).distance for job in JOBS}
+                           lambda: serve(silo0, ROUND, measures(0), params, SEED),
+                           lambda: serve(silo1, ROUND, measures(1), params, SEED))
+    local = {job.key: fedwad(measures(job.mu)[job.key], measures(job.nu)[job.key], p=p, n_iter=K,
+                             t=job_times(SEED, ROUND, job.key, K), support_size=S,
+                             seed=job_rng(SEED, ROUND, job)).distance for job in JOBS}
     assert got == local and set(got) == {"0>1", "1>0"}
     # Only measures and scalars travel: the server sends ξ, the silos ξ_own and two distances.
     assert set(server.sent_bytes) == {"fedwad_measure"}
@@ -83,7 +85,7 @@ def test_bad_reply_names_the_silo_and_premature_done_is_refused():
         silo1.send(SERVER, FEDWAD_MEASURE, ROUND, {"points": msg.arrays["points"], "weights": 2 * msg.arrays["weights"]},
                    job=msg.meta["job"], k=msg.meta["k"])
 
-    server_error, good_silo_error, _ = in_threads(drive, lambda: serve(silo0, ROUND, measures(0), params), cheat)
+    server_error, good_silo_error, _ = in_threads(drive, lambda: serve(silo0, ROUND, measures(0), params, SEED), cheat)
     assert isinstance(server_error, ProtocolError)
     assert "silo 1" in str(server_error) and "fedwad_measure" in str(server_error) and "round 7" in str(server_error)
     assert "sum to 2.0" in str(server_error)
@@ -94,12 +96,21 @@ def test_bad_reply_names_the_silo_and_premature_done_is_refused():
     ({"op": "interpolate", "job": "5>9", "k": 1, "t": 0.5}, "one of the jobs"),
     ({"op": "interpolate", "job": "0>1", "k": 2, "t": 0.5}, "step 2"),
     ({"op": "interpolate", "job": "0>1", "k": 1, "t": 1.5}, "t 1.5"),
+    # a curious server's t near 0 would return the silo's own points: only the schedule's t passes
+    ({"op": "interpolate", "job": "0>1", "k": 1, "t": 1e-9}, "the scheduled t"),
+    ({"op": "interpolate", "job": "0>1", "k": 1, "t": float(job_times(SEED, ROUND, "0>1", K)[1])}, "the scheduled t"),
 ])
 def test_bad_requests_are_refused_by_the_silo(meta, words):
     server, silo0, _ = parties(timeout_s=5.0)
     xi = np.random.default_rng(1).normal(size=(S, DIM))
     server.send(0, FEDWAD_MEASURE, ROUND, {"points": xi, "weights": np.full(S, 1 / S)}, **meta)
     with pytest.raises(ProtocolError) as err:
-        serve(silo0, ROUND, measures(0), FedWaDParams(p=1, n_iter=K, dim=DIM, max_support=S))
+        serve(silo0, ROUND, measures(0), FedWaDParams(p=1, n_iter=K, dim=DIM, max_support=S), SEED)
     error = str(err.value)
     assert "the server" in error and "fedwad_measure" in error and "round 7" in error and words in error, error
+
+
+def test_the_schedule_is_seeded_per_job_and_bounded_away_from_0_and_1():
+    a, b = job_times(SEED, ROUND, "0>1", 500), job_times(SEED, ROUND, "1>0", 500)
+    assert np.array_equal(a, job_times(SEED, ROUND, "0>1", 500)) and not np.array_equal(a, b)
+    assert T_RANGE[0] <= a.min() and a.max() < T_RANGE[1]

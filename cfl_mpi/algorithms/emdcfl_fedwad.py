@@ -55,7 +55,7 @@ def serve_pairs(ctx: SiloRound, cfg: Config, own: dict[int, np.ndarray], cross: 
         measures[job_key(ctx.silo, p)] = silo_measure(own[p], s)
         measures[job_key(p, ctx.silo)] = silo_measure(cross[p], s)
     dim = next(iter(own.values())).shape[1]
-    serve(ctx.channel, ctx.round, measures, fedwad_params(cfg, dim))
+    serve(ctx.channel, ctx.round, measures, fedwad_params(cfg, dim), cfg.seed)
 
 
 def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[int]], dim: int,

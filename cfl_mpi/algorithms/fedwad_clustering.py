@@ -111,4 +111,4 @@ class FedWaDClusteringSilo(SiloProtocol):
             points = sample.reshape(len(sample), -1)
         mine = uniform_measure(points)
         measures = {job.key: mine for job in pair_jobs(self.cfg) if ctx.silo in (job.mu, job.nu)}
-        serve(ctx.channel, ctx.round, measures, fedwad_params(self.cfg))
+        serve(ctx.channel, ctx.round, measures, fedwad_params(self.cfg), self.cfg.seed)

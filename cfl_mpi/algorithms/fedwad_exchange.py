@@ -14,10 +14,16 @@ a job advances as soon as both of its halves are in. Every message is checked on
 (job known, iteration expected, shapes, weights summing to 1) and a violation raises
 ProtocolError naming the sender, the kind and the round.
 
-ξ(0) (S draws of N(0, I)) and the random times come from a Generator seeded by
-(seed, round, μ's silo, ν's silo), in the order :func:`~cfl_mpi.ot.fedwad.fedwad` draws them:
-a job's result equals ``fedwad(μ, ν, p=p, n_iter=K, t="random", support_size=S,
-seed=job_rng(seed, round, job))`` bit for bit.
+ξ(0) (S draws of N(0, I)) comes from a Generator seeded by (seed, round, μ's silo, ν's
+silo), as :func:`~cfl_mpi.ot.fedwad.fedwad` draws it; the times from a second one seeded by
+the same and known to both holders (:func:`job_times`): a job's result equals
+``fedwad(μ, ν, p=p, n_iter=K, t=job_times(...), support_size=S, seed=job_rng(seed, round,
+job))`` bit for bit.
+
+A holder accepts only the time its own copy of the schedule gives for that job and
+iteration, drawn from U(T_RANGE). The interpolating measure a holder returns is
+(1 − t)·x_i + t·T(x_i), atom by atom: a t near 0 would hand the server the holder's points
+themselves, so a curious server must not choose t (see docs/THREAT_MODEL.md).
 
 Only the approximate interpolation (Eq. 10) is offered: it keeps every measure within S
 points, so the receivers can bound what they accept. Random t (one U(0, 1) draw per
@@ -34,17 +40,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..channel import SERVER, Channel
-from ..ot.fedwad import Measure, client_distance, client_step, gaussian_measure, interpolation_times, server_step
+from ..ot.fedwad import Measure, client_distance, client_step, gaussian_measure, server_step
 from ..wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 
-__all__ = ["FEDWAD_KINDS", "FEDWAD_MEASURE", "FEDWAD_DISTANCE", "Job", "FedWaDParams", "job_key", "job_rng",
-           "run_jobs", "serve"]
+__all__ = ["FEDWAD_KINDS", "FEDWAD_MEASURE", "FEDWAD_DISTANCE", "T_RANGE", "Job", "FedWaDParams", "job_key",
+           "job_rng", "job_times", "run_jobs", "serve"]
 
 FEDWAD_MEASURE = message_kind("fedwad_measure")    # server ↔ silo: an interpolating measure ξ
 FEDWAD_DISTANCE = message_kind("fedwad_distance")  # silo → server: Wp between its measure and ξ(K)
 FEDWAD_KINDS = (FEDWAD_MEASURE, FEDWAD_DISTANCE)
 
 _WEIGHT_SUM_TOL = 1e-6
+T_RANGE = (0.1, 0.9)  # every time t of the schedule: bounded away from 0 and from 1
+_TIMES_STREAM = 1  # the times' Generator is seeded apart from ξ(0)'s
 INTERPOLATE, DISTANCE, DONE = "interpolate", "distance", "done"
 
 
@@ -79,6 +87,13 @@ class FedWaDParams:
 def job_rng(seed: int, round: int, job: Job) -> np.random.Generator:
     """The Generator of ξ(0) and the times of one job: a function of run seed, round and pair."""
     return np.random.default_rng([seed, round, job.mu, job.nu])
+
+
+def job_times(seed: int, round: int, key: str, n_iter: int) -> np.ndarray:
+    """The K times t of the job named `key` (``"mu>nu"``): U(T_RANGE) draws seeded by the run
+    seed, the round and the pair, so that the server and both holders know them."""
+    mu, nu = (int(s) for s in key.split(">"))
+    return np.random.default_rng([seed, round, mu, nu, _TIMES_STREAM]).uniform(*T_RANGE, size=n_iter)
 
 
 def _measure_spec(params: FedWaDParams) -> tuple[ArraySpec, ArraySpec]:
@@ -129,7 +144,7 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
             raise ValueError(f"job {job.key}: two distinct silos and 1 <= support <= {params.max_support} needed")
         rng = job_rng(seed, round, job)
         xi = gaussian_measure(job.support, params.dim, rng)  # ξ(0), as fedwad() draws it
-        states[job.key] = _State(job, xi, interpolation_times(params.n_iter, "random", rng))
+        states[job.key] = _State(job, xi, job_times(seed, round, job.key, params.n_iter))
     queues: dict[int, deque] = {s: deque() for j in jobs for s in (j.mu, j.nu)}
     pending = []
     results: dict[str, float] = {}
@@ -187,10 +202,12 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
 # --------------------------------------------------------------------------- silo
 
 
-def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params: FedWaDParams) -> None:
+def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params: FedWaDParams, seed: int) -> None:
     """Answer the server's requests about the jobs in ``measures`` (job key → own measure)
-    until it says ``done``; each job must go through steps 1..K, then its distance."""
+    until it says ``done``; each job must go through steps 1..K, at the scheduled times
+    (:func:`job_times`), then its distance."""
     next_step = {key: 1 for key in measures}
+    times = {key: job_times(seed, round, key, params.n_iter) for key in measures}
     expect = Expect(FEDWAD_MEASURE, round, _measure_spec(params), {"op": str, "job": str, "k": int, "t": float},
                     max_elements=params.max_support * params.dim)
     while True:
@@ -204,11 +221,13 @@ def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params:
             break
         wanted = next_step.get(key)
         final = wanted == params.n_iter + 1
-        if wanted is None or k != wanted or op != (DISTANCE if final else INTERPOLATE) or not (final or 0 < t < 1):
+        scheduled = None if wanted is None or final else float(times[key][wanted - 1])
+        if wanted is None or k != wanted or op != (DISTANCE if final else INTERPOLATE) or not (final or t == scheduled):
             raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} with op {op!r} "
                                 f"job {key!r} step {k} t {t}; this silo expects "
-                                + (f"step {wanted} of job {key!r} (op {'distance' if final else 'interpolate'}, "
-                                   f"0 < t < 1)" if wanted else f"one of the jobs {sorted(measures)}"))
+                                + (f"step {wanted} of job {key!r} (op {'distance' if final else 'interpolate'}"
+                                   + (f", the scheduled t {scheduled!r})" if scheduled is not None else ")")
+                                   if wanted else f"one of the jobs {sorted(measures)}"))
         xi = _checked_measure(msg, params)
         next_step[key] += 1
         if final:  # Algorithm 1, line 9

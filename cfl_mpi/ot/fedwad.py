@@ -349,13 +349,17 @@ def interpolate(
 
 
 def interpolation_times(
-    n_iter: int, t: float | Literal["random"] = 0.5, rng: np.random.Generator | None = None
+    n_iter: int, t: float | Literal["random"] | np.ndarray = 0.5, rng: np.random.Generator | None = None
 ) -> np.ndarray:
-    """The t of each of the ``n_iter`` iterations: all equal to ``t``, or ``"random"``:
-    one independent draw of U(0, 1) per iteration from ``rng`` (the server draws it and sends
-    it along with ξ(k-1); the three interpolations of an iteration share it)."""
+    """The t of each of the ``n_iter`` iterations: all equal to ``t``, ``"random"``: one
+    independent draw of U(0, 1) per iteration from ``rng`` (the three interpolations of an
+    iteration share it), or given, one per iteration, each in (0, 1)."""
     if n_iter < 0:
         raise ValueError(f"n_iter must be >= 0, got {n_iter}")
+    if isinstance(t, np.ndarray):
+        if t.shape != (n_iter,) or not np.all((t > 0.0) & (t < 1.0)):
+            raise ValueError(f"t: expected {n_iter} times strictly between 0 and 1, got {t!r}")
+        return t.astype(np.float64)
     if isinstance(t, str):
         if t != "random":
             raise ValueError(f"t must be a float in (0, 1) or 'random', got {t!r}")
@@ -422,7 +426,7 @@ def fedwad(
     *,
     p: int = 2,
     n_iter: int = 10,
-    t: float | Literal["random"] = 0.5,
+    t: float | Literal["random"] | np.ndarray = 0.5,
     method: Method = "approx",
     support_size: int = 10,
     init=None,
@@ -435,8 +439,8 @@ def fedwad(
     mu, nu : Measure, ``(points, weights)`` pair, or points array (n, d) (uniform weights).
     p : 1 (Euclidean cost, W1) or 2 (squared Euclidean cost; W2 = root of the OT cost).
     n_iter : K, the number of iterations (K = 0 evaluates ξ(0) only).
-    t : a fixed time in (0, 1) (0.5 in the paper's theory), or ``"random"`` for one U(0, 1)
-        draw per iteration from the seeded Generator.
+    t : a fixed time in (0, 1) (0.5 in the paper's theory), ``"random"`` for one U(0, 1)
+        draw per iteration from the seeded Generator, or an array of the K times.
     method : ``"approx"`` (Eq. 10, fixed support, default) or ``"exact"`` (Eq. 5).
     support_size : S, the size of the random ξ(0) when ``init`` is None.
     init : ξ(0) as a Measure / pair / points array; None draws S points of N(0, I_d).
