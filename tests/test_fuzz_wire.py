@@ -31,7 +31,7 @@ EXPECTS = [
            {"partner": int, "tau": float, "noise": float}, max_elements=64 * 5, bounds={"tau": (0, math.inf)}),
 ]
 SENDER = 2
-FUZZ = settings(max_examples=2500, suppress_health_check=list(HealthCheck), database=None)
+FUZZ = settings(max_examples=3500, suppress_health_check=list(HealthCheck), database=None)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(10 ** 30), max_value=10 ** 30)
