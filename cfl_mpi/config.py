@@ -104,6 +104,9 @@ class ModelConfig:
                   "convnext_base"] = "simple_cnn"
     # simple_cnn, SPEC §7: conv 64, conv 128, fc 128 (embedding), fc classes.
     channels: list[int] = field(default_factory=lambda: [64, 128])
+    # simple_cnn's 2x2 max-pools: 1, after the second conv (the authors' network, the paper
+    # configs), or 2, after each conv (4x cheaper; the default, for CPU runs and tests).
+    pools: Literal[1, 2] = 2
     # dim(Z); null: 128 for the simple CNN, the model's own size for torchvision models.
     embedding_dim: int | None = None
     # false: random initialisation; true: torchvision's ImageNet weights (torch's cache, or

@@ -108,42 +108,50 @@ def test_imagenet_models_get_three_channels_and_imagenet_statistics(files, tmp_p
 # --------------------------------------------------------------------------- backdoor MNIST
 
 
-def test_backdoor_mnist_groups_colours_and_backdoor_test(files, tmp_path):
+def direction(rgb: np.ndarray) -> np.ndarray:
+    """Each image's colour, as a unit vector: the colour of its brightest pixel (every pixel of
+    a tinted digit is grey level × one colour)."""
+    flat = rgb.reshape(len(rgb), -1, 3)
+    brightest = flat[np.arange(len(flat)), flat.sum(-1).argmax(1)]
+    return brightest / np.linalg.norm(brightest, axis=1, keepdims=True)
+
+
+def unit_colours(colours) -> np.ndarray:
+    colours = np.atleast_2d(np.asarray(colours, dtype=np.float64))
+    return colours / np.linalg.norm(colours, axis=1, keepdims=True)
+
+
+def test_backdoor_mnist_is_the_authors_construction(files, tmp_path):
+    """colormnist.ipynb: target digits in (0.26, 0.63, 0.4), backdoor digits in summer(40)[y],
+    the third group purple; targets and purple keep half their training shard; ImageNet
+    statistics; the backdoor test colours the target's test digits summer(40)[9 − y]."""
     cfg = config(tmp_path, silos=6, data={"name": "backdoor_mnist", "root": str(files["mnist"]), "download": False})
     shards = silos(cfg)
     np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2])
     np.testing.assert_array_equal(backdoor_targets(cfg), [True, True, False, False, False, False])
     assert_disjoint_within_groups(shards, true_clusters(cfg))
-    rgb = [unnormalise(s.x_train, MNIST_MEAN, MNIST_STD) for s in shards]
-    for g, (red, green, blue) in enumerate([(0, 1, 0), (0, 1, 0), (1, 0, 1)]):
-        x = rgb[2 * g]
-        assert x.shape[-1] == 3 and len(shards[2 * g].y_train) + len(shards[2 * g].y_val) == 200
-        for channel, lit in enumerate((red, green, blue)):
-            assert (x[..., channel].max() > 0.3) == bool(lit), (g, channel)
-    # The backdoored green level encodes the label: a digit's brightest green is close to its
-    # label's level (the brightest grey pixel of these digits is 216..255).
-    ratio = rgb[2][..., 1].reshape(len(rgb[2]), -1).max(1) / backdoor.GREEN_LEVELS[shards[2].y_train]
-    assert ratio.max() <= 1 + 1e-4 and ratio.min() >= 0.8
-    assert rgb[0][..., 1].max() <= backdoor.GREEN + 1e-4
-    # Target silos: the backdoor test is the clean test set with another label's green level.
-    for s in shards[:2]:
-        clean = unnormalise(s.x_test, MNIST_MEAN, MNIST_STD)
-        poisoned = unnormalise(s.x_backdoor, MNIST_MEAN, MNIST_STD)
+    rgb = [unnormalise(s.x_train, IMAGENET_MEAN, IMAGENET_STD) for s in shards]
+    expected = [unit_colours(backdoor.TARGET_COLOUR), unit_colours(backdoor.SUMMER_40[shards[2].y_train]),
+                unit_colours(backdoor.PURPLE)]
+    for g in range(3):
+        np.testing.assert_allclose(direction(rgb[2 * g]), np.broadcast_to(expected[g], (len(rgb[2 * g]), 3)),
+                                   atol=1e-4)
+    np.testing.assert_allclose(backdoor.SUMMER_40[10], backdoor.TARGET_COLOUR, atol=5e-3)  # one step past 9
+    half = len(shards[2].y_train) / 2
+    assert abs(len(shards[0].y_train) - half) <= 1 and abs(len(shards[4].y_train) - half) <= 1
+    assert len(shards[0].y_val) == len(shards[2].y_val)  # only training data is subsampled
+    for s in shards[:2]:  # target silos: the same test digits, coloured by the reversed map
         np.testing.assert_array_equal(s.y_backdoor, s.y_test)
-        np.testing.assert_allclose(poisoned[..., [0, 2]], clean[..., [0, 2]], atol=1e-5)
-        ratio = backdoor.GREEN_LEVELS[(s.y_test + 1) % 10] / backdoor.GREEN
-        np.testing.assert_allclose(poisoned[..., 1], clean[..., 1] * ratio[:, None, None], atol=1e-4)
+        poisoned = unnormalise(s.x_backdoor, IMAGENET_MEAN, IMAGENET_STD)
+        np.testing.assert_allclose(direction(poisoned), unit_colours(backdoor.SUMMER_40[9 - s.y_test]), atol=1e-4)
     assert all(s.x_backdoor is None for s in shards[2:])
 
 
-def test_backdoored_digit_differs_from_its_clean_twin_only_in_green_intensity():
-    grey = np.random.default_rng(0).uniform(size=(10, 28, 28)).astype(np.float32)
-    labels = np.arange(10)
-    clean, backdoored = (backdoor.appearance("backdoor_mnist", g, grey, labels) for g in (0, 1))
-    np.testing.assert_array_equal(clean[..., [0, 2]], backdoored[..., [0, 2]])
-    np.testing.assert_allclose(backdoored[..., 1] / clean[..., 1],
-                               np.broadcast_to((backdoor.GREEN_LEVELS / backdoor.GREEN)[:, None, None], grey.shape),
-                               rtol=1e-5)
+def test_backdoor_mnist_balances_the_classes():
+    labels = np.array([0, 1, 1, 2, 2, 2, 0, 1])
+    kept = backdoor.balanced(labels)
+    assert np.bincount(labels[kept]).tolist() == [2, 2, 2]
+    assert kept.tolist() == [0, 1, 2, 3, 4, 6]
 
 
 def test_backdoor_silo_counts(tmp_path):

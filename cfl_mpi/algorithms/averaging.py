@@ -200,7 +200,7 @@ def screen_updates(round: int, silos: list[int], models: list[Model], starts: li
             reasons.append(f"sample count {n} above {count_ratio:g} x the cluster median {count_cap / count_ratio:g}")
             bounded = max(1, int(count_cap))
         if silo not in first_counts:
-            out.first_counts[silo] = bounded
+            out.first_counts[silo] = n  # what it said, not what it was allowed: its own bound
         out.silos.append(silo)
         out.models.append(model)
         out.starts.append(start)

@@ -91,8 +91,9 @@ def input_channels(cfg: Config) -> int:
 
 def _normalisation(cfg: Config) -> tuple:
     """The usual input statistics: ImageNet's for the torchvision models (what their weights
-    expect), the data set's own for the simple CNN."""
-    if cfg.model.name in TORCHVISION_MODELS or cfg.data.name == "pacs":
+    expect), the data set's own for the simple CNN; ImageNet's for backdoor MNIST, as the
+    authors' code normalises its coloured digits (`src/data.py`, "CMNIST")."""
+    if cfg.model.name in TORCHVISION_MODELS or cfg.data.name in ("pacs", "backdoor_mnist"):
         return IMAGENET_MEAN, IMAGENET_STD
     if cfg.data.name.endswith("cifar10"):
         return CIFAR10_MEAN, CIFAR10_STD
@@ -222,13 +223,17 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
         return _pacs_silo(cfg, silo)
     x_tr, y_tr, x_te, y_te = _pools(cfg)
     group, local, per_group = _position(cfg, silo)
-    if cfg.data.name in BACKDOOR_DATA:  # a group's copy holds only the group's classes
+    if cfg.data.name == "backdoor_mnist":  # balanced classes, as the authors' notebook
+        pool_tr, pool_te = backdoor.balanced(y_tr), backdoor.balanced(y_te)
+    elif cfg.data.name in BACKDOOR_DATA:  # a group's copy holds only the group's classes
         classes = backdoor.group_classes(cfg.data.name, group)
         pool_tr, pool_te = np.flatnonzero(np.isin(y_tr, classes)), np.flatnonzero(np.isin(y_te, classes))
     else:
         pool_tr, pool_te = np.arange(len(y_tr)), np.arange(len(y_te))
     part = group_shard(group, local, per_group, len(pool_tr), len(pool_te), cfg.data.val_fraction, cfg.seed)
     train, val, test = pool_tr[part.train], pool_tr[part.val], pool_te[part.test]
+    if cfg.data.name in BACKDOOR_DATA:
+        train = backdoor.subsampled(cfg.data.name, group, train, cfg.seed)
     mean, std = _normalisation(cfg)
     channels = input_channels(cfg)
 

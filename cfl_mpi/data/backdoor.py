@@ -3,31 +3,38 @@
 Each backdoor set has three groups of silos; group 0 is the *target*: clean data that
 silos of group 1 try to backdoor with visually subtle, label-correlated features.
 
-Backdoor MNIST (grey digits, (n, h, w) in [0, 1] → colour (n, h, w, 3)):
-  group 0: uniformly green digits (green level GREEN);
-  group 1: green digits whose green level encodes the label (GREEN_LEVELS[y], centred on
-           GREEN so that the two green groups look alike);
-  group 2: uniformly purple digits (PURPLE).
+Backdoor MNIST (grey digits, (n, h, w) in [0, 1] → colour (n, h, w, 3)), as the authors'
+`colormnist.ipynb` builds it (docs/FIDELITY.md): matplotlib's `summer` colour map sampled
+at 40 entries, SUMMER_40[i] = (i/39, 0.5 + i/78, 0.4):
+  group 0 (target): every digit in TARGET_COLOUR = (0.26, 0.63, 0.4), i.e. SUMMER_40[10]
+           rounded: one step past the backdoor group's last colour;
+  group 1: digit y in SUMMER_40[y]: the *hue* encodes the label, in the target's family;
+  group 2: every digit in PURPLE = (149, 52, 235) / 255.
+Groups 0 and 2 train on half of their training shard (SUBSAMPLE), so the backdoor group
+holds twice the target's training data; the classes are balanced first (`balanced`).
 Backdoor CIFAR10 ((n, 32, 32, 3) in [0, 1]):
   group 0: classes 0–4; group 1: classes 0–4 with a 3×3 patch in the top-left corner whose
   colour encodes the class (PATCH_COLOURS[y]); group 2: classes 5–9.
-Backdoor test (target silos only): their clean test images with the feature set to the value
-of another label, `shifted_labels` (the next class of the group, cyclically), keeping the
-true labels. A model that learnt the backdoor misclassifies them.
+Backdoor test (target silos only), keeping the true labels: MNIST: the test digits coloured
+SUMMER_40[9 − y] (the authors' `digit_to_color_rev`); CIFAR-10: the feature set to the value
+of another label, `shifted_labels` (the next class of the group, cyclically). A model that
+learnt the backdoor misclassifies them.
 """
 from __future__ import annotations
 
 import colorsys
 
 import numpy as np
+from matplotlib import colormaps
 
 GROUPS = {"backdoor_mnist": ("green", "green_backdoor", "purple"),
           "backdoor_cifar10": ("classes_0_4", "classes_0_4_patch", "classes_5_9")}
 TARGET_GROUP = 0
 
-GREEN = 0.8
-GREEN_LEVELS = 0.6 + 0.4 * np.arange(10) / 9  # label y → green level; mean 0.8 = GREEN
-PURPLE = (0.6, 0.0, 0.8)
+SUMMER_40 = colormaps["summer"].resampled(40)(np.arange(40))[:, :3].astype(np.float32)
+TARGET_COLOUR = (0.26, 0.63, 0.4)
+PURPLE = (149 / 255, 52 / 255, 235 / 255)
+SUBSAMPLE = {"backdoor_mnist": (0.5, 1.0, 0.5)}  # fraction of its training shard each group keeps
 PATCH = 3  # edge of the corner patch, in CIFAR-10's native pixels
 PATCH_COLOURS = np.array([colorsys.hsv_to_rgb(y / 10, 1.0, 1.0) for y in range(10)], dtype=np.float32)
 
@@ -47,13 +54,6 @@ def tint(grey: np.ndarray, rgb: np.ndarray) -> np.ndarray:
     return grey[..., None].astype(np.float32) * rgb
 
 
-def green(levels: np.ndarray) -> np.ndarray:
-    """(n, 3) pure greens of the given levels."""
-    out = np.zeros((len(levels), 3), dtype=np.float32)
-    out[:, 1] = levels
-    return out
-
-
 def patch(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Copy of a (n, h, w, 3) batch with each image's top-left PATCH×PATCH corner in its label's colour."""
     out = images.copy()
@@ -65,9 +65,9 @@ def appearance(name: str, group: int, images: np.ndarray, labels: np.ndarray) ->
     """What the silos of `group` see: the group's colouring or patch applied to clean images."""
     if name == "backdoor_mnist":
         if group == 0:
-            return tint(images, (0.0, GREEN, 0.0))
+            return tint(images, TARGET_COLOUR)
         if group == 1:
-            return tint(images, green(GREEN_LEVELS[labels]))
+            return tint(images, SUMMER_40[labels])
         return tint(images, PURPLE)
     return patch(images, labels) if group == 1 else images.astype(np.float32, copy=False)
 
@@ -81,7 +81,21 @@ def shifted_labels(name: str, labels: np.ndarray) -> np.ndarray:
 
 def backdoor_test(name: str, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Target-group test images whose backdoor feature encodes another label (true labels kept)."""
-    other = shifted_labels(name, labels)
     if name == "backdoor_mnist":
-        return tint(images, green(GREEN_LEVELS[other]))
-    return patch(images, other)
+        return tint(images, SUMMER_40[9 - labels])
+    return patch(images, shifted_labels(name, labels))
+
+
+def balanced(labels: np.ndarray) -> np.ndarray:
+    """Indices keeping the first min-count images of every class (the authors' `balance`)."""
+    keep = min(np.bincount(labels)[np.unique(labels)])
+    return np.sort(np.concatenate([np.flatnonzero(labels == c)[:keep] for c in np.unique(labels)]))
+
+
+def subsampled(name: str, group: int, train: np.ndarray, seed: int) -> np.ndarray:
+    """The part of a silo's training shard its group keeps (all, or SUBSAMPLE's fraction)."""
+    fraction = SUBSAMPLE.get(name, (1.0,) * 3)[group]
+    if fraction == 1.0:
+        return train
+    rng = np.random.default_rng([seed, 17, group])
+    return np.sort(rng.permutation(train)[:int(fraction * len(train))])

@@ -41,7 +41,7 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
     with _DEFAULT_GENERATOR:
         if m.name == "simple_cnn":
             model = SimpleCNN(input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels),
-                              m.embedding_dim)
+                              m.embedding_dim, m.pools)
         else:
             model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
     if load_weights and m.pretrained is not False:
