@@ -116,7 +116,9 @@ def cli(argv: list[str] | None = None) -> None:
             if layout.silo_ranks < cfg.silos:
                 print(f"{cfg.silos} silos on {layout.silo_ranks} ranks "
                       f"(up to {layout.slots} per rank)", flush=True)
-            start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume)).run()
+            # the silos wait while the server clusters: it may use the node's cores meanwhile
+            start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
+                         cores=placement.cores).run()
         else:
             run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job

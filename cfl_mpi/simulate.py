@@ -44,7 +44,8 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
 
     with threadpool_limits(threads):
         # the server first: θ(0) is drawn before any silo thread exists
-        server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume)
+        server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume,
+                              usable_cores())
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
             parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo))

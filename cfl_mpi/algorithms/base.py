@@ -54,6 +54,7 @@ class ServerRound:
     # the screening's bound), and what `aggregate` decided about each update this round
     first_counts: dict[int, int] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
+    cores: int = 1  # cores the server's process may use for its own computations (e.g. W1 solves)
 
 
 @dataclass

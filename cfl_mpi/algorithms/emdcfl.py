@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -109,6 +110,23 @@ class EmdCfl(Strategy):
             return
         todo = {silo: list(p) for silo, p in partners.items() if p}
         dim_r = projected_dim(self.cfg)
+        # The W1 solves of a pair start as soon as both halves are in, on a pool of the
+        # server's cores, while later embeddings are still arriving (the assignment solver
+        # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
+        solves: dict[tuple[int, int], Future[float]] = {}
+        with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
+            try:
+                self._receive_pairs(ctx, todo, dim_r, pool, solves)
+            except BaseException:  # a bad message ends the round: drop the solves not started
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            for (c, partner), solve in solves.items():
+                self.W[c, partner] = solve.result() - self.tau[c]
+
+    def _receive_pairs(self, ctx: ServerRound, todo: dict[int, list[int]], dim_r: int, pool: ThreadPoolExecutor,
+                       solves: dict[tuple[int, int], Future[float]]) -> None:
+        """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves."""
+        s: EmdCflConfig = self.cfg.strategy
         halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         reference: dict[int, tuple[float, float]] = {}  # (τ_c, noise_c) as silo c first stated them
         expect = Expect(EMBEDDINGS, ctx.round,
@@ -135,8 +153,8 @@ class EmdCfl(Strategy):
                 own_c, cross_c = halves.pop((c, partner))
                 own_p, cross_p = halves.pop((partner, c))
                 # W[c][c'] compares c's data and c''s data, both under c's model.
-                self.W[c, partner] = self._w1(own_c, cross_p) - self.tau[c]
-                self.W[partner, c] = self._w1(own_p, cross_c) - self.tau[partner]
+                solves[(c, partner)] = pool.submit(self._w1, own_c, cross_p)
+                solves[(partner, c)] = pool.submit(self._w1, own_p, cross_c)
 
     def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
         """Clusters of the silos present from round 1 (re-extracted whenever partial

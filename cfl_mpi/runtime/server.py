@@ -48,8 +48,8 @@ class Server:
     """Builds θ(0) and the strategy at once (before any silo starts, so nothing races for torch's
     default generator), then `run`s the rounds."""
 
-    def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest) -> None:
-        self.cfg, self.channel, self.out, self.stop = cfg, channel, out, stop
+    def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest, cores: int = 1) -> None:
+        self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
         spec = REGISTRY[cfg.strategy.name]
@@ -124,7 +124,8 @@ class Server:
 
         phases: dict[str, float] = {}
         updates, n_samples = {}, {}
-        ctx = ServerRound(t, channel, training, updates, n_samples, self.start_models, first, self.first_counts)
+        ctx = ServerRound(t, channel, training, updates, n_samples, self.start_models, first, self.first_counts,
+                          cores=self.cores)
         t0 = time.monotonic()
         self.strategy.before_training(ctx)
         before = time.monotonic() - t0
@@ -217,9 +218,11 @@ class Server:
         return summary
 
 
-def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, resume: bool = False) -> Server:
-    """The server, ready to `run` (from the checkpoint in `out` with `resume`)."""
-    server = Server(cfg, channel, out, stop)
+def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, resume: bool = False,
+                 cores: int = 1) -> Server:
+    """The server, ready to `run` (from the checkpoint in `out` with `resume`); its strategy
+    may use `cores` cores for its own computations."""
+    server = Server(cfg, channel, out, stop, cores)
     if resume:
         server.resume()
         print(f"resuming {out} after round {server.next_round - 1}", flush=True)
