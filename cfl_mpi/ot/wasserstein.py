@@ -18,7 +18,7 @@ from sklearn.preprocessing import normalize
 GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
-__all__ = ["ground_cost", "w1", "w1_assignment", "w1_emd"]
+__all__ = ["ground_cost", "transport_cost", "w1", "w1_assignment", "w1_emd"]
 
 
 def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> np.ndarray:
@@ -62,7 +62,11 @@ def w1_emd(cost: np.ndarray) -> float:
 def w1(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine", solver: Solver = "exact",
        reg: float = 0.1) -> float:
     """W1 between the uniform empirical measures on the rows of x and of y."""
-    cost = ground_cost(x, y, metric)
+    return transport_cost(ground_cost(x, y, metric), solver, reg)
+
+
+def transport_cost(cost: np.ndarray, solver: Solver = "exact", reg: float = 0.1) -> float:
+    """W1 between uniform weights on the rows and the columns of a ground-cost matrix."""
     if solver == "sinkhorn":
         n, m = cost.shape
         return float(ot.sinkhorn2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, reg))
