@@ -1,6 +1,6 @@
 """A silo's noise estimate: the code before issue 13 against this tree's, side by side.
 
-    python benchmarks/noise_estimate.py BEFORE_TREE [--seeds 10] [--quick]
+    python -m benchmarks.noise_estimate BEFORE_TREE [--seeds 10] [--quick]
 
 On real embeddings (silos of rotated digits and of the MNIST test split, one local epoch
 of training) both estimators run over the same generator seeds; prints the time of each,
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from cfl_mpi.algorithms.emdcfl import projected_dim, reference_distance, sample_size
 from cfl_mpi.config import load_config
@@ -40,7 +40,7 @@ def former_estimator(tree: Path):
     body = source[source.index("def reference_distance("):source.index("\nclass EmdCfl(")]
     scope = {**vars(ours), "w1": module.w1}
     exec(compile(body, str(tree / "cfl_mpi/algorithms/emdcfl.py"), "exec"), scope)  # noqa: S102 - our own old code
-    return scope["reference_distance"]
+    return scope["reference_distance"]  # its solver code is the old tree's (module.w1)
 
 
 def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.ndarray, np.ndarray, int, object]:
@@ -57,16 +57,17 @@ def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.nd
         projected_dim(cfg), s
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="2 silos per data set, 5 seeds")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     seeds = 5 if args.quick else args.seeds
     torch.set_num_threads(1)
+    threadpool_limits(1)  # one BLAS thread, as a silo on a shared node has
     old = former_estimator(args.before)
-    print("| data | silo | n, |V| | before ms | after ms | before / after | noise after vs before (mean ±%) "
+    print("| data | silo | n, |V| | before CPU ms | after CPU ms | before / after | noise after vs before (mean ±%) "
           "| spread before | spread after |")
     print("|---|---|---|---|---|---|---|---|---|")
     ratios = []
@@ -78,9 +79,9 @@ def main() -> None:
             values, times = {"before": [], "after": []}, {"before": 0.0, "after": 0.0}
             for seed in range(seeds):  # interleaved, so both see the same machine load
                 for label, fn in (("before", old), ("after", reference_distance)):
-                    start = time.perf_counter()
+                    start = time.thread_time()  # CPU seconds: the shared machine's load does not count
                     tau, noise = fn(z, v, dim_r, s, np.random.default_rng(seed))
-                    times[label] += time.perf_counter() - start
+                    times[label] += time.thread_time() - start
                     values[label].append(noise)
             b, a = np.array(values["before"]), np.array(values["after"])
             ratios.append(a.mean() / b.mean())
@@ -93,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -54,31 +54,33 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
 
     The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
     projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
-    over random halvings V1, V2 of its validation embeddings, a random subset Z' of its
-    training embeddings as large as a half, and fresh random projections R_k, the RMS of
-    W1(Z' R_k, V1 R_k) − W1(Z', V2). Both sampling noise and the distortion of the
-    projection are in it; the robust cluster extraction measures W in these units.
-    Equal sizes make every solve an assignment problem (fast; issue 13); the fluctuation of
-    an empirical W1 between h and h' points goes like (1/h + 1/h')^(1/2), so the RMS at
-    h = h' is rescaled to the sizes (n, h) of the former estimator, then by 1/√2 to the full
-    size as before: the same statistic in expectation (docs/FIDELITY.md measures it).
+    over random halvings V1, V2 of its validation embeddings and fresh random projections
+    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2), Z' a random subset of 2h of its n
+    training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋). Both sampling noise and the
+    distortion of the projection are in it; the robust cluster extraction measures W in
+    these units. |Z'| = 2|V1| makes each W1 an assignment problem (w1_repeated, issue 13);
+    where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the fluctuation of an empirical W1,
+    which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the full sizes (n, ⌊|V|/2⌋). The
+    halves hold half the samples of the real comparison, and that fluctuation shrinks like
+    n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
     """
     solver = "exact" if s.distance == "fedwad" else s.distance  # both clouds are local: no FedWaD needed
     full = ground_cost(z_own, z_val, s.ground_cost)
     tau = transport_cost(full, solver, s.sinkhorn_reg)
-    n, half = len(z_own), min(len(z_own), len(z_val) // 2)
-    if half < 1:
+    n, halves = len(z_own), len(z_val) // 2
+    h = min(halves, n // 2)
+    if h < 1:
         return tau, 0.0
     null = []
     for _ in range(s.noise_splits):
         order = rng.permutation(len(z_val))
-        sub = np.sort(rng.permutation(n)[:half])
+        sub = np.sort(rng.permutation(n)[:2 * h])
         r = random_projection(rng, z_own.shape[1], dim_r)
-        projected = ground_cost(z_own[sub] @ r, z_val[order[:half]] @ r, s.ground_cost)
+        projected = ground_cost(z_own[sub] @ r, z_val[order[:h]] @ r, s.ground_cost)
         null.append(transport_cost(projected, solver, s.sinkhorn_reg)
-                    - transport_cost(full[np.ix_(sub, order[half:2 * half])], solver, s.sinkhorn_reg))
-    to_former_sizes = (1.0 / n + 1.0 / (len(z_val) // 2)) / (2.0 / half)
-    return tau, float(np.sqrt(np.mean(np.square(null)) * to_former_sizes / 2.0))
+                    - transport_cost(full[np.ix_(sub, order[h:2 * h])], solver, s.sinkhorn_reg))
+    to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
+    return tau, float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
 
 
 class EmdCfl(Strategy):
