@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     sets = [*overrides, "train.rounds=1", "train.local_epochs=1", "strategy.pair_keys=seeded"]
     print(f"data: {config}; " + " ".join(sets[len(overrides):]))
     print("| C | ranks | clustering before s | clustering after s | after/before | "
-          + " | ".join(f"{k} bytes" for k in KINDS) + " |")
-    print("|---" * (5 + len(KINDS)) + "|")
+          + " | ".join(f"{k} bytes" for k in KINDS) + " | server PSS MB | silo rank PSS MB (max) |")
+    print("|---" * (7 + len(KINDS)) + "|")
     walls: dict[str, list[float]] = {"before": [], "after": []}
     sent: dict[str, list[int]] = {k: [] for k in KINDS}
     for c in counts:
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
             sent[k].append(after.records[0]["bytes"].get(k, 0))
         print(f"| {c} | {ranks} | {walls['before'][-1]:.1f} | {walls['after'][-1]:.1f} "
               f"| {walls['after'][-1] / walls['before'][-1]:.2f} | " + " | ".join(str(sent[k][-1]) for k in KINDS)
-              + " |", flush=True)
+              + f" | {after.pss_mb.get(0, float('nan')):.0f} | {max(after.pss_mb.get(r, 0.0) for r in range(1, ranks)):.0f} |",
+              flush=True)
     if len(counts) >= 3:
         x = np.array(counts, dtype=float)
         for tree, wall in walls.items():

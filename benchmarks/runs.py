@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ class Job:
     wall_s: float           # the whole command, start-up included
     records: list[dict]     # metrics.jsonl
     summary: dict
+    pss_mb: dict[int, float]  # peak proportional set size of each rank (MPI rank → MB)
 
 
 def mpirun() -> str:
@@ -44,12 +46,54 @@ def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: 
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
         cmd = [mpirun(), "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main", config, "--out", out, *sets]
         start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peaks: dict[int, float] = {}
+        sampler = threading.Thread(target=sample_pss, args=(proc, peaks), daemon=True)
+        sampler.start()
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
         wall = time.monotonic() - start
+        sampler.join()
         if proc.returncode != 0:
-            raise RuntimeError(f"job failed in {tree} ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+            raise RuntimeError(f"job failed in {tree} ({proc.returncode}): {' '.join(cmd)}\n{stderr[-3000:]}")
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-        return Job(wall, records, json.loads((Path(out) / "summary.json").read_text()))
+        return Job(wall, records, json.loads((Path(out) / "summary.json").read_text()), peaks)
+
+
+def _descendants(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        kids = [int(p) for p in children.read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _mpi_rank(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    rank = next((e.split(b"=", 1)[1] for e in env if e.startswith((b"PMI_RANK=", b"OMPI_COMM_WORLD_RANK="))), None)
+    return int(rank) if rank is not None else None
+
+
+def sample_pss(proc: subprocess.Popen, peaks: dict[int, float], every_s: float = 0.5) -> None:
+    """Peak PSS (shared pages counted once: /proc/PID/smaps_rollup) of each MPI rank of a job."""
+    while proc.poll() is None:
+        for pid in _descendants(proc.pid):
+            rank = _mpi_rank(pid)
+            try:
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            except OSError:
+                continue
+            kb = next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+            if rank is not None:
+                peaks[rank] = max(peaks.get(rank, 0.0), kb / 1024)
+        time.sleep(every_s)
 
 
 def clustering_s(job: Job) -> float:
