@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .runs import DIGITS, MNIST, MNIST_TEST, ROOT, clustering_s, run_job
+from .whole_job import breakdown
 
 KINDS = ("plan", "handshake", "embedding_model", "embeddings")
 
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---" * (7 + len(KINDS)) + "|")
     walls: dict[str, list[float]] = {"before": [], "after": []}
     sent: dict[str, list[int]] = {k: [] for k in KINDS}
+    steps = []
     for c in counts:
         ranks = min(c, 8) + 1
         before = run_job(args.before, config, [*sets, f"silos={c}"], ranks)
@@ -41,10 +43,12 @@ def main(argv: list[str] | None = None) -> None:
         walls["after"].append(clustering_s(after))
         for k in KINDS:
             sent[k].append(after.records[0]["bytes"].get(k, 0))
+        steps.append(f"- C = {c}: {breakdown(after)}")
         print(f"| {c} | {ranks} | {walls['before'][-1]:.1f} | {walls['after'][-1]:.1f} "
               f"| {walls['after'][-1] / walls['before'][-1]:.2f} | " + " | ".join(str(sent[k][-1]) for k in KINDS)
               + f" | {after.pss_mb.get(0, float('nan')):.0f} | {max(after.pss_mb.get(r, 0.0) for r in range(1, ranks)):.0f} |",
               flush=True)
+    print("\nThis tree's clustering round:\n" + "\n".join(steps))
     if len(counts) >= 3:
         x = np.array(counts, dtype=float)
         for tree, wall in walls.items():
