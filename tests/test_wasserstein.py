@@ -3,7 +3,7 @@ import numpy as np
 import ot
 import pytest
 
-from cfl_mpi.ot.wasserstein import ground_cost, w1, w1_assignment, w1_emd
+from cfl_mpi.ot.wasserstein import ground_cost, w1, w1_assignment, w1_emd, w1_repeated
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean", "sqeuclidean"])
@@ -22,6 +22,18 @@ def test_unequal_sizes_use_emd():
     x, y = rng.normal(size=(40, 8)), rng.normal(size=(55, 8))
     cost = ot.dist(x, y, metric="cosine")
     assert w1(x, y) == pytest.approx(ot.emd2(np.full(40, 1 / 40), np.full(55, 1 / 55), cost), rel=1e-9)
+
+
+@pytest.mark.parametrize("n,m", [(40, 80), (150, 50), (7, 28), (2, 6)])
+def test_a_size_multiple_of_the_other_is_an_assignment_of_repeated_points(n, m):
+    rng = np.random.default_rng(n + m)
+    x, y = rng.normal(size=(n, 16)), rng.normal(size=(m, 16)) + 0.2
+    cost = ot.dist(x, y, metric="cosine")
+    reference = ot.emd2(np.full(n, 1 / n), np.full(m, 1 / m), cost, numItermax=10_000_000)
+    assert w1_repeated(cost) == pytest.approx(reference, rel=1e-9, abs=1e-12)
+    assert w1(x, y) == pytest.approx(reference, rel=1e-9, abs=1e-12)
+    with pytest.raises(ValueError, match="multiple"):
+        w1_repeated(cost[:, : m - 1] if m > n else cost[: n - 1])
 
 
 def test_same_cloud_is_zero_and_shift_is_detected():

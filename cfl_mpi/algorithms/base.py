@@ -10,7 +10,10 @@ addresses silos by index and the server as `SERVER`: no rank, no MPI.
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +58,7 @@ class ServerRound:
     first_counts: dict[int, int] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     cores: int = 1  # cores the server's process may use for its own computations (e.g. W1 solves)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # the strategy's own breakdown, recorded
 
 
 @dataclass
@@ -69,6 +73,18 @@ class SiloRound:
     device: Any
     silos: int            # silos in the run: peers are 0..silos-1
     first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
+    # wall seconds of the protocol's `steps` this round, reported to the server with the evaluation
+    step_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def timed(seconds: dict[str, float], step: str) -> Iterator[None]:
+    """Adds the wall time of the block to `seconds[step]` (the round's per-step breakdown)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds[step] = seconds.get(step, 0.0) + time.monotonic() - start
 
 
 class Strategy(ABC):
@@ -119,6 +135,9 @@ class Strategy(ABC):
 
 class SiloProtocol:
     """Silo half of a strategy; the default does nothing beyond training."""
+
+    # Timed steps of `after_training` (SiloRound.step_seconds), in the order the silo reports them.
+    steps: tuple[str, ...] = ()
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg

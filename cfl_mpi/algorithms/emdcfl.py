@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -19,12 +20,12 @@ import numpy as np
 
 from ..channel import SERVER
 from ..config import Config, EmdCflConfig
-from ..ot.wasserstein import w1
+from ..ot.wasserstein import ground_cost, transport_cost, w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                  random_projection)
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from . import emdcfl_fedwad
-from .base import ServerRound, SiloProtocol, SiloRound, Strategy
+from .base import ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from .cluster_extraction import ExtractionReport, extract_clusters, place_newcomer, symmetrised
 from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
@@ -54,23 +55,32 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
     projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
     over random halvings V1, V2 of its validation embeddings and fresh random projections
-    R_k, the RMS of W1(Z R_k, V1 R_k) − W1(Z, V2). Both sampling noise and the distortion
-    of the projection are in it; the robust cluster extraction measures W in these units.
-    The halves hold half the samples of the real comparison, and the fluctuation of an
-    empirical W1 shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
+    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2), Z' a random subset of 2h of its n
+    training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋). Both sampling noise and the
+    distortion of the projection are in it; the robust cluster extraction measures W in
+    these units. |Z'| = 2|V1| makes each W1 an assignment problem (w1_repeated, issue 13);
+    where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the fluctuation of an empirical W1,
+    which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the full sizes (n, ⌊|V|/2⌋). The
+    halves hold half the samples of the real comparison, and that fluctuation shrinks like
+    n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
     """
     solver = "exact" if s.distance == "fedwad" else s.distance  # both clouds are local: no FedWaD needed
-    tau = w1(z_own, z_val, s.ground_cost, solver, s.sinkhorn_reg)
-    half = len(z_val) // 2
-    if half < 1:
+    full = ground_cost(z_own, z_val, s.ground_cost)
+    tau = transport_cost(full, solver, s.sinkhorn_reg)
+    n, halves = len(z_own), len(z_val) // 2
+    h = min(halves, n // 2)
+    if h < 1:
         return tau, 0.0
     null = []
     for _ in range(s.noise_splits):
         order = rng.permutation(len(z_val))
+        sub = np.sort(rng.permutation(n)[:2 * h])
         r = random_projection(rng, z_own.shape[1], dim_r)
-        null.append(w1(z_own @ r, z_val[order[:half]] @ r, s.ground_cost, solver, s.sinkhorn_reg)
-                    - w1(z_own, z_val[order[half:2 * half]], s.ground_cost, solver, s.sinkhorn_reg))
-    return tau, float(np.sqrt(np.mean(np.square(null)) / 2.0))
+        projected = ground_cost(z_own[sub] @ r, z_val[order[:h]] @ r, s.ground_cost)
+        null.append(transport_cost(projected, solver, s.sinkhorn_reg)
+                    - transport_cost(full[np.ix_(sub, order[h:2 * h])], solver, s.sinkhorn_reg))
+    to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
+    return tau, float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
 
 
 class EmdCfl(Strategy):
@@ -113,18 +123,23 @@ class EmdCfl(Strategy):
         # The W1 solves of a pair start as soon as both halves are in, on a pool of the
         # server's cores, while later embeddings are still arriving (the assignment solver
         # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
-        solves: dict[tuple[int, int], Future[float]] = {}
+        solves: dict[tuple[int, int], Future[tuple[float, float]]] = {}
         with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
             try:
-                self._receive_pairs(ctx, todo, dim_r, pool, solves)
+                with timed(ctx.step_seconds, "receive"):
+                    self._receive_pairs(ctx, todo, dim_r, pool, solves)
             except BaseException:  # a bad message ends the round: drop the solves not started
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-            for (c, partner), solve in solves.items():
-                self.W[c, partner] = solve.result() - self.tau[c]
+            with timed(ctx.step_seconds, "w1_after_last_message"):
+                for (c, partner), solve in solves.items():
+                    value, seconds = solve.result()
+                    self.W[c, partner] = value - self.tau[c]
+                    ctx.step_seconds["w1_solves"] = ctx.step_seconds.get("w1_solves", 0.0) + seconds
+        ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
 
     def _receive_pairs(self, ctx: ServerRound, todo: dict[int, list[int]], dim_r: int, pool: ThreadPoolExecutor,
-                       solves: dict[tuple[int, int], Future[float]]) -> None:
+                       solves: dict[tuple[int, int], Future[tuple[float, float]]]) -> None:
         """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves."""
         s: EmdCflConfig = self.cfg.strategy
         halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -153,8 +168,8 @@ class EmdCfl(Strategy):
                 own_c, cross_c = halves.pop((c, partner))
                 own_p, cross_p = halves.pop((partner, c))
                 # W[c][c'] compares c's data and c''s data, both under c's model.
-                solves[(c, partner)] = pool.submit(self._w1, own_c, cross_p)
-                solves[(partner, c)] = pool.submit(self._w1, own_p, cross_c)
+                solves[(c, partner)] = pool.submit(self._timed_w1, own_c, cross_p)
+                solves[(partner, c)] = pool.submit(self._timed_w1, own_p, cross_c)
 
     def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
         """Clusters of the silos present from round 1 (re-extracted whenever partial
@@ -192,6 +207,11 @@ class EmdCfl(Strategy):
         s: EmdCflConfig = self.cfg.strategy
         return w1(x, y, s.ground_cost, s.distance, s.sinkhorn_reg)
 
+    def _timed_w1(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """(W1, the thread's wall seconds on it): the server's busy time in the round."""
+        start = time.monotonic()
+        return self._w1(x, y), time.monotonic() - start
+
     def report(self) -> dict:
         """How the clusters were extracted, and what the paper's rule at ε would have said."""
         paper = extract_clusters(self.W, rule="neighbourhoods", epsilon=self.cfg.strategy.epsilon)[0]
@@ -203,8 +223,11 @@ class EmdCfl(Strategy):
 class EmdCflSilo(SiloProtocol):
     """Silo half: handshake, ω swap and projected embeddings for each planned partner."""
 
+    steps = ("plan", "embedding", "noise", "handshake", "swap", "send")
+
     def after_training(self, ctx: SiloRound) -> None:
-        partners = self._plan(ctx)
+        with timed(ctx.step_seconds, "plan"):
+            partners = self._plan(ctx)
         if not partners:
             return
         from ..training import embed  # torch: silo side only
@@ -213,10 +236,13 @@ class EmdCflSilo(SiloProtocol):
         rng = np.random.default_rng([self.cfg.seed, 11, ctx.silo, ctx.round])
         x_sample = ctx.data.x_train[np.sort(rng.choice(len(ctx.data.y_train), sample_size(s, len(ctx.data.y_train)),
                                                        replace=False))]
-        z_own = embed(ctx.model.embedding, x_sample, ctx.device)
-        z_val = embed(ctx.model.embedding, ctx.data.x_val[: s.sample_cap], ctx.device)
-        tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
-        seeds = self._handshake(ctx, partners)
+        with timed(ctx.step_seconds, "embedding"):
+            z_own = embed(ctx.model.embedding, x_sample, ctx.device)
+            z_val = embed(ctx.model.embedding, ctx.data.x_val[: s.sample_cap], ctx.device)
+        with timed(ctx.step_seconds, "noise"):
+            tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
+        with timed(ctx.step_seconds, "handshake"):
+            seeds = self._handshake(ctx, partners)
         projected = self._project(ctx, partners, seeds, x_sample, z_own)
         if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
             own, cross = {}, {}
@@ -227,8 +253,9 @@ class EmdCflSilo(SiloProtocol):
         # each pair's embeddings leave as soon as they exist: the server measures meanwhile
         pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, {"own": own, "cross": cross},
                                      partner=p, tau=tau, noise=noise) for p, own, cross in projected]
-        for p in pending:
-            p.wait()
+        with timed(ctx.step_seconds, "send"):
+            for p in pending:
+                p.wait()
 
     def _plan(self, ctx: SiloRound) -> list[int]:
         """The partners the server asks this silo to measure, in tournament order."""
@@ -264,10 +291,12 @@ class EmdCflSilo(SiloProtocol):
         borrowed = copy.deepcopy(ctx.model.embedding)
         dim_z, dim_r = z_own.shape[1], projected_dim(self.cfg)
         for p in partners:  # tournament order: the partner reaches this pair in the same slot
-            swap = ctx.channel.isend(p, EMBEDDING_MODEL, ctx.round, omega)
-            theirs = ctx.channel.recv(p, Expect.like(EMBEDDING_MODEL, ctx.round, omega))
-            swap.wait()
-            load_arrays(borrowed, theirs.arrays)
-            z_cross = embed(borrowed, x_sample, ctx.device)  # Z_{c|c'}: own data, partner's model
+            with timed(ctx.step_seconds, "swap"):
+                swap = ctx.channel.isend(p, EMBEDDING_MODEL, ctx.round, omega)
+                theirs = ctx.channel.recv(p, Expect.like(EMBEDDING_MODEL, ctx.round, omega))
+                swap.wait()
+            with timed(ctx.step_seconds, "embedding"):
+                load_arrays(borrowed, theirs.arrays)
+                z_cross = embed(borrowed, x_sample, ctx.device)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)
             yield p, z_own @ r, z_cross @ r

@@ -2,15 +2,18 @@
 
 With n = m points of uniform weight, exact W1 is a linear assignment problem (Birkhoff:
 an optimal plan is a permutation matrix), which scipy's `linear_sum_assignment` solves
-faster than a network simplex on the full plan (`benchmarks/w1.py` measures it); POT's
-`emd2` covers n ≠ m. Sinkhorn (entropic, Cuturi 2013) is the approximate variant of
-Appendix E.2.
+faster than a network simplex on the full plan. With m = k·n (k a small integer) it is one
+too: each of the n points, repeated k times with weight 1/(kn), is the same measure, so W1
+is the assignment cost of the k-fold repeated cost matrix; its many ties suit LAPJV (`lap`,
+from lapx). `benchmarks/w1.py` measures all three. POT's `emd2` covers any other n ≠ m.
+Sinkhorn (entropic, Cuturi 2013) is the approximate variant of Appendix E.2.
 """
 from __future__ import annotations
 
 from typing import Literal
 
 import numpy as np
+import lap
 import ot
 from scipy.optimize import linear_sum_assignment
 from sklearn.preprocessing import normalize
@@ -18,7 +21,9 @@ from sklearn.preprocessing import normalize
 GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
-__all__ = ["ground_cost", "w1", "w1_assignment", "w1_emd"]
+__all__ = ["ground_cost", "transport_cost", "w1", "w1_assignment", "w1_emd", "w1_repeated"]
+
+MAX_REPEAT = 4  # repeat a side at most 4-fold: a (4n)² assignment is still faster than the simplex
 
 
 def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> np.ndarray:
@@ -53,6 +58,18 @@ def w1_assignment(cost: np.ndarray) -> float:
     return float(cost[rows, cols].mean())
 
 
+def w1_repeated(cost: np.ndarray) -> float:
+    """Exact W1 for n and m = k·n uniform points (or n = k·m): the assignment cost of the
+    cost matrix with each point of the smaller side repeated k times, by LAPJV."""
+    n, m = cost.shape
+    small, large = min(n, m), max(n, m)
+    if large % small:
+        raise ValueError(f"w1_repeated needs one size a multiple of the other, got {cost.shape}")
+    square = np.repeat(cost, large // small, axis=0 if n < m else 1)
+    _, cols, _ = lap.lapjv(square)
+    return float(square[np.arange(large), cols].mean())
+
+
 def w1_emd(cost: np.ndarray) -> float:
     """Exact W1 for uniform weights of any sizes, by POT's network simplex."""
     n, m = cost.shape
@@ -62,8 +79,17 @@ def w1_emd(cost: np.ndarray) -> float:
 def w1(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine", solver: Solver = "exact",
        reg: float = 0.1) -> float:
     """W1 between the uniform empirical measures on the rows of x and of y."""
-    cost = ground_cost(x, y, metric)
+    return transport_cost(ground_cost(x, y, metric), solver, reg)
+
+
+def transport_cost(cost: np.ndarray, solver: Solver = "exact", reg: float = 0.1) -> float:
+    """W1 between uniform weights on the rows and the columns of a ground-cost matrix."""
     if solver == "sinkhorn":
         n, m = cost.shape
         return float(ot.sinkhorn2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, reg))
-    return w1_assignment(cost) if cost.shape[0] == cost.shape[1] else w1_emd(cost)
+    n, m = cost.shape
+    if n == m:
+        return w1_assignment(cost)
+    if max(n, m) % min(n, m) == 0 and max(n, m) <= MAX_REPEAT * min(n, m):
+        return w1_repeated(cost)
+    return w1_emd(cost)

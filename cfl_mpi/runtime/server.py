@@ -18,7 +18,7 @@ from ..channel import Channel
 from ..config import Config, config_digest
 from ..data import backdoor_targets, num_classes, true_clusters
 from ..results import RunRecorder
-from ..wire.messages import ArraySpec, Expect, Kind
+from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
 from .stop import StopRequest
@@ -34,13 +34,15 @@ def initial_model(cfg: Config) -> Model:
     return seeded_states(cfg, num_classes(cfg), cfg.seed, 1)[0]
 
 
-def eval_expect(round: int, kinds: tuple[Kind, ...], backdoor: bool = False) -> Expect:
+def eval_expect(round: int, kinds: tuple[Kind, ...], backdoor: bool = False, steps: int = 0) -> Expect:
     """A silo's evaluation and its bytes sent per kind (in `kinds` order); the target silos of a
-    backdoor set also report `backdoor_acc`."""
+    backdoor set also report `backdoor_acc`; a strategy with timed silo steps adds their seconds."""
     meta = {"accuracy": float, "loss": float, "n_test": int, "wait_wall_s": float, "wait_cpu_s": float}
     bounds = {"accuracy": (0.0, 1.0), "backdoor_acc": (0.0, 1.0), "loss": (0.0, math.inf), "n_test": (1, MAX_SAMPLES),
               "wait_wall_s": (0.0, math.inf), "wait_cpu_s": (0.0, math.inf)}
-    return Expect(EVAL, round, (ArraySpec("sent_bytes", "int64", (len(kinds),)),),
+    arrays = (ArraySpec("sent_bytes", "int64", (len(kinds),)),) + (
+        (ArraySpec("step_seconds", "float64", (steps,)),) if steps else ())
+    return Expect(EVAL, round, arrays,
                   {**meta, "backdoor_acc": float} if backdoor else meta, bounds=bounds)
 
 
@@ -166,6 +168,8 @@ class Server:
             "rejected": [d.record() for d in flagged],
             "seconds": {k: round(v, 4) for k, v in phases.items()},
         })
+        if ctx.step_seconds:
+            record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         print(f"round {t}/{cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
               f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
               + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
@@ -178,8 +182,16 @@ class Server:
         sent = np.zeros(len(self.kinds), dtype=np.int64)
         silo_wait = np.zeros(2)
         targets = self.targets
-        for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]))):
+        steps = REGISTRY[self.cfg.strategy.name].silo.steps
+        step_seconds = np.zeros((0, len(steps)))
+        for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]), len(steps))):
             silo = msg.sender
+            if steps:
+                seconds = msg.arrays["step_seconds"]
+                if not (np.isfinite(seconds).all() and (seconds >= 0).all()):
+                    raise ProtocolError(f"{msg.who} sent step seconds {seconds.tolist()} in round {t}: "
+                                        "expected finite non-negative values")
+                step_seconds = np.vstack([step_seconds, seconds])
             accuracy[silo] = msg.meta["accuracy"]
             if targets[silo]:  # checked by eval_expect; other silos' extra meta is ignored
                 backdoor_acc[silo] = msg.meta["backdoor_acc"]
@@ -195,6 +207,9 @@ class Server:
             "wait_cpu_fraction": {"server": _fraction(waits.cpu_s, waits.wall_s),
                                   "silos": _fraction(silo_wait[1], silo_wait[0])},
         }
+        if steps and step_seconds.any():  # per-step wall seconds of the silos' strategy work this round
+            record["silo_steps"] = {k: {"mean": round(float(step_seconds[:, i].mean()), 4),
+                                        "max": round(float(step_seconds[:, i].max()), 4)} for i, k in enumerate(steps)}
         record.update(_backdoor_record(accuracy, backdoor_acc, targets))
         return record
 

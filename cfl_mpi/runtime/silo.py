@@ -97,13 +97,15 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
             send_update(channel, t, protocol.encode_update(trained, t), n_samples, fault)
             protocol.after_training(ctx)
         if action != WAIT:
+            steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
             accuracy, loss = evaluate(model, data.x_test, data.y_test, device)
             backdoor = {} if data.x_backdoor is None else {
                 "backdoor_acc": evaluate(model, data.x_backdoor, data.y_backdoor, device)[0]}
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in spec.all_kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
-            channel.send(SERVER, EVAL, t, {"sent_bytes": sent}, accuracy=accuracy, loss=loss,
+            timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}
+            channel.send(SERVER, EVAL, t, {"sent_bytes": sent, **timings}, accuracy=accuracy, loss=loss,
                          n_test=len(data.y_test), wait_wall_s=channel.waits.wall_s,
                          wait_cpu_s=channel.waits.cpu_s, **backdoor)
         t += 1

@@ -1,0 +1,115 @@
+"""Whole MPI jobs of a source tree, for the benchmarks that compare two trees side by side.
+
+A tree is a checkout of cfl_mpi (this one, or the code before a change, e.g. `git worktree
+add ../before 703ab81`); its job runs with the tree as working directory and on PYTHONPATH,
+so the tree's own package is the one imported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MNIST = ROOT.parent / "shared" / "data" / "mnist"
+MNIST_TEST = ("configs/rotated_mnist_test.yaml", (f"data.root={MNIST}", "data.download=false"))
+DIGITS = ("configs/digits.yaml", ())
+
+
+@dataclass
+class Job:
+    wall_s: float           # the whole command, start-up included
+    records: list[dict]     # metrics.jsonl
+    summary: dict
+    pss_mb: dict[int, float]  # peak proportional set size of each rank (MPI rank → MB)
+
+
+def mpirun() -> str:
+    local = Path(sys.executable).parent / "mpirun"
+    found = str(local) if local.exists() else shutil.which("mpirun")
+    if not found:
+        raise SystemExit("no mpirun found (pip install mpich, or load the site's MPI)")
+    return found
+
+
+def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: float = 3600) -> Job:
+    """`mpirun -n ranks python -m cfl_mpi.main config --set ...` in `tree`; its wall and results."""
+    with tempfile.TemporaryDirectory(prefix="cfl_bench_") as out:
+        sets = [a for o in overrides for a in ("--set", o)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
+        cmd = [mpirun(), "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main", config, "--out", out, *sets]
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peaks: dict[int, float] = {}
+        sampler = threading.Thread(target=sample_pss, args=(proc, peaks), daemon=True)
+        sampler.start()
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        wall = time.monotonic() - start
+        sampler.join()
+        if proc.returncode != 0:
+            raise RuntimeError(f"job failed in {tree} ({proc.returncode}): {' '.join(cmd)}\n{stderr[-3000:]}")
+        records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        return Job(wall, records, json.loads((Path(out) / "summary.json").read_text()), peaks)
+
+
+def _descendants(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        kids = [int(p) for p in children.read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _mpi_rank(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    rank = next((e.split(b"=", 1)[1] for e in env if e.startswith((b"PMI_RANK=", b"OMPI_COMM_WORLD_RANK="))), None)
+    return int(rank) if rank is not None else None
+
+
+def sample_pss(proc: subprocess.Popen, peaks: dict[int, float], every_s: float = 0.5) -> None:
+    """Peak PSS (shared pages counted once: /proc/PID/smaps_rollup) of each MPI rank of a job."""
+    while proc.poll() is None:
+        for pid in _descendants(proc.pid):
+            rank = _mpi_rank(pid)
+            try:
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            except OSError:
+                continue
+            kb = next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+            if rank is not None:
+                peaks[rank] = max(peaks.get(rank, 0.0), kb / 1024)
+        time.sleep(every_s)
+
+
+def clustering_s(job: Job) -> float:
+    """Seconds of the server's clustering phase, summed over rounds (EMD-CFL: round 1 only)."""
+    return sum(r["seconds"].get("clustering", 0.0) for r in job.records)
+
+
+def machine() -> str:
+    """One line on where the figures come from: cores, CPU model, load, library versions."""
+    import numpy
+    import scipy
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), {model}; load average {load:.1f}; "
+            f"Python {sys.version.split()[0]}, torch {torch.__version__}, numpy {numpy.__version__}, "
+            f"scipy {scipy.__version__}")
