@@ -82,6 +82,10 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) 
 
 
 def cli(argv: list[str] | None = None) -> None:
+    # SLURM's warning may come while the ranks still start (a requeued job's first seconds):
+    # remembered from the first line, kept by the server, dropped by the silos once they know.
+    stop = StopRequest()
+    stop.install()
     args = run_arguments("python -m cfl_mpi.main", __doc__.splitlines()[0]).parse_args(argv)
     from mpi4py import MPI
 
@@ -91,10 +95,7 @@ def cli(argv: list[str] | None = None) -> None:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    stop = StopRequest()
-    if rank == 0:
-        stop.install()  # before anything slow: SIGTERM from now on means "stop after this round"
-    else:
+    if rank != 0:
         ignore_sigterm()
     cfg, layout = _validated(comm, args)
     here = layout.silos_on(rank)

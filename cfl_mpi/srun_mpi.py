@@ -44,8 +44,9 @@ def chosen_plugin() -> str:
 
 def check_world(ranks: int, timeout_s: int = 60) -> int:
     """Exit status of one rank: 0 if COMM_WORLD has `ranks` ranks. A PMI that never answers
-    would hang MPI_Init: the alarm's default action ends the process instead."""
+    would hang MPI_Init: the alarm's default action ends the process instead (60 s)."""
     signal.alarm(timeout_s)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SLURM's warning, if this early, is for the run
     from mpi4py import MPI
 
     return 0 if MPI.COMM_WORLD.Get_size() == ranks else 3
