@@ -16,7 +16,8 @@
 #   sees none of them.
 #   Requeued jobs wait AuthInfo's cred_expire before they start again (SLURM's default 120 s);
 #   here it is 10 s (CFL_SLURM_CRED_EXPIRE) so that a requeue cycle stays short. The backfill
-#   scheduler, the only one that starts heterogeneous jobs, runs every 2 s (default 30 s).
+#   scheduler, the only one that starts heterogeneous jobs, runs every 2 s (default 30 s);
+#   cancelled steps get SIGKILL 5 s after SIGTERM (KillWait, default 30 s).
 set -euo pipefail
 
 cannot() { echo "local SLURM: $*" >&2; exit 3; }
@@ -57,6 +58,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 SchedulerParameters=bf_interval=2
+KillWait=5
 MpiDefault=none
 ReturnToService=2
 GresTypes=gpu
@@ -113,7 +115,7 @@ stop() {
     export SLURM_CONF=$dir/slurm.conf
     if [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2> /dev/null; then
         scancel --quiet --full --user="$(id -un)" 2> /dev/null || true
-        for _ in $(seq 150); do  # the jobs' steps end before the daemons do
+        for _ in $(seq 300); do  # the jobs' steps end (SIGKILL KillWait=5 s after SIGTERM) before the daemons do
             [ -z "$(squeue -h -o %i 2> /dev/null)" ] && break
             sleep 0.2
         done
