@@ -17,7 +17,10 @@
 #   Requeued jobs wait AuthInfo's cred_expire before they start again (SLURM's default 120 s);
 #   here it is 10 s (CFL_SLURM_CRED_EXPIRE) so that a requeue cycle stays short. The backfill
 #   scheduler, the only one that starts heterogeneous jobs, runs every 2 s (default 30 s);
-#   cancelled steps get SIGKILL 5 s after SIGTERM (KillWait, default 30 s).
+#   cancelled steps get SIGKILL 5 s after SIGTERM (KillWait, default 30 s). Job ids start from
+#   the clock (FirstJobId), as on a long-lived cluster: MPICH names its shared-memory segment
+#   after the step, and a segment a killed step left in /dev/shm would stall a new step of the
+#   same id in MPI_Init.
 set -euo pipefail
 
 cannot() { echo "local SLURM: $*" >&2; exit 3; }
@@ -37,6 +40,7 @@ write_config() {  # nodes cfl1 and cfl2: both this machine (slurmd -N), each on 
     mkdir -p "$dir/ctld" "$dir/munge" "$dir/gpu"
     cat > "$dir/slurm.conf" <<EOF
 ClusterName=cfllocal
+FirstJobId=$(( $(date +%s) % 50000000 + 1000 ))
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$(free_port)
 SlurmUser=root
