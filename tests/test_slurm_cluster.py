@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +30,12 @@ CONFIG = "configs/digits.yaml"
 SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.embedding_dim=32",
          "train.local_epochs=2"]
 # SLURM sends --signal's warning when the time left is at most the margin, checking every 30 s:
-# with --time=2 --signal=TERM@60, 30-60 s into the job (and into each requeued attempt). The
-# run is long enough to be still running then, beside the uninterrupted one.
+# with --time=2 --signal=TERM@60, 30-60 s into the job. The run is long enough to be still
+# running then, beside the uninterrupted one; once requeued, the test lifts the job's time
+# limit (`scontrol update TimeLimit=`, as an admin would) so that the resumed attempt
+# finishes however slow the machine, rather than being signalled every 2 minutes.
 SIGNAL = ["--time=2", "--signal=TERM@60"]
-ROUNDS = 50
+ROUNDS = 100
 LONG = [*SMALL, f"train.rounds={ROUNDS}"]
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
@@ -107,13 +110,36 @@ def long_jobs(cluster):
     single = cluster.sbatch(f"{tag}single", f"--ntasks={ranks}", "slurm/single_node.sbatch", CONFIG, *sets)
     requeue = cluster.sbatch(f"{tag}requeue", f"--ntasks={ranks}", *SIGNAL, "slurm/requeue.sbatch", CONFIG, *sets)
     submitted = time.monotonic()
+    requeued: dict[str, float] = {}
+    watcher = threading.Thread(target=lift_limit_once_requeued, args=(cluster, requeue, requeued), daemon=True)
+    watcher.start()
     folders = [PROJECT_ROOT / "runs" / f"{tag}single-{single}", PROJECT_ROOT / "runs" / f"{tag}requeue-{requeue}"]
     try:
         yield {"single": (f"{tag}single", single), "requeue": (f"{tag}requeue", requeue),
-               "folders": folders, "submitted": submitted}
+               "folders": folders, "submitted": submitted, "requeued": requeued}
     finally:
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def lift_limit_once_requeued(cluster: Cluster, job_id: str, seen: dict[str, float], timeout: float = 1500) -> None:
+    """When the job is back in the queue (first requeue), give it 30 minutes: the resumed
+    attempt runs to the end. Records when it saw the requeue and when the job ran again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = cluster.job(job_id)
+        except AssertionError:  # the cluster stopped
+            return
+        if "requeued" not in seen and int(info["Restarts"]) >= 1:
+            seen["requeued"] = time.monotonic()
+            cluster.run("scontrol", "update", f"JobId={job_id}", "TimeLimit=30")
+        if "requeued" in seen and info["JobState"] == "RUNNING":
+            seen["running_again"] = time.monotonic()
+            return
+        if info["JobState"] in FINAL:
+            return
+        time.sleep(0.5)
 
 
 @pytest.mark.timeout(1800)
@@ -132,11 +158,13 @@ def test_single_node_job_runs_with_the_default_pmi(cluster, long_jobs):
 def test_requeue_job_is_signalled_requeued_and_resumes_to_the_uninterrupted_result(cluster, long_jobs):
     name, job_id = long_jobs["requeue"]
     info = cluster.wait(job_id)
+    seen = long_jobs["requeued"]
     print(f"requeue.sbatch: {time.monotonic() - long_jobs['submitted']:.1f} s from submission, "
-          f"{info['Restarts']} restarts")
+          f"{info['Restarts']} restart(s); requeued {seen.get('requeued', 0) - long_jobs['submitted']:.1f} s "
+          f"after submission, running again {seen.get('running_again', 0) - seen.get('requeued', 0):.1f} s later")
     log = cluster.log(name)
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log
-    assert int(info["Restarts"]) >= 1 and "stopped after round" in log and "requeueing job" in log, log
+    assert info["Restarts"] == "1" and "stopped after round" in log and "requeueing job" in log, log
     cluster.wait(long_jobs["single"][1])
     _, full = read_results(long_jobs["folders"][0])
     summary, again = read_results(long_jobs["folders"][1])
