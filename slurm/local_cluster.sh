@@ -16,7 +16,9 @@
 #   sees none of them.
 #   Requeued jobs wait AuthInfo's cred_expire before they start again (SLURM's default 120 s);
 #   here it is 10 s (CFL_SLURM_CRED_EXPIRE) so that a requeue cycle stays short. The backfill
-#   scheduler, the only one that starts heterogeneous jobs, runs every 2 s (default 30 s);
+#   scheduler (the only one that starts heterogeneous jobs) and the main one run every 2 s
+#   (defaults 30 s and 60 s: a requeued job waited a minute for the main one after its 10 s);
+#   finished jobs stay in `scontrol show job` for an hour (MinJobAge, default 300 s);
 #   cancelled steps get SIGKILL 5 s after SIGTERM (KillWait, default 30 s). Job ids start from
 #   the clock (FirstJobId), as on a long-lived cluster: MPICH names its shared-memory segment
 #   after the step, and a segment a killed step left in /dev/shm would stall a new step of the
@@ -61,8 +63,9 @@ AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
-SchedulerParameters=bf_interval=2
+SchedulerParameters=bf_interval=2,sched_interval=2
 KillWait=5
+MinJobAge=3600
 MpiDefault=none
 ReturnToService=2
 GresTypes=gpu

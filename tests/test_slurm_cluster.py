@@ -191,7 +191,7 @@ def test_requeue_job_is_signalled_requeued_and_resumes_to_the_uninterrupted_resu
 def test_a_pmi_the_mpi_does_not_speak_fails_in_one_line(cluster):
     name = f"t{os.getpid()}pmix"
     job_id = cluster.sbatch(name, "--ntasks=3", "slurm/single_node.sbatch", CONFIG, "--set", "silos=2",
-                            env={"CFL_SRUN_MPI": "pmix"})
+                            "--set", "data.rotations=[0, 90]", env={"CFL_SRUN_MPI": "pmix"})
     info = cluster.wait(job_id, timeout=300)
     assert (info["JobState"], info["ExitCode"]) == ("FAILED", "2:0")
     lines = [line for line in cluster.log(name).splitlines() if line.startswith("cfl_mpi")]
