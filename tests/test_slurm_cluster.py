@@ -31,12 +31,13 @@ SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.
          "train.local_epochs=2"]
 # requeue.sbatch's own warning (--signal=TERM@600 in a --time=04:00:00 job) comes when the time
 # left is at most 10 minutes, checked every 30 s. The test brings that moment forward, once
-# the job has done a few rounds, by shortening its time limit as an admin would (`scontrol
+# the job has done its first round, by shortening its time limit as an admin would (`scontrol
 # update TimeLimit=`: 5-6 minutes left), so the real signal lands mid-run on a machine of
 # any speed; once the job is requeued it gets its 4 hours back and the resumed attempt runs
-# to the end.
-ROUNDS = 60
-WARN_AFTER_ROUND = 3
+# to the end. 120 rounds of ~0.4 s (unloaded, two jobs side by side ~0.8 s) outlast the
+# check's 30 s.
+ROUNDS = 120
+WARN_AFTER_ROUND = 1
 LONG = [*SMALL, f"train.rounds={ROUNDS}"]
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
