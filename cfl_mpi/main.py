@@ -22,7 +22,7 @@ from .cli import EXIT_CONFIG, load_run_config, prepare_results_folder, run_argum
 from .config import Config, ConfigError, check_world
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement
-from .runtime.stop import StopRequest, ignore_sigterm
+from .runtime.stop import StopRequest, defer_sigterm, ignore_sigterm, release_sigterm
 
 
 def _agree_on_error(comm, error: str | None) -> str | None:
@@ -82,6 +82,9 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) 
 
 
 def cli(argv: list[str] | None = None) -> None:
+    # SLURM's warning may come while the ranks still start (a requeued job's first seconds):
+    # it waits until each rank knows whether it is the server (stop after the round) or a silo.
+    defer_sigterm()
     args = run_arguments("python -m cfl_mpi.main", __doc__.splitlines()[0]).parse_args(argv)
     from mpi4py import MPI
 
@@ -93,9 +96,10 @@ def cli(argv: list[str] | None = None) -> None:
     rank = comm.Get_rank()
     stop = StopRequest()
     if rank == 0:
-        stop.install()  # before anything slow: SIGTERM from now on means "stop after this round"
+        stop.install()
     else:
         ignore_sigterm()
+    release_sigterm()
     cfg, layout = _validated(comm, args)
     here = layout.silos_on(rank)
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"

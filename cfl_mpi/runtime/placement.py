@@ -59,13 +59,28 @@ def device_for(local_rank: int):
     else the CPU (the server needs no GPU and never initialises CUDA).
 
     Under SLURM with one GPU per task, CUDA_VISIBLE_DEVICES already holds a single device
-    and device_count() is 1, so every silo takes cuda:0 of its own view.
+    and device_count() is 1, so every silo takes cuda:0 of its own view. Several silos of a
+    rank (`runtime.silos_per_rank`) share its device.
     """
     import torch
 
     if local_rank >= 0 and torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        deterministic_cuda()
         return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     return torch.device("cpu")
+
+
+def deterministic_cuda() -> None:
+    """A run stays a function of its config and seed on a GPU too (same hardware): cuDNN picks
+    deterministic kernels rather than the fastest of a timing race, and cuBLAS gets the fixed
+    workspace its deterministic mode needs (read when its first handle is made, so set before
+    any CUDA work). Operations without a deterministic kernel warn instead of failing."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def select_device(placement: Placement):
@@ -80,9 +95,11 @@ if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`:
 
     world = MPI.COMM_WORLD
     mine = place(world, silos=int(world.Get_rank() > 0))
-    fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads")
-    row = np.array([getattr(mine, f) for f in fields], dtype=np.int64)
+    fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads", "cuda_index")
+    device = select_device(mine)
+    row = np.array([getattr(mine, f) for f in fields[:-1]] + [-1 if device.index is None else device.index],
+                   dtype=np.int64)
     table = np.empty((world.Get_size(), len(fields)), dtype=np.int64) if world.Get_rank() == 0 else None
     world.Gather(row, table, root=0)  # raw buffers: no pickle between ranks
-    if world.Get_rank() == 0:
+    if world.Get_rank() == 0:  # cuda_index -1: the CPU
         print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))

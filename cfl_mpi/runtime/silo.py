@@ -61,10 +61,15 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
     import torch
 
     from ..models import build_model, load_arrays, state_arrays
-    from ..training import evaluate, train_local
+    from ..training import evaluate, to_device, train_local
 
     data = build_silo_data(cfg, silo)
     model = build_model(cfg, num_classes(cfg), load_weights=False).to(device)  # weights come from the server
+    # the sets training and evaluation use every round, on the device once (where they fit)
+    x_train, y_train, x_test, y_test = (to_device(a, device)
+                                        for a in (data.x_train, data.y_train, data.x_test, data.y_test))
+    backdoor_set = None if data.x_backdoor is None else (to_device(data.x_backdoor, device),
+                                                         to_device(data.y_backdoor, device))
     spec = REGISTRY[cfg.strategy.name]
     protocol = spec.silo(cfg)
     template = state_arrays(model)
@@ -92,16 +97,15 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
             fault = fault_of(cfg, silo, t)
             start = {k: v.copy() for k, v in state_arrays(model).items()} if fault == "scaled_update" else {}
-            train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(seed), device)
+            train_local(model, x_train, y_train, cfg.train, torch.Generator().manual_seed(seed), device)
             trained, n_samples = hostile_update(state_arrays(model), len(data.y_train), fault, start)
             send_update(channel, t, protocol.encode_update(trained, t), n_samples, fault)
             protocol.after_training(ctx)
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
-            accuracy, loss = evaluate(model, data.x_test, data.y_test, device)
-            backdoor = {} if data.x_backdoor is None else {
-                "backdoor_acc": evaluate(model, data.x_backdoor, data.y_backdoor, device)[0]}
+            accuracy, loss = evaluate(model, x_test, y_test, device)
+            backdoor = {} if backdoor_set is None else {"backdoor_acc": evaluate(model, *backdoor_set, device)[0]}
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in spec.all_kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
             timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}

@@ -25,6 +25,18 @@ class StopRequest:
         self.reason = signal.Signals(signum).name
 
 
+def defer_sigterm() -> None:
+    """Until a rank knows its role, SLURM's warning waits (blocked): a handler would interrupt the
+    system calls of MPI's start-up, the default action would kill the rank. Threads started
+    meanwhile (MPI's) keep it blocked; `release_sigterm` lets the main thread take it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def release_sigterm() -> None:
+    """A warning that came meanwhile now reaches the role's disposition (remembered or ignored)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def ignore_sigterm() -> None:
     """Silo: the server decides when the run stops."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -1,0 +1,242 @@
+"""The sbatch scripts on a real SLURM: a private two-node cluster on this machine
+(slurm/local_cluster.sh, installed with apt where sbatch is missing), jobs submitted as the
+README tells users, and the results folders they wrote checked.
+
+Skips with the reason where the cluster cannot run (not root, no apt-get, not Linux), or
+with CFL_TEST_SLURM=0. The daemons run for this module only and are stopped at its end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jobs import PROJECT_ROOT, read_results
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slurm]
+
+CLUSTER = PROJECT_ROOT / "slurm" / "local_cluster.sh"
+CONFIG = "configs/digits.yaml"
+# 4 silos in two rotation clusters, a small CNN: about a second a round on two shared cores.
+SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.embedding_dim=32",
+         "train.local_epochs=2"]
+# requeue.sbatch's own warning (--signal=TERM@600 in a --time=04:00:00 job) comes when the time
+# left is at most 10 minutes, checked every 30 s. The test brings that moment forward, once
+# the job has done its first round, by shortening its time limit as an admin would (`scontrol
+# update TimeLimit=`: 5-6 minutes left), so the real signal lands mid-run on a machine of
+# any speed; once the job is requeued it gets its 4 hours back and the resumed attempt runs
+# to the end. 120 rounds of ~0.4 s (unloaded, two jobs side by side ~0.8 s) outlast the
+# check's 30 s.
+ROUNDS = 120
+WARN_AFTER_ROUND = 1
+LONG = [*SMALL, f"train.rounds={ROUNDS}"]
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    logs: Path
+
+    def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=self.env, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def sbatch(self, name: str, *args: str, env: dict[str, str] | None = None) -> str:
+        """Submit as the README says, plus a job name and a log file of the test's own."""
+        cmd = ["sbatch", "--parsable", f"--job-name={name}", f"--output={self.logs / name}.out", *args]
+        proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` as key=value pairs (of the first component of a heterogeneous job)."""
+        line = self.run("scontrol", "show", "job", "-o", job_id).stdout.splitlines()[0]
+        return dict(field.split("=", 1) for field in line.split() if "=" in field)
+
+    def wait(self, job_id: str, timeout: float = 1500) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while (info := self.job(job_id))["JobState"] not in FINAL:
+            assert time.monotonic() < deadline, f"job {job_id} still {info['JobState']} after {timeout} s"
+            time.sleep(1)
+        return info
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.out"
+        return path.read_text() if path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.environ.get("CFL_TEST_SLURM") == "0":
+        pytest.skip("CFL_TEST_SLURM=0")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the local SLURM needs Linux")
+    state = Path(tempfile.mkdtemp(prefix="cfl_slurm_"))  # short: munge's socket path; not pytest's rotating tmp
+    started = time.monotonic()
+    proc = subprocess.run(["bash", str(CLUSTER), "start", str(state)], capture_output=True, text=True, timeout=900)
+    if proc.returncode == 3:
+        pytest.skip(proc.stderr.strip())
+    assert proc.returncode == 0, proc.stderr
+    print(f"local SLURM up in {time.monotonic() - started:.1f} s")
+    logs = state / "logs"
+    logs.mkdir()
+    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf"), "OMP_NUM_THREADS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    try:
+        yield Cluster(env, logs)
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=120)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def long_jobs(cluster):
+    """The uninterrupted run (single_node.sbatch) and the requeued one (requeue.sbatch, its own
+    --signal), submitted together as the README says: they run side by side."""
+    tag = f"t{os.getpid()}"
+    sets = [a for s in LONG for a in ("--set", s)]
+    ranks = cluster.run(sys.executable, "-m", "cfl_mpi.ranks", CONFIG, *sets).stdout.strip()
+    single = cluster.sbatch(f"{tag}single", f"--ntasks={ranks}", "slurm/single_node.sbatch", CONFIG, *sets)
+    requeue = cluster.sbatch(f"{tag}requeue", f"--ntasks={ranks}", "slurm/requeue.sbatch", CONFIG, *sets)
+    submitted = time.monotonic()
+    folders = [PROJECT_ROOT / "runs" / f"{tag}single-{single}", PROJECT_ROOT / "runs" / f"{tag}requeue-{requeue}"]
+    seen: dict[str, float] = {}
+    threading.Thread(target=warn_mid_run_then_restore, args=(cluster, requeue, folders[1] / "metrics.jsonl", seen),
+                     daemon=True).start()
+    try:
+        yield {"single": (f"{tag}single", single), "requeue": (f"{tag}requeue", requeue),
+               "folders": folders, "submitted": submitted, "seen": seen}
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def seconds(run_time: str) -> int:
+    """scontrol's RunTime, [D-]HH:MM:SS, in seconds."""
+    days, _, clock = run_time.rpartition("-")
+    h, m, sec = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+def warn_mid_run_then_restore(cluster: Cluster, job_id: str, metrics: Path, seen: dict[str, float],
+                              timeout: float = 1500) -> None:
+    """After WARN_AFTER_ROUND rounds: time limit = elapsed + 5-6 minutes, inside the script's
+    10-minute --signal margin. After the requeue: the script's 4 hours again. Records when."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = cluster.job(job_id)
+        except AssertionError:  # the cluster stopped
+            return
+        rounds = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+        if "limit_cut" not in seen and info["JobState"] == "RUNNING" and rounds >= WARN_AFTER_ROUND:
+            minutes = -(-seconds(info["RunTime"]) // 60) + 5
+            cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}")
+            seen["limit_cut"] = time.monotonic()
+        if "limit_cut" in seen and "requeued" not in seen and int(info["Restarts"]) >= 1:
+            seen["requeued"] = time.monotonic()
+            cluster.run("scontrol", "update", f"JobId={job_id}", "TimeLimit=04:00:00")
+        if "requeued" in seen and info["JobState"] == "RUNNING":
+            seen["running_again"] = time.monotonic()
+            return
+        if info["JobState"] in FINAL:
+            return
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(1800)
+def test_single_node_job_runs_with_the_default_pmi(cluster, long_jobs):
+    name, job_id = long_jobs["single"]
+    info = cluster.wait(job_id)
+    print(f"single_node.sbatch: {time.monotonic() - long_jobs['submitted']:.1f} s from submission")
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.log(name)
+    summary, records = read_results(long_jobs["folders"][0])
+    assert summary["ari"] == 1.0 and summary["n_clusters"] == 2
+    assert [r["round"] for r in records] == list(range(1, ROUNDS + 1))
+    assert "unsupported PMI" not in cluster.log(name)
+
+
+@pytest.mark.timeout(1800)
+def test_requeue_job_is_signalled_requeued_and_resumes_to_the_uninterrupted_result(cluster, long_jobs):
+    name, job_id = long_jobs["requeue"]
+    info = cluster.wait(job_id)
+    seen, start = long_jobs["seen"], long_jobs["submitted"]
+    print(f"requeue.sbatch: {time.monotonic() - start:.1f} s from submission, {info['Restarts']} restart(s); "
+          f"limit cut at {seen.get('limit_cut', 0) - start:.1f} s, requeued at {seen.get('requeued', 0) - start:.1f} s, "
+          f"running again {seen.get('running_again', 0) - seen.get('requeued', 0):.1f} s later")
+    log = cluster.log(name)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log
+    assert info["Restarts"] == "1" and "stopped after round" in log and "requeueing job" in log, log
+    cluster.wait(long_jobs["single"][1])
+    _, full = read_results(long_jobs["folders"][0])
+    summary, again = read_results(long_jobs["folders"][1])
+    assert "limit_cut" in seen and WARN_AFTER_ROUND <= summary["resumed_after_round"] < ROUNDS  # stopped mid-run
+    assert [r["round"] for r in again] == [r["round"] for r in full]
+    for a, b in zip(full, again):
+        assert (a["clusters"], a["participants"], a["accuracy"]) == (b["clusters"], b["participants"], b["accuracy"])
+
+
+def test_a_pmi_the_mpi_does_not_speak_fails_in_one_line(cluster):
+    name = f"t{os.getpid()}pmix"
+    job_id = cluster.sbatch(name, "--ntasks=3", "slurm/single_node.sbatch", CONFIG, "--set", "silos=2",
+                            "--set", "data.rotations=[0, 90]", env={"CFL_SRUN_MPI": "pmix"})
+    info = cluster.wait(job_id, timeout=300)
+    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "2:0")
+    lines = [line for line in cluster.log(name).splitlines() if line.startswith("cfl_mpi")]
+    assert len(lines) == 1 and "srun --mpi=pmix did not start one MPI world of 3 ranks" in lines[0]
+    assert "set CFL_SRUN_MPI" in lines[0] and "pmi2" in lines[0]
+
+
+def test_multi_node_gpu_script_is_accepted_as_shipped(cluster):
+    proc = cluster.run("sbatch", "--test-only", "slurm/multi_node_gpu.sbatch", "configs/rotated.yaml")
+    assert "to start at" in proc.stderr and "using 162 processors" in proc.stderr, proc.stderr
+
+
+def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_rank(cluster):
+    """Both components for real, on the two nodes (a heterogeneous job needs distinct nodes);
+    the silo component's ranks each host two silos. UCX_TLS=tcp,self: MPICH's shared-memory
+    transport mistakes two 'nodes' on one machine for one (not needed on real nodes)."""
+    name = f"t{os.getpid()}het"
+    sets = [a for s in [*SMALL, "train.rounds=2", "runtime.silos_per_rank=2"] for a in ("--set", s)]
+    out = PROJECT_ROOT / "runs" / name
+    try:
+        job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG,
+                                *sets, env={"UCX_TLS": "tcp,self"})
+        out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
+        info = cluster.wait(job_id, timeout=600)
+        assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.log(name)
+        summary, records = read_results(out)
+        assert summary["ari"] == 1.0 and len(records) == 2
+        assert "4 silos on 2 ranks" in cluster.log(name)
+        wrong = cluster.sbatch(f"{name}wrong", "--ntasks=1", ":", "--ntasks=4", "slurm/multi_node_gpu.sbatch",
+                               CONFIG, *sets)
+        assert cluster.wait(wrong, timeout=300)["ExitCode"] == "2:0"
+        assert "needs 2 silo ranks but the job's silo component has 4 tasks (submit with --ntasks=1 : --ntasks=2)" \
+            in cluster.log(f"{name}wrong")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
+    proc = cluster.run(sys.executable, "-m", "cfl_mpi.launch", "--print", CONFIG, "--set", "silos=40",
+                       "--set", "runtime.silos_per_rank=5")
+    lines = proc.stdout.splitlines()
+    assert "9 ranks (1 server + 8 silo ranks)" in lines[0]
+    assert f"srun --mpi=pmi2 --ntasks=9 --kill-on-bad-exit=1 python -m cfl_mpi.main {CONFIG}" in proc.stdout
+    assert f"sbatch --ntasks=1 : --ntasks=8 slurm/multi_node_gpu.sbatch {CONFIG}" in proc.stdout
+    # the single-node line, as printed, is accepted by this SLURM
+    single = next(line for line in lines if "single_node.sbatch" in line).split()
+    assert "to start at" in cluster.run(single[0], "--test-only", *single[1:]).stderr
