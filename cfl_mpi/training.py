@@ -1,6 +1,8 @@
 """What a silo does with its own data: local SGD (ClientUpdate), evaluation, embedding."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from torch import nn
@@ -43,8 +45,16 @@ def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, device: torch.devic
 
 
 @torch.no_grad()
-def embed(embedding: nn.Module, x: np.ndarray, device: torch.device) -> np.ndarray:
-    """g_ω(x) for a batch of inputs, as float32 (n, dim(Z))."""
-    embedding.eval()
-    out = [embedding(torch.from_numpy(x[s:s + EVAL_BATCH]).to(device)).cpu() for s in range(0, len(x), EVAL_BATCH)]
+def embed(embedding: nn.Module, x: np.ndarray, device: torch.device, train_mode: bool = False,
+          batch: int = EVAL_BATCH) -> np.ndarray:
+    """g_ω(x) for a batch of inputs, as float32 (n, dim(Z)).
+
+    `train_mode` embeds as the authors' code does (`get_embeddings` never calls eval():
+    BatchNorm normalises by each batch of `batch` inputs, dropout is on), on a copy, so that
+    the silo's own BatchNorm statistics stay as training left them."""
+    if train_mode:
+        embedding = copy.deepcopy(embedding).train()
+    else:
+        embedding.eval()
+    out = [embedding(torch.from_numpy(x[s:s + batch]).to(device)).cpu() for s in range(0, len(x), batch)]
     return torch.cat(out).numpy().astype(np.float32)
