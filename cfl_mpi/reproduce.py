@@ -17,7 +17,6 @@ sbatch line, and runs only with `--run` (inside that allocation).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shlex
 import sys
@@ -189,13 +188,14 @@ def plot_rounds(panels: list[tuple[str, dict[str, list[Path]]]], path: Path) -> 
     plt.close(fig)
 
 
-def compare_args(block: Block, setting: Setting, seeds: str, out: Path, backend: str, extra: list[str]) -> list[str]:
+def compare_args(methods: tuple[str, ...], setting: Setting, seeds: str, out: Path, backend: str,
+                 extra: list[str]) -> list[str]:
     def applies(o: str) -> bool:  # a METHOD:key=value override only when METHOD is run
         key = o.split("=", 1)[0]
-        return ":" not in key or key.split(":", 1)[0] in block.methods
+        return ":" not in key or key.split(":", 1)[0] in methods
 
     sets = [a for o in (*setting.overrides, *extra) if applies(o) for a in ("--set", o)]
-    return [setting.config, "--methods", ",".join(block.methods), "--seeds", seeds, "--out", str(out),
+    return [setting.config, "--methods", ",".join(methods), "--seeds", seeds, "--out", str(out),
             "--backend", backend, "--resume", *sets]
 
 
@@ -220,13 +220,10 @@ def main(argv: list[str] | None = None) -> int:
             _fail(f"--blocks: table {table} has blocks 1..{len(blocks)}, got {args.blocks}")
         blocks = [blocks[b - 1] for b in picked]
     seeds = ",".join(str(s) for s in compare._split_list(args.seeds, "seeds", int))
-    if args.methods:
-        wanted = compare._split_list(args.methods, "methods")
-        unknown = [m for m in wanted if not any(m in b.methods for b in blocks)]
-        if unknown:
-            _fail(f"--methods: {unknown[0]!r} is not a method of table {table}")
-        blocks = [dataclasses.replace(b, methods=tuple(m for m in b.methods if m in wanted)) for b in blocks
-                  if set(b.methods) & set(wanted)]
+    wanted = compare._split_list(args.methods, "methods") if args.methods else list(CLUSTERING)
+    unknown = [m for m in wanted if not any(m in b.methods for b in blocks)]
+    if unknown:
+        _fail(f"--methods: {unknown[0]!r} is not a method of table {table}")
     if args.scale == "paper" and not args.run:
         print(sbatch_line(table, seeds, blocks))
         return 0
@@ -238,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         setting = block.small if args.scale == "small" else block.full
         runs: dict[str, list[Path]] = {}
         command = ""
-        if setting.config is not None:
+        run_methods = tuple(m for m in block.methods if m in wanted)
+        if setting.config is not None and run_methods:
             folder = out / f"block{i}"
-            cargs = compare_args(block, setting, seeds, folder, backend, args.overrides)
+            cargs = compare_args(run_methods, setting, seeds, folder, backend, args.overrides)
             command = "python -m cfl_mpi.compare " + " ".join(shlex.quote(a) for a in cargs)
             print(f"[{block.paper.title}] {command}", flush=True)
             failed |= compare.main(cargs) != 0
