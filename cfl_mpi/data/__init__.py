@@ -212,6 +212,8 @@ def _position(cfg: Config, silo: int) -> tuple[int, int, int]:
 def _look(cfg: Config, group: int, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The group's distribution: rotation or backdoor feature, at data.image_size, in [0, 1]."""
     size = cfg.data.image_size
+    if cfg.data.name == "rotated_digits":  # 8x8 digits: upsampled first, then turned as MNIST is
+        return rotate(resize(unit(images), size), cfg.data.rotations[group])
     if cfg.data.name in ROTATED_DATA:  # rotated at the native size, then resized, as the authors do
         expand = cfg.data.name == "rotated_cifar10"  # rotcifar10.ipynb: expand=True; rotmnist.ipynb: not
         return resize(rotate(unit(images), cfg.data.rotations[group], expand, cfg.data.rotation_border), size)
