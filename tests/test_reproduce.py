@@ -43,6 +43,10 @@ def test_unknown_table_is_one_line_exit_2(capsys):
         reproduce.main(["2"])
     assert exit_info.value.code == 2
     assert "TABLE: no reproduction of table '2'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        reproduce.main(["6", "--methods", "pacfl"])
+    assert exit_info.value.code == 2
+    assert "--methods: 'pacfl' is not a method of table 6" in capsys.readouterr().err
 
 
 def test_transcribed_figures_spot_checks():
