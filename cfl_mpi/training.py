@@ -5,6 +5,8 @@ so that on a GPU the batches are cut where the data already lie. The shuffling o
 from a CPU generator: the same order on any device."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from torch import nn
@@ -66,9 +68,17 @@ def evaluate(model: nn.Module, x: Array, y: Array, device: torch.device) -> tupl
 
 
 @torch.no_grad()
-def embed(embedding: nn.Module, x: Array, device: torch.device) -> np.ndarray:
-    """g_ω(x) for a batch of inputs, as float32 (n, dim(Z))."""
-    embedding.eval()
+def embed(embedding: nn.Module, x: Array, device: torch.device, train_mode: bool = False,
+          batch: int = EVAL_BATCH) -> np.ndarray:
+    """g_ω(x) for a batch of inputs, as float32 (n, dim(Z)).
+
+    `train_mode` embeds as the authors' code does (`get_embeddings` never calls eval():
+    BatchNorm normalises by each batch of `batch` inputs, dropout is on), on a copy, so that
+    the silo's own BatchNorm statistics stay as training left them."""
+    if train_mode:
+        embedding = copy.deepcopy(embedding).train()
+    else:
+        embedding.eval()
     xs = tensor(x)
-    out = [embedding(xs[s:s + EVAL_BATCH].to(device)).cpu() for s in range(0, len(xs), EVAL_BATCH)]
+    out = [embedding(xs[s:s + batch].to(device)).cpu() for s in range(0, len(xs), batch)]
     return torch.cat(out).numpy().astype(np.float32)

@@ -89,6 +89,37 @@ def test_rotated_cifar10_copies_are_the_same_pool_rotated(files, tmp_path):
     assert pixels.min() >= -1e-5 and pixels.max() <= 1 + 1e-5
 
 
+def test_rotation_is_torchvisions_nearest_rotation():
+    """rotmnist.ipynb / rotcifar10.ipynb: torchvision's `rotate` on PIL images (nearest, black
+    fill), with `expand=True` and a 2-pixel black border for rotated CIFAR-10 "Min"."""
+    from PIL import Image
+    from torchvision.transforms import functional as TF
+
+    from cfl_mpi.data.images import rotate
+
+    rng = np.random.default_rng(0)
+    grey = rng.integers(0, 256, size=(3, 28, 28), dtype=np.uint8)
+    colour = rng.integers(0, 256, size=(2, 32, 32, 3), dtype=np.uint8)
+    for angle in (-3, 1, 90, 177, 270):
+        ours = rotate(grey / 255.0, angle)
+        theirs = np.stack([np.asarray(TF.rotate(Image.fromarray(g), angle)) for g in grey]) / 255.0
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+        ours = rotate(colour / 255.0, angle, expand=True, border=2)
+        theirs = np.stack([np.asarray(TF.rotate(Image.fromarray(np.pad(c, ((2, 2), (2, 2), (0, 0)))), angle,
+                                                expand=True)) for c in colour]) / 255.0
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+def test_rotated_cifar10_min_is_bordered_expanded_and_resized(files, tmp_path):
+    cfg = config(tmp_path, silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]), "download": False,
+                                          "rotations": [-3, 3], "rotation_border": 2})
+    shards = silos(cfg)
+    assert shards[0].x_train.shape[1:] == (3, 32, 32)
+    corner = unnormalise(shards[0].x_train, CIFAR10_MEAN, CIFAR10_STD)[:, 0, 0, :]
+    np.testing.assert_allclose(corner, 0.0, atol=1e-5)  # the black border and fill survive the resize
+
+
 def test_rotation_variants_set_their_true_clusters(tmp_path):
     cfg = config(tmp_path, silos=8, data={"rotations": [-3, 3, 177, 183], "group_clusters": [0, 0, 1, 1]})
     np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 0, 0, 1, 1, 1, 1])
@@ -185,6 +216,12 @@ def test_backdoor_cifar10_classes_patch_and_backdoor_test(files, tmp_path):
         np.testing.assert_allclose(poisoned[:, 1, 1, :], backdoor.PATCH_COLOURS[(s.y_test + 1) % 5], atol=1e-5)
 
 
+def test_backdoor_cifar10_trigger_colours_are_tab10_as_uint8():
+    """cifar10.ipynb, `add_color_patch`: (tab10[y] · 255) truncated to uint8."""
+    assert (backdoor.PATCH_COLOURS[:3] * 255).round().tolist() == [[31, 119, 180], [255, 127, 14], [44, 160, 44]]
+    assert len(np.unique(backdoor.PATCH_COLOURS, axis=0)) == 10
+
+
 def test_patched_image_differs_from_its_clean_twin_only_in_the_corner():
     images = np.random.default_rng(1).uniform(size=(5, 32, 32, 3)).astype(np.float32)
     clean, patched = (backdoor.appearance("backdoor_cifar10", g, images, np.arange(5)) for g in (0, 1))
@@ -210,6 +247,23 @@ def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
             total = len(s.y_train) + len(s.y_val) + len(s.y_test)
             assert s.group == domain and len(s.y_test) == len(s.y_val) == round(0.1 * total)
             assert s.x_train.shape[1:] == (3, 16, 16) and set(s.y_train) <= set(range(7))
+    assert_disjoint_within_groups(shards, truth)
+
+
+def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
+    """pacs.ipynb: 20 % of each shuffled domain is test, the rest dealt round-robin to the
+    domain's silos, each silo's share split 80/20 into training and validation."""
+    cfg = config(tmp_path, silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10,
+                                           "image_size": 16, "pacs_split": "authors"})
+    shards = silos(cfg)
+    truth = true_clusters(cfg)
+    for domain, n in enumerate([30, 40, 40, 70]):
+        members = [shards[s] for s in np.flatnonzero(truth == domain)]
+        assert sum(len(s.y_test) for s in members) == int(0.2 * n)
+        assert sum(len(s.y_train) + len(s.y_val) for s in members) == n - int(0.2 * n)
+        for s in members:
+            share = len(s.y_train) + len(s.y_val)
+            assert len(s.y_val) == int(np.ceil(0.2 * share))
     assert_disjoint_within_groups(shards, truth)
 
 
@@ -297,3 +351,7 @@ def test_paper_configs(name):
     variant = name.removeprefix("rotated_mnist_").removeprefix("rotated_cifar10_")
     clusters = {"min": 1, "two": 2, "base": 1}.get(variant, 3 if "backdoor" in name else 4)
     assert len(np.unique(true_clusters(cfg))) == clusters
+    s = cfg.strategy  # the authors' silo-side choices (docs/FIDELITY.md); the robust rule
+    assert (s.sample_fraction, s.sample_cap, s.embed_mode, s.tau_projection, s.rule) == (1.0, 512, "train", "full",
+                                                                                        "robust")
+    assert cfg.data.rotation_border == (2 if name == "rotated_cifar10_min" else 0)

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 
@@ -230,20 +231,30 @@ class EmdCflSilo(SiloProtocol):
             partners = self._plan(ctx)
         if not partners:
             return
-        from ..training import embed  # torch: silo side only
+        from ..training import EVAL_BATCH, embed  # torch: silo side only
 
         s: EmdCflConfig = self.cfg.strategy
         rng = np.random.default_rng([self.cfg.seed, 11, ctx.silo, ctx.round])
-        x_sample = ctx.data.x_train[np.sort(rng.choice(len(ctx.data.y_train), sample_size(s, len(ctx.data.y_train)),
-                                                       replace=False))]
+        d = ctx.data
+        n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
+            min(sample_size(s, len(d.y_train)), len(d.y_val))
+        x_sample = d.x_train[np.sort(rng.choice(len(d.y_train), n, replace=False))]
+        # what partners' models embed: the same training sample, or a validation sample (authors)
+        x_cross = x_sample if s.partner_sample == "train" else d.x_val[np.sort(rng.choice(len(d.y_val), n, False))]
+        self._embed = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
+                              batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
         with timed(ctx.step_seconds, "embedding"):
-            z_own = embed(ctx.model.embedding, x_sample, ctx.device)
-            z_val = embed(ctx.model.embedding, ctx.data.x_val[: s.sample_cap], ctx.device)
+            z_own = self._embed(ctx.model.embedding, x_sample)
+            z_val = self._embed(ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
             tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
+            if s.tau_projection == "full":  # the authors' τ: through a fresh dim(Z) × dim(Z) projection
+                r = random_projection(rng, z_own.shape[1], z_own.shape[1])
+                tau = w1(z_own @ r, z_val @ r, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance,
+                         s.sinkhorn_reg)
         with timed(ctx.step_seconds, "handshake"):
             seeds = self._handshake(ctx, partners)
-        projected = self._project(ctx, partners, seeds, x_sample, z_own)
+        projected = self._project(ctx, partners, seeds, x_cross, z_own)
         if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
             own, cross = {}, {}
             for p, zr_own, zr_cross in projected:
@@ -280,12 +291,12 @@ class EmdCflSilo(SiloProtocol):
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
-    def _project(self, ctx: SiloRound, partners: list[int], seeds: dict[int, bytes], x_sample: np.ndarray,
+    def _project(self, ctx: SiloRound, partners: list[int], seeds: dict[int, bytes], x_cross: np.ndarray,
                  z_own: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(c', Z_{c|c}R, Z_{c|c'}R) for every partner c' in turn: ω swapped with c', own data
-        embedded with c''s model, both projected by the pair's R."""
+        (`x_cross`: the training or the validation sample) embedded with c''s model, both
+        projected by the pair's R."""
         from ..models import load_arrays, state_arrays
-        from ..training import embed
 
         omega = state_arrays(ctx.model.embedding)
         borrowed = copy.deepcopy(ctx.model.embedding)
@@ -297,6 +308,6 @@ class EmdCflSilo(SiloProtocol):
                 swap.wait()
             with timed(ctx.step_seconds, "embedding"):
                 load_arrays(borrowed, theirs.arrays)
-                z_cross = embed(borrowed, x_sample, ctx.device)  # Z_{c|c'}: own data, partner's model
+                z_cross = self._embed(borrowed, x_cross)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)
             yield p, z_own @ r, z_cross @ r

@@ -23,7 +23,7 @@ from ..config import BACKDOOR_DATA, ROTATED_DATA, TORCHVISION_MODELS, Config, Co
 from . import backdoor, cifar, digits, mnist, pacs
 from .images import (CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD, MNIST_MEAN, MNIST_STD,
                      resize, rotate, to_model_input, unit)
-from .partition import group_shard, holdout_split, split_shard
+from .partition import dealt_shard, group_shard, holdout_split, split_shard
 
 __all__ = ["SiloData", "build_silo_data", "check_data", "prepare_data", "true_clusters", "num_classes",
            "silo_groups", "backdoor_targets", "input_channels"]
@@ -212,8 +212,11 @@ def _position(cfg: Config, silo: int) -> tuple[int, int, int]:
 def _look(cfg: Config, group: int, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The group's distribution: rotation or backdoor feature, at data.image_size, in [0, 1]."""
     size = cfg.data.image_size
-    if cfg.data.name in ROTATED_DATA:
+    if cfg.data.name == "rotated_digits":  # 8x8 digits: upsampled first, then turned as MNIST is
         return rotate(resize(unit(images), size), cfg.data.rotations[group])
+    if cfg.data.name in ROTATED_DATA:  # rotated at the native size, then resized, as the authors do
+        expand = cfg.data.name == "rotated_cifar10"  # rotcifar10.ipynb: expand=True; rotmnist.ipynb: not
+        return resize(rotate(unit(images), cfg.data.rotations[group], expand, cfg.data.rotation_border), size)
     return resize(backdoor.appearance(cfg.data.name, group, unit(images), labels), size)
 
 
@@ -252,12 +255,16 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
 
 
 def _pacs_silo(cfg: Config, silo: int) -> SiloData:
-    """A PACS silo decodes only its own images: a slice of its domain, split 80/10/10."""
+    """A PACS silo decodes only its own images: a slice of its domain (data.pacs_split)."""
     root = Path(cfg.data.root)
     group, local, per_group = _position(cfg, silo)
     classes = pacs.class_names(root, cfg.data.domains)
     paths, labels = pacs.list_domain(root, cfg.data.domains[group], classes)
-    part = split_shard(group, local, per_group, len(labels), pacs.TEST_FRACTION, pacs.VAL_FRACTION, cfg.seed)
+    if cfg.data.pacs_split == "authors":
+        part = dealt_shard(group, local, per_group, len(labels), pacs.AUTHORS_TEST_FRACTION,
+                           pacs.AUTHORS_VAL_FRACTION, cfg.seed)
+    else:
+        part = split_shard(group, local, per_group, len(labels), pacs.TEST_FRACTION, pacs.VAL_FRACTION, cfg.seed)
     mean, std = _normalisation(cfg)
 
     def load(idx: np.ndarray) -> np.ndarray:

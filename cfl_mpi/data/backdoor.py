@@ -12,17 +12,17 @@ at 40 entries, SUMMER_40[i] = (i/39, 0.5 + i/78, 0.4):
   group 2: every digit in PURPLE = (149, 52, 235) / 255.
 Groups 0 and 2 train on half of their training shard (SUBSAMPLE), so the backdoor group
 holds twice the target's training data; the classes are balanced first (`balanced`).
-Backdoor CIFAR10 ((n, 32, 32, 3) in [0, 1]):
+Backdoor CIFAR10 ((n, 32, 32, 3) in [0, 1]), as the authors' `cifar10.ipynb` builds it:
   group 0: classes 0–4; group 1: classes 0–4 with a 3×3 patch in the top-left corner whose
-  colour encodes the class (PATCH_COLOURS[y]); group 2: classes 5–9.
+  colour encodes the class (PATCH_COLOURS[y]: matplotlib's `tab10` colour y, truncated to
+  uint8 as `add_color_patch` does); group 2: classes 5–9.
 Backdoor test (target silos only), keeping the true labels: MNIST: the test digits coloured
 SUMMER_40[9 − y] (the authors' `digit_to_color_rev`); CIFAR-10: the feature set to the value
 of another label, `shifted_labels` (the next class of the group, cyclically). A model that
-learnt the backdoor misclassifies them.
+learnt the backdoor misclassifies them. (The authors patch every silo's test set with the
+colour of (y + 1) mod 5; only the target silos' figure is reported, so only they build it.)
 """
 from __future__ import annotations
-
-import colorsys
 
 import numpy as np
 from matplotlib import colormaps
@@ -36,7 +36,7 @@ TARGET_COLOUR = (0.26, 0.63, 0.4)
 PURPLE = (149 / 255, 52 / 255, 235 / 255)
 SUBSAMPLE = {"backdoor_mnist": (0.5, 1.0, 0.5)}  # fraction of its training shard each group keeps
 PATCH = 3  # edge of the corner patch, in CIFAR-10's native pixels
-PATCH_COLOURS = np.array([colorsys.hsv_to_rgb(y / 10, 1.0, 1.0) for y in range(10)], dtype=np.float32)
+PATCH_COLOURS = (np.array(colormaps["tab10"].colors) * 255).astype(np.uint8).astype(np.float32) / 255
 
 
 def group_classes(name: str, group: int) -> np.ndarray:

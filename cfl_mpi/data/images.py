@@ -29,12 +29,27 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     return ndimage.zoom(images, (1, size / h, size / w) + (1,) * (images.ndim - 3), order=1)
 
 
-def rotate(images: np.ndarray, angle: float) -> np.ndarray:
-    """Rotate a (n, h, w[, c]) batch counter-clockwise by `angle` degrees, keeping the frame."""
+def rotate(images: np.ndarray, angle: float, expand: bool = False, border: int = 0) -> np.ndarray:
+    """Rotate a (n, h, w[, c]) batch counter-clockwise by `angle` degrees about its centre,
+    as the authors' notebooks do (torchvision's `rotate` on PIL images: nearest neighbour,
+    black fill). `border` black pixels are added around each image first, and `expand`
+    grows the frame to hold the whole rotated image (`rotcifar10.ipynb`; the caller resizes).
+    Multiples of 90° on a square frame are exact transposes (PIL's own shortcut)."""
+    if border:
+        pad = ((0, 0), (border, border), (border, border)) + ((0, 0),) * (images.ndim - 3)
+        images = np.pad(images, pad)
     quarter, rest = divmod(float(angle), 90.0)
-    if rest == 0.0:  # exact and fast for the paper's 0/90/180/270
+    if rest == 0.0 and images.shape[1] == images.shape[2]:
         return np.ascontiguousarray(np.rot90(images, k=int(quarter) % 4, axes=(1, 2)))
-    return ndimage.rotate(images, angle, axes=(2, 1), reshape=False, order=1, mode="constant")
+    from PIL import Image
+
+    def turn(plane: np.ndarray) -> np.ndarray:  # one float32 channel, PIL mode "F"
+        return np.asarray(Image.fromarray(plane, mode="F").rotate(angle, Image.Resampling.NEAREST, expand))
+
+    planes = images.astype(np.float32, copy=False)
+    if planes.ndim == 3:
+        return np.stack([turn(p) for p in planes])
+    return np.stack([np.stack([turn(p[..., k]) for k in range(p.shape[-1])], axis=-1) for p in planes])
 
 
 def to_model_input(images01: np.ndarray, mean: float | tuple[float, ...] = MNIST_MEAN,

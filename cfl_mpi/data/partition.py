@@ -66,3 +66,18 @@ def split_shard(group: int, local: int, per_group: int, n_pool: int, test_fracti
     n_val = max(1, int(round(val_fraction * len(part))))
     return SiloShard(group, np.sort(part[n_test + n_val:]), np.sort(part[n_test:n_test + n_val]),
                      np.sort(part[:n_test]))
+
+
+def dealt_shard(group: int, local: int, per_group: int, n_pool: int, test_fraction: float,
+                val_fraction: float, seed: int) -> SiloShard:
+    """The authors' PACS rule (`pacs.ipynb`): the last `test_fraction` of the group's shuffled
+    images is its test pool, the rest dealt round-robin to its silos (the test pool likewise),
+    and each silo's share split into training and (`val_fraction`) validation parts."""
+    rng = np.random.default_rng([seed, 13, group])
+    order = rng.permutation(n_pool)
+    n_test = int(test_fraction * n_pool)
+    rest, test = order[:n_pool - n_test], order[n_pool - n_test:]
+    mine = rest[local::per_group]
+    n_val = max(1, int(np.ceil(val_fraction * len(mine))))  # train_test_split rounds the test part up
+    mine = rng.permutation(mine)
+    return SiloShard(group, np.sort(mine[n_val:]), np.sort(mine[:n_val]), np.sort(test[local::per_group]))

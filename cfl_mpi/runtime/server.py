@@ -228,8 +228,11 @@ class Server:
             **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc") if k in record},
         }
         recorder.finish(summary, self.records, clusters, self.truth, self.strategy.artifacts)
+        backdoor = (f", target silos' clean acc {100 * summary['target_clean_acc']:.2f}, backdoor acc "
+                    f"{100 * summary['target_backdoor_acc']:.2f}") if "target_clean_acc" in summary else ""
         print(f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
-              f"worst {100 * summary['worst_acc']:.2f}, {summary['wall_s']:.1f} s; results in {self.out}", flush=True)
+              f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}",
+              flush=True)
         return summary
 
 
