@@ -13,9 +13,10 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,9 @@ def sample_size(cfg: EmdCflConfig, n_train: int) -> int:
 
 def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
                        rng: np.random.Generator) -> tuple[float, float]:
-    """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale.
+    """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
+    `tau_projection: full` τ_c is taken through a fresh dim(Z) × dim(Z) random projection, drawn
+    after the noise's, as the authors' code does.
 
     The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
     projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
@@ -67,21 +70,24 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     """
     solver = "exact" if s.distance == "fedwad" else s.distance  # both clouds are local: no FedWaD needed
     full = ground_cost(z_own, z_val, s.ground_cost)
-    tau = transport_cost(full, solver, s.sinkhorn_reg)
     n, halves = len(z_own), len(z_val) // 2
     h = min(halves, n // 2)
-    if h < 1:
-        return tau, 0.0
     null = []
-    for _ in range(s.noise_splits):
+    for _ in range(s.noise_splits if h >= 1 else 0):
         order = rng.permutation(len(z_val))
         sub = np.sort(rng.permutation(n)[:2 * h])
         r = random_projection(rng, z_own.shape[1], dim_r)
         projected = ground_cost(z_own[sub] @ r, z_val[order[:h]] @ r, s.ground_cost)
         null.append(transport_cost(projected, solver, s.sinkhorn_reg)
                     - transport_cost(full[np.ix_(sub, order[h:2 * h])], solver, s.sinkhorn_reg))
-    to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
-    return tau, float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
+    noise = 0.0
+    if null:
+        to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
+        noise = float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
+    if s.tau_projection == "full":
+        r = random_projection(rng, z_own.shape[1], z_own.shape[1])
+        return w1(z_own @ r, z_val @ r, s.ground_cost, solver, s.sinkhorn_reg), noise
+    return transport_cost(full, solver, s.sinkhorn_reg), noise
 
 
 class EmdCfl(Strategy):
@@ -241,20 +247,16 @@ class EmdCflSilo(SiloProtocol):
         x_sample = d.x_train[np.sort(rng.choice(len(d.y_train), n, replace=False))]
         # what partners' models embed: the same training sample, or a validation sample (authors)
         x_cross = x_sample if s.partner_sample == "train" else d.x_val[np.sort(rng.choice(len(d.y_val), n, False))]
-        self._embed = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
-                              batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
+        embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
+                               batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
         with timed(ctx.step_seconds, "embedding"):
-            z_own = self._embed(ctx.model.embedding, x_sample)
-            z_val = self._embed(ctx.model.embedding, d.x_val[: s.sample_cap])
+            z_own = embed_as_set(ctx.model.embedding, x_sample)
+            z_val = embed_as_set(ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
             tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
-            if s.tau_projection == "full":  # the authors' τ: through a fresh dim(Z) × dim(Z) projection
-                r = random_projection(rng, z_own.shape[1], z_own.shape[1])
-                tau = w1(z_own @ r, z_val @ r, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance,
-                         s.sinkhorn_reg)
         with timed(ctx.step_seconds, "handshake"):
             seeds = self._handshake(ctx, partners)
-        projected = self._project(ctx, partners, seeds, x_cross, z_own)
+        projected = self._project(ctx, partners, seeds, x_cross, z_own, embed_as_set)
         if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
             own, cross = {}, {}
             for p, zr_own, zr_cross in projected:
@@ -292,10 +294,11 @@ class EmdCflSilo(SiloProtocol):
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
     def _project(self, ctx: SiloRound, partners: list[int], seeds: dict[int, bytes], x_cross: np.ndarray,
-                 z_own: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+                 z_own: np.ndarray, embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+                 ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(c', Z_{c|c}R, Z_{c|c'}R) for every partner c' in turn: ω swapped with c', own data
-        (`x_cross`: the training or the validation sample) embedded with c''s model, both
-        projected by the pair's R."""
+        (`x_cross`: the training or the validation sample) embedded with c''s model by
+        `embed_as_set` (the mode and batches of z_own), both projected by the pair's R."""
         from ..models import load_arrays, state_arrays
 
         omega = state_arrays(ctx.model.embedding)
@@ -308,6 +311,6 @@ class EmdCflSilo(SiloProtocol):
                 swap.wait()
             with timed(ctx.step_seconds, "embedding"):
                 load_arrays(borrowed, theirs.arrays)
-                z_cross = self._embed(borrowed, x_cross)  # Z_{c|c'}: own data, partner's model
+                z_cross = embed_as_set(borrowed, x_cross)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)
             yield p, z_own @ r, z_cross @ r

@@ -183,15 +183,15 @@ class Server:
         silo_wait = np.zeros(2)
         targets = self.targets
         steps = REGISTRY[self.cfg.strategy.name].silo.steps
-        step_seconds = np.zeros((0, len(steps)))
+        step_rows = []
         for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]), len(steps))):
             silo = msg.sender
-            if steps:
+            if steps:  # the wire has refused non-finite values already
                 seconds = msg.arrays["step_seconds"]
-                if not (np.isfinite(seconds).all() and (seconds >= 0).all()):
+                if (seconds < 0).any():
                     raise ProtocolError(f"{msg.who} sent step seconds {seconds.tolist()} in round {t}: "
                                         "expected finite non-negative values")
-                step_seconds = np.vstack([step_seconds, seconds])
+                step_rows.append(seconds)
             accuracy[silo] = msg.meta["accuracy"]
             if targets[silo]:  # checked by eval_expect; other silos' extra meta is ignored
                 backdoor_acc[silo] = msg.meta["backdoor_acc"]
@@ -207,6 +207,7 @@ class Server:
             "wait_cpu_fraction": {"server": _fraction(waits.cpu_s, waits.wall_s),
                                   "silos": _fraction(silo_wait[1], silo_wait[0])},
         }
+        step_seconds = np.array(step_rows)
         if steps and step_seconds.any():  # per-step wall seconds of the silos' strategy work this round
             record["silo_steps"] = {k: {"mean": round(float(step_seconds[:, i].mean()), 4),
                                         "max": round(float(step_seconds[:, i].max()), 4)} for i, k in enumerate(steps)}
