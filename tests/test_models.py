@@ -164,3 +164,26 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
     assert message.startswith("model.pretrained: torchvision's resnet18 weights are not in torch's cache "
                               f"({tmp_path / 'empty_hub' / 'checkpoints' / 'resnet18-f37072fd.pth'})")
     assert "URLError" in message and "python -m cfl_mpi.prepare" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("pools", [2, 1])
+def test_simple_cnn_inference_equals_the_plain_forward_bit_for_bit(pools):
+    """The CPU inference path (chunks, channels-last pooling) gives exactly what training's plain
+    forward gives, at every batch size around the chunk boundaries (issue 13: W must not move)."""
+    from torch import nn
+
+    from cfl_mpi.models.simple_cnn import ConvEmbedding, SimpleCNN
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = SimpleCNN(1, 10, 28, channels=(16, 32), pools=pools)
+    x = torch.rand(2 * ConvEmbedding.CHUNK + 9, 1, 28, 28)
+    chunk = ConvEmbedding.CHUNK
+    for n in (1, 2, 7, chunk - 1, chunk, chunk + 1, 2 * chunk - 1, 2 * chunk, len(x)):
+        with torch.no_grad():
+            plain = nn.Sequential.forward(net.embedding, x[:n])
+            assert torch.equal(net.embedding(x[:n]), plain), n
+            assert torch.equal(net(x[:n]), net.head(plain)), n
+    with torch.enable_grad():  # training takes the plain path, autograd and all
+        z = net.embedding(x[:3])
+        assert z.requires_grad
