@@ -6,6 +6,10 @@ not yet measured agrees on a secret projection R (X25519 + HKDF), swaps embeddin
 The server forms W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (line 16) and extracts clusters.
 With `distance: fedwad` the projected embeddings stay on the silos and the server gets each
 W1 by FedWaD instead (emdcfl_fedwad.py).
+
+The round is planned before training, so that a silo starts its handshakes and ω swaps as
+soon as it has trained rather than when the slowest silo has; and a silo takes its partners'
+ω in the order they come (`OmegaSwaps`), so that a late partner holds up only its own pair.
 """
 from __future__ import annotations
 
@@ -16,11 +20,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..channel import SERVER
+from ..channel import SERVER, Channel, Pending
 from ..config import Config, EmdCflConfig
 from ..ot.wasserstein import ground_cost, transport_cost, w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
@@ -33,11 +37,18 @@ from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
 from .pairs import partner_lists
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
 PLAN = message_kind("plan")                        # server → silo: the partners to measure this round
 HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
 EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
 EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R, Z_{c|c'}R, τ_c and noise
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, emdcfl_fedwad.REFERENCE, *FEDWAD_KINDS)
+
+# ω is offered to at most this many partners at a time: one may lag while the silo works with
+# the next, and no process holds more than this many in-process copies of a silo's ω.
+SWAPS_IN_FLIGHT = 2
 
 
 def projected_dim(cfg: Config) -> int:
@@ -101,20 +112,25 @@ class EmdCfl(Strategy):
         self.tau = np.full(c, np.nan)
         self.noise = np.full(c, np.nan)
         self.extraction: dict = {}
+        self.partners: dict[int, list[int]] = {}  # this round's plan (before_training)
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
 
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.cfg.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
 
-    def after_training(self, ctx: ServerRound) -> np.ndarray:
-        silos = sorted(ctx.updates)  # a pair is measured the first round both silos train
+    def before_training(self, ctx: ServerRound) -> None:
+        """Plan the round's pairs: those of silos training now that were never measured (a pair
+        is measured the first round both silos train, Appendix E.4), each silo's in
+        tournament order. Sent before training, so a silo needs nobody else to start."""
+        silos = sorted(ctx.participants)
         wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
-        partners = partner_lists(silos, wanted)
+        self.partners = partner_lists(silos, wanted)
         for silo in silos:
-            plan = np.asarray(partners.get(silo, []), dtype=np.int64)
-            ctx.channel.send(silo, PLAN, ctx.round, {"partners": plan})
-        if wanted:
-            self._measure(ctx, partners)
+            ctx.channel.send(silo, PLAN, ctx.round, {"partners": np.asarray(self.partners[silo], dtype=np.int64)})
+
+    def after_training(self, ctx: ServerRound) -> np.ndarray:
+        if any(self.partners.values()):
+            self._measure(ctx, self.partners)
             self.clusters, report = self._extract()
             self.extraction = dataclasses.asdict(report)
         return self.clusters
@@ -157,16 +173,16 @@ class EmdCfl(Strategy):
                         bounds={"tau": (0.0, math.inf), "noise": (0.0, math.inf)})
         while todo:
             msg = ctx.channel.recv_any(list(todo), lambda _: expect)
-            c = msg.sender
-            partner = todo[c].pop(0)
+            c, partner = msg.sender, msg.meta["partner"]
             stated = reference.setdefault(c, (msg.meta["tau"], msg.meta["noise"]))
             rows = {len(msg.arrays["own"]), len(msg.arrays["cross"])}
-            if msg.meta["partner"] != partner or stated != (msg.meta["tau"], msg.meta["noise"]) or len(rows) != 1 \
+            if partner not in todo[c] or stated != (msg.meta["tau"], msg.meta["noise"]) or len(rows) != 1 \
                     or min(rows) < 2:
-                raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {msg.meta['partner']} "
+                raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
                                     f"with τ {msg.meta['tau']}, noise {msg.meta['noise']} and {sorted(rows)} rows; "
-                                    f"expected partner {partner}, the τ and noise of its first embeddings {stated} "
-                                    "and as many rows (at least 2) in both")
+                                    f"expected a partner among {todo[c]} not sent yet, the τ and noise of its "
+                                    f"first embeddings {stated} and as many rows (at least 2) in both")
+            todo[c].remove(partner)
             if not todo[c]:
                 del todo[c]
             self.tau[c], self.noise[c] = stated
@@ -227,16 +243,61 @@ class EmdCfl(Strategy):
                                "n_clusters": int(paper.max()) + 1}}
 
 
+class OmegaSwaps:
+    """A silo's ω swaps of a round: ω offered to its partners in tournament order, at most
+    SWAPS_IN_FLIGHT ahead, and theirs taken in the order they arrive.
+
+    No silo waits forever: the offered partners are always a silo's first unfinished ones in
+    slot order, so the unfinished pair of the earliest tournament slot is offered at both ends
+    and its two messages can always be taken."""
+
+    def __init__(self, channel: Channel, round: int, partners: list[int], omega: dict[str, np.ndarray]) -> None:
+        self.channel, self.round, self.omega = channel, round, omega
+        self.queue = list(partners)   # not offered yet
+        self.offered: list[int] = []  # offered, theirs not taken yet
+        self.sends: list[Pending] = []
+        self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
+        self._offer()
+
+    def _offer(self) -> None:
+        while self.queue and len(self.offered) < SWAPS_IN_FLIGHT:
+            partner = self.queue.pop(0)
+            self.sends.append(self.channel.isend(partner, EMBEDDING_MODEL, self.round, self.omega))
+            self.offered.append(partner)
+
+    def take(self) -> tuple[int, dict[str, np.ndarray]] | None:
+        """(partner, its ω) of the first offered partner whose ω is here; None when all are
+        taken and every offer has left."""
+        if not self.offered:
+            for pending in self.sends:
+                pending.wait()
+            return None
+        msg = self.channel.recv_any(self.offered, lambda _: self.expect)
+        self.offered.remove(msg.sender)
+        self._offer()
+        return msg.sender, msg.arrays
+
+
 class EmdCflSilo(SiloProtocol):
-    """Silo half: handshake, ω swap and projected embeddings for each planned partner."""
+    """Silo half: handshake, ω swaps and projected embeddings for each planned partner."""
 
     steps = ("plan", "embedding", "noise", "handshake", "swap", "send")
 
-    def after_training(self, ctx: SiloRound) -> None:
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        self.partners: list[int] = []  # this round's plan (before_training)
+
+    def before_training(self, ctx: SiloRound) -> None:
         with timed(ctx.step_seconds, "plan"):
-            partners = self._plan(ctx)
+            self.partners = self._plan(ctx)
+
+    def after_training(self, ctx: SiloRound) -> None:
+        """Offer the public key and ω to the partners first, so that they can go on while this
+        silo embeds its own data and estimates its noise; then each partner's ω as it comes."""
+        partners = self.partners
         if not partners:
             return
+        from ..models import state_arrays
         from ..training import EVAL_BATCH, embed  # torch: silo side only
 
         s: EmdCflConfig = self.cfg.strategy
@@ -249,14 +310,18 @@ class EmdCflSilo(SiloProtocol):
         x_cross = x_sample if s.partner_sample == "train" else d.x_val[np.sort(rng.choice(len(d.y_val), n, False))]
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
                                batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
+        with timed(ctx.step_seconds, "handshake"):
+            key, key_sends = self._offer_key(ctx, partners)
+        with timed(ctx.step_seconds, "swap"):
+            swaps = OmegaSwaps(ctx.channel, ctx.round, partners, state_arrays(ctx.model.embedding))
         with timed(ctx.step_seconds, "embedding"):
             z_own = embed_as_set(ctx.model.embedding, x_sample)
             z_val = embed_as_set(ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
             tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
         with timed(ctx.step_seconds, "handshake"):
-            seeds = self._handshake(ctx, partners)
-        projected = self._project(ctx, partners, seeds, x_cross, z_own, embed_as_set)
+            seeds = self._pair_seeds(ctx, partners, key, key_sends)
+        projected = self._project(ctx, swaps, seeds, x_cross, z_own, embed_as_set)
         if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
             own, cross = {}, {}
             for p, zr_own, zr_cross in projected:
@@ -278,14 +343,18 @@ class EmdCflSilo(SiloProtocol):
             raise ProtocolError(f"{plan.who} sent an invalid plan {partners} to silo {ctx.silo} in round {ctx.round}")
         return partners
 
-    def _handshake(self, ctx: SiloRound, partners: list[int]) -> dict[int, bytes]:
-        """Each pair's projection seed: X25519 public keys swapped directly, then HKDF.
+    def _offer_key(self, ctx: SiloRound, partners: list[int]) -> tuple[X25519PrivateKey, list[Pending]]:
+        """This round's X25519 key, its public half on its way to every partner (directly).
         One key per silo and round serves all its partners."""
         s: EmdCflConfig = self.cfg.strategy
         seed_material = f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None
         key = new_private_key(seed_material)
         mine = public_bytes(key)
-        sends = [ctx.channel.isend(p, HANDSHAKE, ctx.round, {"public_key": mine}) for p in partners]
+        return key, [ctx.channel.isend(p, HANDSHAKE, ctx.round, {"public_key": mine}) for p in partners]
+
+    def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey,
+                    sends: list[Pending]) -> dict[int, bytes]:
+        """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
         key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
         peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
         for pending in sends:
@@ -293,24 +362,24 @@ class EmdCflSilo(SiloProtocol):
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
-    def _project(self, ctx: SiloRound, partners: list[int], seeds: dict[int, bytes], x_cross: np.ndarray,
+    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], x_cross: np.ndarray,
                  z_own: np.ndarray, embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
                  ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """(c', Z_{c|c}R, Z_{c|c'}R) for every partner c' in turn: ω swapped with c', own data
-        (`x_cross`: the training or the validation sample) embedded with c''s model by
-        `embed_as_set` (the mode and batches of z_own), both projected by the pair's R."""
-        from ..models import load_arrays, state_arrays
+        """(c', Z_{c|c}R, Z_{c|c'}R) for every partner c' as its ω arrives: own data (`x_cross`:
+        the training or the validation sample) embedded with c''s model by `embed_as_set` (the
+        mode and batches of z_own), both projected by the pair's R."""
+        from ..models import load_arrays
 
-        omega = state_arrays(ctx.model.embedding)
         borrowed = copy.deepcopy(ctx.model.embedding)
         dim_z, dim_r = z_own.shape[1], projected_dim(self.cfg)
-        for p in partners:  # tournament order: the partner reaches this pair in the same slot
+        while True:
             with timed(ctx.step_seconds, "swap"):
-                swap = ctx.channel.isend(p, EMBEDDING_MODEL, ctx.round, omega)
-                theirs = ctx.channel.recv(p, Expect.like(EMBEDDING_MODEL, ctx.round, omega))
-                swap.wait()
+                swapped = swaps.take()
+            if swapped is None:
+                return
+            p, theirs = swapped
             with timed(ctx.step_seconds, "embedding"):
-                load_arrays(borrowed, theirs.arrays)
+                load_arrays(borrowed, theirs)
                 z_cross = embed_as_set(borrowed, x_cross)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)
             yield p, z_own @ r, z_cross @ r
