@@ -23,6 +23,7 @@ from .runs import ROOT, machine
 BEFORE_COMMIT = "703ab81"
 # name: (module, needs the before tree, extra arguments in quick mode)
 SUITE = {
+    "embedding": ("benchmarks.embedding", False, ["--quick"]),
     "w1": ("benchmarks.w1", False, ["--quick"]),
     "noise_estimate": ("benchmarks.noise_estimate", True, ["--quick"]),
     "whole_job": ("benchmarks.whole_job", True, ["--quick"]),

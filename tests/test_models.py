@@ -166,8 +166,8 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
     assert "URLError" in message and "python -m cfl_mpi.prepare" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("pools", [2, 1])
-def test_simple_cnn_inference_equals_the_plain_forward_bit_for_bit(pools):
+@pytest.mark.parametrize("pools,side", [(2, 28), (1, 28), (2, 30)])  # 30: an odd map (15) to pool
+def test_simple_cnn_inference_equals_the_plain_forward_bit_for_bit(pools, side):
     """The CPU inference path (chunks, channels-last pooling) gives exactly what training's plain
     forward gives, at every batch size around the chunk boundaries (issue 13: W must not move)."""
     from torch import nn
@@ -176,8 +176,8 @@ def test_simple_cnn_inference_equals_the_plain_forward_bit_for_bit(pools):
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    net = SimpleCNN(1, 10, 28, channels=(16, 32), pools=pools)
-    x = torch.rand(2 * ConvEmbedding.CHUNK + 9, 1, 28, 28)
+    net = SimpleCNN(1, 10, side, channels=(16, 32), pools=pools)
+    x = torch.rand(2 * ConvEmbedding.CHUNK + 9, 1, side, side) - 0.5  # negative inputs: the ReLUs matter
     chunk = ConvEmbedding.CHUNK
     for n in (1, 2, 7, chunk - 1, chunk, chunk + 1, 2 * chunk - 1, 2 * chunk, len(x)):
         with torch.no_grad():

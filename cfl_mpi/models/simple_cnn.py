@@ -34,20 +34,27 @@ class SimpleCNN(nn.Module):
 class ConvEmbedding(nn.Sequential):
     """g as a plain `nn.Sequential` (the same parameter names, so the same ω on the wire), with
     a faster inference on the CPU: without autograd (evaluation, EMD-CFL's embeddings), the
-    layers before `Flatten` run on chunks of `CHUNK` inputs and every max-pool on a
-    channels-last copy. Why: torch's CPU max-pool is not vectorised over the channels of an
-    NCHW tensor, and a 512-image batch of 64 × 28 × 28 activations (100 MB) spills the caches;
-    together about 2.5× on one core (`python -m benchmarks.embedding`).
+    layers before `Flatten` run on chunks of `CHUNK` inputs, and each ReLU + 2×2 max-pool
+    becomes the maximum of four strided views, then the ReLU on a quarter of the values. Why:
+    torch's CPU max-pool is not vectorised over the channels of an NCHW tensor, and a 512-image
+    batch of 64 × 28 × 28 activations (100 MB) spills the caches; together 2.5–3× on one core
+    (`python -m benchmarks.embedding`).
 
     The values are bit for bit those of the plain forward, which training uses: a maximum is
-    exact whatever the layout; each convolution sees at least `CHUNK` inputs (or the whole
-    batch, if smaller), where oneDNN computes an image independently of the others; and the
-    layers from `Flatten` on get the caller's whole batch, as before, since a GEMM's rounding
-    of a row can depend on its place in the batch. tests/test_models.py checks the equality
-    on the machine at hand.
+    exact, and ReLU, being non-decreasing, commutes with it; each convolution sees at least
+    `CHUNK` inputs (or the whole batch, if smaller), where oneDNN computes an image
+    independently of the others; and the layers from `Flatten` on get the caller's whole batch,
+    as before, since a GEMM's rounding of a row can depend on its place in the batch.
+    tests/test_models.py checks the equality on the machine at hand.
     """
 
     CHUNK = 64
+
+    def __init__(self, *layers: nn.Module) -> None:
+        super().__init__(*layers)
+        pools = [m for m in layers if isinstance(m, nn.MaxPool2d)]
+        if any((m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode) != (2, 2, 0, 1, False) for m in pools):
+            raise ValueError("ConvEmbedding's inference knows only 2x2 max-pools of stride 2")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or x.device.type != "cpu":
@@ -56,14 +63,31 @@ class ConvEmbedding(nn.Sequential):
         flat = next(i for i, layer in enumerate(layers) if isinstance(layer, nn.Flatten))
         starts = list(range(0, len(x), self.CHUNK))[: max(1, len(x) // self.CHUNK)]  # the last takes the rest
         ends = starts[1:] + [len(x)]
-        features = []
-        for start, end in zip(starts, ends):
-            h = x[start:end]
-            for layer in layers[:flat]:
-                h = layer(h.contiguous(memory_format=torch.channels_last)).contiguous() \
-                    if isinstance(layer, nn.MaxPool2d) else layer(h)
-            features.append(h)
-        h = torch.cat(features)
+        h = torch.cat([_conv_blocks(layers[:flat], x[start:end]) for start, end in zip(starts, ends)])
         for layer in layers[flat:]:
             h = layer(h)
         return h
+
+
+def _conv_blocks(layers: list[nn.Module], h: torch.Tensor) -> torch.Tensor:
+    """The conv blocks' layers in order, with every max-pool (and the ReLU before it) done as
+    in ConvEmbedding's docstring."""
+    i = 0
+    while i < len(layers):
+        relu_first = isinstance(layers[i], nn.ReLU) and i + 1 < len(layers) and isinstance(layers[i + 1], nn.MaxPool2d)
+        if relu_first or isinstance(layers[i], nn.MaxPool2d):
+            h = _max_pool_2x2(h)
+            if relu_first:
+                h = h.relu_()  # relu(max(a, b)) = max(relu(a), relu(b))
+            i += 2 if relu_first else 1
+        else:
+            h = layers[i](h)
+            i += 1
+    return h
+
+
+def _max_pool_2x2(h: torch.Tensor) -> torch.Tensor:
+    """max_pool2d(h, 2): the maximum of the four strided views of each 2 × 2 window."""
+    h = h[..., : h.shape[-2] // 2 * 2, : h.shape[-1] // 2 * 2]
+    return torch.maximum(torch.maximum(h[..., 0::2, 0::2], h[..., 0::2, 1::2]),
+                         torch.maximum(h[..., 1::2, 0::2], h[..., 1::2, 1::2]))
