@@ -49,11 +49,11 @@ def in_threads(*bodies):
     return results
 
 
-@pytest.mark.parametrize("p", [1, 2])
-def test_distributed_jobs_equal_local_fedwad(p):
+@pytest.mark.parametrize("p,cores", [(1, 1), (2, 1), (2, 3)])  # cores: the server steps on a pool
+def test_distributed_jobs_equal_local_fedwad(p, cores):
     server, silo0, silo1 = parties()
     params = FedWaDParams(p=p, n_iter=K, dim=DIM, max_support=S)
-    got, _, _ = in_threads(lambda: run_jobs(server, ROUND, JOBS, params, SEED),
+    got, _, _ = in_threads(lambda: run_jobs(server, ROUND, JOBS, params, SEED, cores),
                            lambda: serve(silo0, ROUND, measures(0), params, SEED),
                            lambda: serve(silo1, ROUND, measures(1), params, SEED))
     local = {job.key: fedwad(measures(job.mu)[job.key], measures(job.nu)[job.key], p=p, n_iter=K,

@@ -71,7 +71,7 @@ def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[int]], dim: 
         tau[c], noise[c], sizes[c] = msg.meta["tau"], msg.meta["noise"], msg.meta["n_samples"]
     jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p in partners[c]]
     params = fedwad_params(cfg, dim)
-    estimates = run_jobs(ctx.channel, ctx.round, jobs, params, cfg.seed)
+    estimates = run_jobs(ctx.channel, ctx.round, jobs, params, cfg.seed, ctx.cores)
     for job in jobs:
         w1 = estimates[job.key] ** params.p  # p = 2: W2² is W1 under the squared Euclidean cost
         W[job.mu, job.nu] = w1 - tau[job.mu]

@@ -73,7 +73,7 @@ class FedWaDClustering(Strategy):
             return
         s: FedWaDClusteringConfig = self.cfg.strategy
         jobs = pair_jobs(self.cfg)
-        estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(self.cfg), self.cfg.seed)
+        estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(self.cfg), self.cfg.seed, ctx.cores)
         for job in jobs:
             self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
         k = s.clusters or len(np.unique(self.truth))

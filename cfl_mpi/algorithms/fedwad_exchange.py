@@ -10,7 +10,9 @@ silo's serving loop. Only interpolating measures and scalars travel: never μ or
 
 All jobs proceed concurrently: the server keeps, per silo, the FIFO of requests it sent
 (a silo answers in order), receives from whichever silo answers first (``recv_any``), and
-a job advances as soon as both of its halves are in. Every message is checked on both sides
+a job advances as soon as both of its halves are in; its server step (an exact OT problem,
+GIL-free in POT) runs on a pool of the server's cores while it goes on receiving, since at
+C silos the server makes C(C−1)·K of them. Every message is checked on both sides
 (job known, iteration expected, shapes, weights summing to 1) and a violation raises
 ProtocolError naming the sender, the kind and the round.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +57,7 @@ _WEIGHT_SUM_TOL = 1e-6
 T_RANGE = (0.1, 0.9)  # every time t of the schedule: bounded away from 0 and from 1
 _TIMES_STREAM = 1  # the times' Generator is seeded apart from ξ(0)'s
 INTERPOLATE, DISTANCE, DONE = "interpolate", "distance", "done"
+_STEP_POLL_S = 0.002  # while server steps run, how often the server looks for messages too
 
 
 @dataclass(frozen=True)
@@ -132,11 +136,14 @@ class _State:
     halves: dict | None = None      # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
 
 
-def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams, seed: int) -> dict[str, float]:
+def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams, seed: int,
+             cores: int = 1) -> dict[str, float]:
     """Run every job to its estimate Wp(μ, ν) ≈ Wp(μ, ξ(K)) + Wp(ξ(K), ν); end the silos' loops.
 
     Returns ``{job.key: estimate}``. Every silo that holds a measure of some job is sent
-    ``done`` at the end, and must be serving (:func:`serve`) until then.
+    ``done`` at the end, and must be serving (:func:`serve`) until then. The server steps run
+    on `cores` threads; each job's steps follow one another, so the estimates do not depend
+    on `cores`.
     """
     states = {}
     for job in jobs:
@@ -169,27 +176,43 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
         return Expect(FEDWAD_MEASURE, round, _measure_spec(params), {"job": str, "k": int},
                       max_elements=params.max_support * params.dim)
 
-    for state in states.values():
-        request(state)
-    while len(results) < len(states):
-        msg = channel.recv_any([s for s, q in queues.items() if q], expect)
+    steps: dict[Future, _State] = {}  # server steps under way
+
+    def take(msg: Message, pool: ThreadPoolExecutor) -> None:
+        """One holder's reply; a job whose two halves are in moves on."""
         key, k, op = queues[msg.sender].popleft()
         if msg.meta["job"] != key or msg.meta["k"] != k or (op == DISTANCE and not msg.meta["distance"] >= 0):
             raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} for job "
                                 f"{msg.meta['job']!r} step {msg.meta['k']} {msg.meta.get('distance', '')}; "
                                 f"expected job {key!r} step {k}" + (" and a distance >= 0" if op == DISTANCE else ""))
         state = states[key]
-        state.halves[msg.sender] = (msg.meta["distance"] if op == DISTANCE
-                              else _checked_measure(msg, params))
+        state.halves[msg.sender] = msg.meta["distance"] if op == DISTANCE else _checked_measure(msg, params)
         if len(state.halves) < 2:
-            continue
+            return
         mine, theirs = state.halves[state.job.mu], state.halves[state.job.nu]
         if op == DISTANCE:
             results[key] = mine + theirs  # Algorithm 1, line 10
-            continue
-        state.xi, _ = server_step(mine, theirs, float(state.times[k - 1]), p=params.p)  # line 7, Eq. 10
-        state.k += 1
+        else:  # line 7, Eq. 10
+            steps[pool.submit(server_step, mine, theirs, float(state.times[k - 1]), p=params.p)] = state
+
+    for state in states.values():
         request(state)
+    with ThreadPoolExecutor(max_workers=max(1, cores), thread_name_prefix="fedwad") as pool:
+        try:
+            while len(results) < len(states):
+                for step in [f for f in steps if f.done()]:
+                    state = steps.pop(step)
+                    state.xi, _ = step.result()
+                    state.k += 1
+                    request(state)
+                waiting = [s for s, q in queues.items() if q]
+                if steps and channel.ready(waiting) is None:
+                    wait(steps, timeout=_STEP_POLL_S, return_when=FIRST_COMPLETED)
+                else:
+                    take(channel.recv_any(waiting, expect), pool)
+        except BaseException:  # a bad message ends the round: drop the steps not started
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     for silo in queues:
         pending.append(channel.isend(silo, FEDWAD_MEASURE, round,
                                        {"points": np.zeros((0, params.dim)), "weights": np.zeros(0)},

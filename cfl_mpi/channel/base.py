@@ -113,6 +113,11 @@ class Channel(ABC):
             pending.remove(message.sender)
             yield message
 
+    def ready(self, sources: Iterable[int]) -> int | None:
+        """The first of `sources` with a message waiting for this party, or None; never waits
+        (for a party that also waits on other work, e.g. computations on a pool)."""
+        return next((s for s in sources if self._arrived(s)), None)
+
     def describe(self, address: int) -> str:
         """How errors name a party ("silo 3", or with its rank where there are ranks)."""
         return party_name(address)
