@@ -6,7 +6,8 @@ Benchmarks that compare code before and after a change run the tree BEFORE (defa
 worktree of BEFORE_COMMIT, the code before the issue 13 speed work, made on first use)
 side by side with this one, in the same run, and print ratios. `--quick` fits about ten
 minutes on a quiet 2-core machine; without it the scaling goes to 40 silos. `--with-others`
-adds the older single-purpose benchmarks (FedWaD, robust aggregation, curious server).
+adds the single-purpose benchmarks (FedWaD, robust aggregation, curious server, cheaper
+noise estimates).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ OTHERS = {
     "fedwad": ("benchmarks.fedwad", False, []),
     "robust_aggregation": ("benchmarks.robust_aggregation", False, []),
     "curious_server": ("benchmarks.curious_server", False, []),
+    "noise_variants": ("benchmarks.noise_variants", True, ["--quick"]),
 }
 
 
