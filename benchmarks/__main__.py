@@ -4,7 +4,7 @@
 
 Benchmarks that compare code before and after a change run the tree BEFORE (default: a git
 worktree of BEFORE_COMMIT, the code before the issue 13 speed work, made on first use)
-side by side with this one, in the same run, and print ratios. `--quick` fits about ten
+side by side with this one, in the same run, and print ratios. `--quick` fits about twenty
 minutes on a quiet 2-core machine; without it the scaling goes to 40 silos. `--with-others`
 adds the single-purpose benchmarks (FedWaD, robust aggregation, curious server, cheaper
 noise estimates).
@@ -27,7 +27,7 @@ SUITE = {
     "embedding": ("benchmarks.embedding", False, ["--quick"]),
     "w1": ("benchmarks.w1", False, ["--quick"]),
     "noise_estimate": ("benchmarks.noise_estimate", True, ["--quick"]),
-    "whole_job": ("benchmarks.whole_job", True, ["--quick"]),
+    "whole_job": ("benchmarks.whole_job", True, ["--quick", "--repeats", "3"]),
     "clustering_scaling": ("benchmarks.clustering_scaling", True, ["--quick"]),
     "wire": ("benchmarks.wire", False, ["--quick"]),
     "checkpoint": ("benchmarks.checkpoint", False, ["--repeats", "2"]),
