@@ -168,8 +168,9 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
 
 @pytest.mark.parametrize("pools,side", [(2, 28), (1, 28), (2, 30)])  # 30: an odd map (15) to pool
 def test_simple_cnn_inference_equals_the_plain_forward_bit_for_bit(pools, side):
-    """The CPU inference path (chunks, channels-last pooling) gives exactly what training's plain
-    forward gives, at every batch size around the chunk boundaries (issue 13: W must not move)."""
+    """The CPU inference path (chunks, ReLU + max-pool as strided maxima) gives exactly what
+    training's plain forward gives, at every batch size around the chunk boundaries (issue 13:
+    W must not move)."""
     from torch import nn
 
     from cfl_mpi.models.simple_cnn import ConvEmbedding, SimpleCNN
