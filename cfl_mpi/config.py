@@ -191,8 +191,10 @@ class EmdCflConfig:
     # (batch statistics over batches of train.batch_size). Identical for the simple CNN.
     embed_mode: Literal["eval", "train"] = "eval"
     # τ_c = W1 between the silo's training and validation embeddings: "none" unprojected, "full"
-    # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does.
-    tau_projection: Literal["none", "full"] = "none"
+    # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does,
+    # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
+    # measured in (on small silos W's spread falls 2-3x: docs/SMALL_SILOS.md).
+    tau_projection: Literal["none", "full", "pair"] = "none"
     # "fedwad": W1 between two silos' embeddings by FedWaD (algorithms/emdcfl_fedwad.py),
     # the server never receives an embedding; needs a Euclidean ground cost (below).
     distance: Literal["exact", "sinkhorn", "fedwad"] = "exact"
@@ -523,6 +525,9 @@ def _validate(cfg: Config) -> None:
         _check(s.sinkhorn_reg > 0, f"strategy.sinkhorn_reg: must be positive, got {s.sinkhorn_reg}")
         _check(s.noise_multiple > 0, f"strategy.noise_multiple: must be positive, got {s.noise_multiple}")
         _check(s.noise_splits >= 2, f"strategy.noise_splits: must be at least 2, got {s.noise_splits}")
+        _check(s.distance != "fedwad" or s.tau_projection != "pair",
+               "strategy.tau_projection: pair needs the server to measure each pair from the embeddings "
+               "(distance exact or sinkhorn); with distance fedwad use none or full")
         _check(s.distance != "fedwad" or s.ground_cost != "cosine",
                "strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
                "the cosine geometry, or euclidean, or sqeuclidean)")

@@ -62,25 +62,27 @@ def sample_size(cfg: EmdCflConfig, n_train: int) -> int:
 
 
 def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
-                       rng: np.random.Generator) -> tuple[float, float]:
+                       rng: np.random.Generator) -> tuple[float | None, float]:
     """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
     `tau_projection: full` τ_c is taken through a fresh dim(Z) × dim(Z) random projection, drawn
-    after the noise's, as the authors' code does.
+    after the noise's, as the authors' code does; with `pair` it is taken per pair, through the
+    pair's R (`pair_reference`), and None here.
 
     The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
     projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
     over random halvings V1, V2 of its validation embeddings and fresh random projections
-    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2), Z' a random subset of 2h of its n
-    training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋). Both sampling noise and the
-    distortion of the projection are in it; the robust cluster extraction measures W in
-    these units. |Z'| = 2|V1| makes each W1 an assignment problem (w1_repeated, issue 13);
-    where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the fluctuation of an empirical W1,
-    which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the full sizes (n, ⌊|V|/2⌋). The
-    halves hold half the samples of the real comparison, and that fluctuation shrinks like
-    n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
+    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2) (W1(Z' R_k, V2 R_k) with `pair`), Z' a
+    random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
+    Both sampling noise and the distortion of the projection are in it; the robust cluster
+    extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
+    (w1_repeated, issue 13); where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the
+    fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the
+    full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real comparison, and
+    that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
     """
     solver = "exact" if s.distance == "fedwad" else s.distance  # both clouds are local: no FedWaD needed
-    full = ground_cost(z_own, z_val, s.ground_cost)
+    per_pair = s.tau_projection == "pair"
+    full = None if per_pair else ground_cost(z_own, z_val, s.ground_cost)
     n, halves = len(z_own), len(z_val) // 2
     h = min(halves, n // 2)
     null = []
@@ -88,17 +90,30 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
         order = rng.permutation(len(z_val))
         sub = np.sort(rng.permutation(n)[:2 * h])
         r = random_projection(rng, z_own.shape[1], dim_r)
-        projected = ground_cost(z_own[sub] @ r, z_val[order[:h]] @ r, s.ground_cost)
+        projected_own = z_own[sub] @ r
+        projected = ground_cost(projected_own, z_val[order[:h]] @ r, s.ground_cost)
+        reference = ground_cost(projected_own, z_val[order[h:2 * h]] @ r, s.ground_cost) if per_pair \
+            else full[np.ix_(sub, order[h:2 * h])]
         null.append(transport_cost(projected, solver, s.sinkhorn_reg)
-                    - transport_cost(full[np.ix_(sub, order[h:2 * h])], solver, s.sinkhorn_reg))
+                    - transport_cost(reference, solver, s.sinkhorn_reg))
     noise = 0.0
     if null:
         to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
         noise = float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
+    if per_pair:
+        return None, noise
     if s.tau_projection == "full":
         r = random_projection(rng, z_own.shape[1], z_own.shape[1])
         return w1(z_own @ r, z_val @ r, s.ground_cost, solver, s.sinkhorn_reg), noise
     return transport_cost(full, solver, s.sinkhorn_reg), noise
+
+
+def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdCflConfig) -> float:
+    """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R
+    (`tau_projection: pair`), so that line 16 subtracts it in the space where W1(Z_{c|c} R,
+    Z_{c'|c} R) was measured and the projection's distortion of the two cancels: on small
+    silos it is most of W's spread (docs/SMALL_SILOS.md)."""
+    return w1(zr_own, z_val @ r, s.ground_cost, s.distance, s.sinkhorn_reg)
 
 
 class EmdCfl(Strategy):
@@ -109,7 +124,8 @@ class EmdCfl(Strategy):
         c = cfg.silos
         self.W = np.full((c, c), np.nan)
         np.fill_diagonal(self.W, 0.0)
-        self.tau = np.full(c, np.nan)
+        # τ_c per silo, or τ_{c,c'} per ordered pair (`tau_projection: pair`)
+        self.tau = np.full((c, c) if cfg.strategy.tau_projection == "pair" else c, np.nan)
         self.noise = np.full(c, np.nan)
         self.extraction: dict = {}
         self.partners: dict[int, list[int]] = {}  # this round's plan (before_training)
@@ -157,7 +173,7 @@ class EmdCfl(Strategy):
             with timed(ctx.step_seconds, "w1_after_last_message"):
                 for (c, partner), solve in solves.items():
                     value, seconds = solve.result()
-                    self.W[c, partner] = value - self.tau[c]
+                    self.W[c, partner] = value - self.tau[(c, partner) if self.tau.ndim == 2 else c]
                     ctx.step_seconds["w1_solves"] = ctx.step_seconds.get("w1_solves", 0.0) + seconds
         ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
 
@@ -166,6 +182,7 @@ class EmdCfl(Strategy):
         """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves."""
         s: EmdCflConfig = self.cfg.strategy
         halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        per_pair = self.tau.ndim == 2
         reference: dict[int, tuple[float, float]] = {}  # (τ_c, noise_c) as silo c first stated them
         expect = Expect(EMBEDDINGS, ctx.round,
                         (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
@@ -174,18 +191,21 @@ class EmdCfl(Strategy):
         while todo:
             msg = ctx.channel.recv_any(list(todo), lambda _: expect)
             c, partner = msg.sender, msg.meta["partner"]
-            stated = reference.setdefault(c, (msg.meta["tau"], msg.meta["noise"]))
+            # a silo states one noise (and, unless τ is per pair, one τ) in all its messages
+            stated = reference.setdefault(c, (math.nan if per_pair else msg.meta["tau"], msg.meta["noise"]))
+            tau = msg.meta["tau"]
             rows = {len(msg.arrays["own"]), len(msg.arrays["cross"])}
-            if partner not in todo[c] or stated != (msg.meta["tau"], msg.meta["noise"]) or len(rows) != 1 \
-                    or min(rows) < 2:
+            if partner not in todo[c] or msg.meta["noise"] != stated[1] or (not per_pair and tau != stated[0]) \
+                    or len(rows) != 1 or min(rows) < 2:
+                first = f"noise {stated[1]}" if per_pair else f"τ and noise {stated}"
                 raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
-                                    f"with τ {msg.meta['tau']}, noise {msg.meta['noise']} and {sorted(rows)} rows; "
-                                    f"expected a partner among {todo[c]} not sent yet, the τ and noise of its "
-                                    f"first embeddings {stated} and as many rows (at least 2) in both")
+                                    f"with τ {tau}, noise {msg.meta['noise']} and {sorted(rows)} rows; "
+                                    f"expected a partner among {todo[c]} not sent yet, the {first} of its "
+                                    "first embeddings and as many rows (at least 2) in both")
             todo[c].remove(partner)
             if not todo[c]:
                 del todo[c]
-            self.tau[c], self.noise[c] = stated
+            self.tau[(c, partner) if per_pair else c], self.noise[c] = tau, stated[1]
             halves[(c, partner)] = (msg.arrays["own"], msg.arrays["cross"])
             if (partner, c) in halves:
                 own_c, cross_c = halves.pop((c, partner))
@@ -321,16 +341,16 @@ class EmdCflSilo(SiloProtocol):
             tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
         with timed(ctx.step_seconds, "handshake"):
             seeds = self._pair_seeds(ctx, partners, key, key_sends)
-        projected = self._project(ctx, swaps, seeds, x_cross, z_own, embed_as_set)
-        if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD
+        projected = self._project(ctx, swaps, seeds, x_cross, z_own, z_val, tau, embed_as_set)
+        if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD (τ: one per silo)
             own, cross = {}, {}
-            for p, zr_own, zr_cross in projected:
+            for p, zr_own, zr_cross, _ in projected:
                 own[p], cross[p] = zr_own, zr_cross
             emdcfl_fedwad.serve_pairs(ctx, self.cfg, own, cross, tau, noise)
             return
         # each pair's embeddings leave as soon as they exist: the server measures meanwhile
         pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, {"own": own, "cross": cross},
-                                     partner=p, tau=tau, noise=noise) for p, own, cross in projected]
+                                     partner=p, tau=pair_tau, noise=noise) for p, own, cross, pair_tau in projected]
         with timed(ctx.step_seconds, "send"):
             for p in pending:
                 p.wait()
@@ -363,11 +383,13 @@ class EmdCflSilo(SiloProtocol):
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
     def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], x_cross: np.ndarray,
-                 z_own: np.ndarray, embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
-                 ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """(c', Z_{c|c}R, Z_{c|c'}R) for every partner c' as its ω arrives: own data (`x_cross`:
+                 z_own: np.ndarray, z_val: np.ndarray, tau: float | None,
+                 embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+                 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, float]]:
+        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c' as its ω arrives: own data (`x_cross`:
         the training or the validation sample) embedded with c''s model by `embed_as_set` (the
-        mode and batches of z_own), both projected by the pair's R."""
+        mode and batches of z_own), both projected by the pair's R; τ the silo's `tau`, or
+        the pair's own through R when `tau` is None (`tau_projection: pair`)."""
         from ..models import load_arrays
 
         borrowed = copy.deepcopy(ctx.model.embedding)
@@ -382,4 +404,5 @@ class EmdCflSilo(SiloProtocol):
                 load_arrays(borrowed, theirs)
                 z_cross = embed_as_set(borrowed, x_cross)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)
-            yield p, z_own @ r, z_cross @ r
+            zr_own = z_own @ r
+            yield p, zr_own, z_cross @ r, pair_reference(zr_own, z_val, r, self.cfg.strategy) if tau is None else tau
