@@ -2,6 +2,7 @@
 
     python -m benchmarks.small_silos RUN_DIR [RUN_DIR ...]
     python -m benchmarks.small_silos --factors [--silos 100] [--per-group 8] [--set key=value ...]
+    python -m benchmarks.small_silos --table COMPARE_DIR [COMPARE_DIR ...]
 
 The first form reads what a run recorded (W.npy, noise.npy, clusters.json, config.yaml) and prints, in the
 noise units the robust rule cuts in:
@@ -167,16 +168,51 @@ def separation(entries: dict[tuple[int, int], float], chosen: list[int], group: 
     return ", ".join(out)
 
 
+def round_walls(records: list[dict]) -> list[float]:
+    """Each round's wall seconds at the server (its phases added up)."""
+    return [sum(r["seconds"].values()) for r in records]
+
+
+def table(folders: list[Path]) -> str:
+    """The third form: one markdown row per run folder (`<method>_s<seed>` under each
+    `python -m cfl_mpi.compare` folder): ARI, the rule's margin, accuracies after the last
+    round, and the cost of clustering as the rounds' wall time beyond FedAvg's in the same
+    folder and seed (IFCA pays on every round, EMD-CFL on its first)."""
+    runs = sorted(p.parent for f in folders for p in f.glob("*/summary.json"))
+    rows = ["| C | run | clusters | ARI | margin | avg acc | worst acc | first round / later rounds (s) "
+            "| rounds' wall beyond FedAvg's (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        walls = round_walls(records)
+        seed = run.name.rpartition("_s")[2]
+        fedavg = run.parent / f"fedavg_s{seed}" / "metrics.jsonl"
+        extra = "–"
+        if fedavg.exists() and run.name != fedavg.parent.name:
+            base = round_walls([json.loads(line) for line in fedavg.read_text().splitlines()])
+            extra = f"{sum(walls) - sum(base):.1f}"
+        margin = (summary.get("extraction") or {}).get("margin")
+        later = f"{np.median(walls[1:]):.1f}" if len(walls) > 1 else "–"
+        rows.append(f"| {summary['silos']} | {run.parent.name}/{run.name} | {summary['n_clusters']} | "
+                    f"{summary['ari']:.2f} | {'–' if margin is None else f'{margin:.2f}'} | "
+                    f"{100 * summary['avg_acc']:.1f} | {100 * summary['worst_acc']:.1f} | "
+                    f"{walls[0]:.1f} / {later} | {extra} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path)
     parser.add_argument("--factors", action="store_true")
+    parser.add_argument("--table", type=Path, nargs="+")
     parser.add_argument("--silos", type=int, default=100)
     parser.add_argument("--per-group", type=int, default=8)
     parser.add_argument("--epochs", type=int, nargs="+", default=[1])
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 1.0])
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
     if args.factors:
         print(factors(args.silos, args.per_group, args.overrides, tuple(args.epochs), tuple(args.fractions)))
     for run in args.runs:
