@@ -2,31 +2,14 @@
 decision, on its own."""
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import ot
 import pytest
-from jobs import run_job, simulate_job
+from jobs import PROJECT_ROOT, run_job, simulate_job
 
 from cfl_mpi.algorithms.emdcfl import pair_reference, reference_distance
 from cfl_mpi.config import ConfigError, EmdCflConfig, load_config
 from cfl_mpi.privacy.handshake import random_projection
-
-BASE = """
-name: t
-silos: 8
-data: {name: rotated_digits}
-train: {rounds: 4, local_epochs: 1}
-strategy: {name: emdcfl}
-"""
-
-
-def config(tmp_path, *overrides):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(BASE))
-    return load_config(path, list(overrides))
-
 
 def test_pair_tau_is_w1_through_the_pairs_projection():
     rng = np.random.default_rng(0)
@@ -80,7 +63,7 @@ def test_one_hundred_small_silos_on_two_ranks_find_the_four_rotations(shared_dat
     ("strategy.tau_projection=pair --set strategy.distance=fedwad --set strategy.ground_cost=chordal",
      "strategy.tau_projection: pair needs the server to measure each pair"),
 ])
-def test_option_errors_name_the_field(tmp_path, override, message):
+def test_option_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as err:
-        config(tmp_path, *override.split(" --set "))
+        load_config(PROJECT_ROOT / "configs/digits.yaml", override.split(" --set "))
     assert message in str(err.value) and "\n" not in str(err.value)
