@@ -168,8 +168,9 @@ def separation(entries: dict[tuple[int, int], float], chosen: list[int], group: 
     return ", ".join(out)
 
 
-def round_walls(records: list[dict]) -> list[float]:
-    """Each round's wall seconds at the server (its phases added up)."""
+def round_walls(run: Path) -> list[float]:
+    """Each round's wall seconds at the server (its phases added up), from metrics.jsonl."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [sum(r["seconds"].values()) for r in records]
 
 
@@ -183,14 +184,11 @@ def table(folders: list[Path]) -> str:
             "| rounds' wall beyond FedAvg's (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         summary = json.loads((run / "summary.json").read_text())
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        walls = round_walls(records)
-        seed = run.name.rpartition("_s")[2]
-        fedavg = run.parent / f"fedavg_s{seed}" / "metrics.jsonl"
+        walls = round_walls(run)
+        fedavg = run.parent / f"fedavg_s{run.name.rpartition('_s')[2]}"
         extra = "–"
-        if fedavg.exists() and run.name != fedavg.parent.name:
-            base = round_walls([json.loads(line) for line in fedavg.read_text().splitlines()])
-            extra = f"{sum(walls) - sum(base):.1f}"
+        if (fedavg / "metrics.jsonl").exists() and run != fedavg:
+            extra = f"{sum(walls) - sum(round_walls(fedavg)):.1f}"
         margin = (summary.get("extraction") or {}).get("margin")
         later = f"{np.median(walls[1:]):.1f}" if len(walls) > 1 else "–"
         rows.append(f"| {summary['silos']} | {run.parent.name}/{run.name} | {summary['n_clusters']} | "

@@ -183,7 +183,7 @@ class EmdCfl(Strategy):
         s: EmdCflConfig = self.cfg.strategy
         halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         per_pair = self.tau.ndim == 2
-        reference: dict[int, tuple[float, float]] = {}  # (τ_c, noise_c) as silo c first stated them
+        stated: dict[int, tuple[float, ...]] = {}  # (noise_c[, τ_c]) as silo c first stated them
         expect = Expect(EMBEDDINGS, ctx.round,
                         (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
                         {"partner": int, "tau": float, "noise": float}, max_elements=s.sample_cap * dim_r,
@@ -191,21 +191,19 @@ class EmdCfl(Strategy):
         while todo:
             msg = ctx.channel.recv_any(list(todo), lambda _: expect)
             c, partner = msg.sender, msg.meta["partner"]
-            # a silo states one noise (and, unless τ is per pair, one τ) in all its messages
-            stated = reference.setdefault(c, (math.nan if per_pair else msg.meta["tau"], msg.meta["noise"]))
-            tau = msg.meta["tau"]
+            tau, noise = msg.meta["tau"], msg.meta["noise"]
+            # a silo states one noise, and one τ unless τ is per pair, in all its messages
+            claim = (noise,) if per_pair else (noise, tau)
             rows = {len(msg.arrays["own"]), len(msg.arrays["cross"])}
-            if partner not in todo[c] or msg.meta["noise"] != stated[1] or (not per_pair and tau != stated[0]) \
-                    or len(rows) != 1 or min(rows) < 2:
-                first = f"noise {stated[1]}" if per_pair else f"τ and noise {stated}"
+            if partner not in todo[c] or stated.setdefault(c, claim) != claim or len(rows) != 1 or min(rows) < 2:
                 raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
-                                    f"with τ {tau}, noise {msg.meta['noise']} and {sorted(rows)} rows; "
-                                    f"expected a partner among {todo[c]} not sent yet, the {first} of its "
-                                    "first embeddings and as many rows (at least 2) in both")
+                                    f"with noise {noise}, τ {tau} and {sorted(rows)} rows; expected a partner "
+                                    f"among {todo[c]} not sent yet, the {'noise' if per_pair else 'noise and τ'} "
+                                    f"{stated[c]} of its first embeddings and as many rows (at least 2) in both")
             todo[c].remove(partner)
             if not todo[c]:
                 del todo[c]
-            self.tau[(c, partner) if per_pair else c], self.noise[c] = tau, stated[1]
+            self.tau[(c, partner) if per_pair else c], self.noise[c] = tau, noise
             halves[(c, partner)] = (msg.arrays["own"], msg.arrays["cross"])
             if (partner, c) in halves:
                 own_c, cross_c = halves.pop((c, partner))
