@@ -217,6 +217,14 @@ class EmdCflConfig:
     # pair (deploy with this). "seeded": keys derived from the run seed so that W is
     # bit-for-bit reproducible; anyone holding the config can rebuild R (experiments only).
     pair_keys: Literal["ephemeral", "seeded"] = "ephemeral"
+    # Which pairs the clustering round measures: "all" of them (the paper), or "staged": all
+    # pairs among pair_sample random silos, clustered by the robust rule, then each cluster's
+    # `representatives` medoids against every other silo, which joins the cluster whose
+    # representatives are within the cut; the silos near none start again among themselves
+    # (algorithms/staged_pairs.py): about pair_sample²/2 + representatives·K·C pairs.
+    pairs: Literal["all", "staged"] = "all"
+    pair_sample: int = 40
+    representatives: int = 2
 
 
 @dataclass(frozen=True)
@@ -346,7 +354,8 @@ class FaultConfig:
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    # A peer that stays silent this long is treated as dead: the job fails cleanly.
+    # A peer that stays silent this long is treated as dead: the job fails cleanly. A silo
+    # waits twice as long for the server, so that the server names a silent silo first.
     message_timeout_s: float = 1800.0
     # A header's payload follows it at once from an honest peer: one that has not arrived
     # this long after its header is a protocol error, not a slow peer.
@@ -531,6 +540,10 @@ def _validate(cfg: Config) -> None:
         _check(s.distance != "fedwad" or s.ground_cost != "cosine",
                "strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
                "the cosine geometry, or euclidean, or sqeuclidean)")
+        _check(s.pair_sample >= 2, f"strategy.pair_sample: must be at least 2, got {s.pair_sample}")
+        _check(s.representatives >= 1, f"strategy.representatives: must be at least 1, got {s.representatives}")
+        _check(s.pairs == "all" or s.rule == "robust",
+               "strategy.pairs: staged places silos by the robust rule's cut in noise units (set rule: robust)")
         _check(s.fedwad_iterations >= 1, f"strategy.fedwad_iterations: must be at least 1, got {s.fedwad_iterations}")
         _check(s.fedwad_support is None or 1 <= s.fedwad_support <= s.sample_cap,
                f"strategy.fedwad_support: must lie between 1 and sample_cap ({s.sample_cap}) or be null, "
@@ -601,6 +614,10 @@ def _validate_federation(cfg: Config) -> None:
         _check(p.fraction is None and p.count is None and not cfg.late_silos,
                "strategy.name: fedwad clusters every silo once before round 1, so it needs every silo from the "
                "start (remove participation and late_silos, or use emdcfl or pacfl)")
+    if isinstance(s, EmdCflConfig) and s.pairs == "staged":
+        _check(p.fraction is None and p.count is None and not cfg.late_silos,
+               "strategy.pairs: staged plans the pairs of every silo in round 1, so it needs every silo from the "
+               "start (remove participation and late_silos, or use pairs: all)")
     f = cfg.runtime.fault
     if f is not None:
         _check(0 <= f.silo < cfg.silos, f"runtime.fault.silo: must lie in 0..{cfg.silos - 1}, got {f.silo}")

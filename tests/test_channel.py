@@ -80,6 +80,16 @@ def test_a_silent_peer_times_out_naming_both_parties():
         server.recv(0, EXPECT)
 
 
+def test_a_silo_waits_twice_as_long_for_the_server_so_the_server_names_a_silent_silo_first():
+    """The server's wait for updates restarts with each arrival: with equal timeouts a silo
+    that sent early timed out first and blamed the server (seen in CI)."""
+    _, server, silo = pair(timeout_s=2)
+    with pytest.raises(PeerTimeout, match=r"silo 0: waited 4 s for a message from the server"):
+        silo.recv(SERVER, EXPECT)
+    with pytest.raises(PeerTimeout, match=r"the server: waited 2 s for a message from silo 0"):
+        server.recv(0, EXPECT)
+
+
 def test_a_failure_elsewhere_in_the_process_ends_every_wait_at_once():
     hub, server, _ = pair(timeout_s=60)
     threading.Timer(0.3, lambda: hub.fail("silo 3 failed: boom")).start()

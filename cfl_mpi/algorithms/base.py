@@ -59,6 +59,7 @@ class ServerRound:
     decisions: list[Decision] = field(default_factory=list)
     cores: int = 1  # cores the server's process may use for its own computations (e.g. W1 solves)
     step_seconds: dict[str, float] = field(default_factory=dict)  # the strategy's own breakdown, recorded
+    facts: dict[str, Any] = field(default_factory=dict)  # JSON facts of the strategy's round, recorded (e.g. a pair plan)
 
 
 @dataclass

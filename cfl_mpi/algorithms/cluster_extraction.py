@@ -40,6 +40,7 @@ __all__ = [
     "ExtractionReport",
     "extract_clusters",
     "neighbourhood_clusters",
+    "partition_report",
     "place_newcomer",
     "symmetrised",
     "robust_clusters",
@@ -196,6 +197,14 @@ def symmetrised(W: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
     if noise is not None:
         W = W / np.maximum(np.asarray(noise, dtype=float), _NOISE_FLOOR)[:, None]
     return _symmetrised(W)
+
+
+def partition_report(W: np.ndarray, labels: np.ndarray, noise: np.ndarray, noise_multiple: float) -> ExtractionReport:
+    """The robust rule's report (margin, spread) for a partition found another way, e.g. by a
+    staged pair plan: over the pairs measured, in noise units."""
+    W = _validated(W)
+    return _report("robust", np.asarray(labels), symmetrised(W, noise), float(np.median(noise)), "measured",
+                   noise_multiple, W)
 
 
 def place_newcomer(distances: np.ndarray, labels: np.ndarray, cut: float, linkage_method: str = "average") -> int:

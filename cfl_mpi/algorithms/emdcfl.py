@@ -32,10 +32,11 @@ from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, p
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from . import emdcfl_fedwad
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy, timed
-from .cluster_extraction import ExtractionReport, extract_clusters, place_newcomer, symmetrised
+from .cluster_extraction import ExtractionReport, extract_clusters, partition_report, place_newcomer, symmetrised
 from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
 from .pairs import partner_lists
+from .staged_pairs import StagedPlan
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -129,33 +130,89 @@ class EmdCfl(Strategy):
         self.noise = np.full(c, np.nan)
         self.extraction: dict = {}
         self.partners: dict[int, list[int]] = {}  # this round's plan (before_training)
+        self.plan: StagedPlan | None = None       # the round's staged plan (`pairs: staged`)
+        self.stated: dict[int, tuple[float, ...]] = {}
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
 
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.cfg.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
 
     def before_training(self, ctx: ServerRound) -> None:
-        """Plan the round's pairs: those of silos training now that were never measured (a pair
-        is measured the first round both silos train, Appendix E.4), each silo's in
-        tournament order. Sent before training, so a silo needs nobody else to start."""
+        """Plan the round's pairs, each silo's in tournament order, and send the first plan
+        before training, so a silo needs nobody else to start. All-pairs: the pairs of silos
+        training now that were never measured (a pair is measured the first round both silos
+        train, Appendix E.4). Staged: the first stage over the silos training for the first time."""
+        s: EmdCflConfig = self.cfg.strategy
         silos = sorted(ctx.participants)
-        wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
+        self.stated = {}  # (noise_c[, τ_c]) as silo c first stated them this round
+        self.plan = None
+        if s.pairs == "staged" and ctx.first:
+            self.plan = StagedPlan(sorted(ctx.first), self.cfg.silos, sample=s.pair_sample,
+                                   representatives=s.representatives, noise_multiple=s.noise_multiple,
+                                   rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]))
+            wanted = self.plan.next_pairs(self.W, self.noise) or []
+        else:
+            wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
+        self._send_plan(ctx, silos, wanted, more=self.plan is not None)
+
+    def _send_plan(self, ctx: ServerRound, silos: list[int], wanted: list[tuple[int, int]], more: bool) -> None:
+        """Each silo's partners among `wanted`; `more`: another plan follows in this round."""
         self.partners = partner_lists(silos, wanted)
         for silo in silos:
-            ctx.channel.send(silo, PLAN, ctx.round, {"partners": np.asarray(self.partners[silo], dtype=np.int64)})
+            ctx.channel.send(silo, PLAN, ctx.round, {"partners": np.asarray(self.partners[silo], dtype=np.int64)},
+                             more=int(more))
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
-        if any(self.partners.values()):
+        if self.plan is not None:
+            self._run_stages(ctx)
+        elif any(self.partners.values()):
             self._measure(ctx, self.partners)
             self.clusters, report = self._extract()
             self.extraction = dataclasses.asdict(report)
         return self.clusters
+
+    def _run_stages(self, ctx: ServerRound) -> None:
+        """Measure each stage's pairs, plan the next from W so far, until every silo is placed;
+        the clusters are the plan's (staged_pairs.py), the report over the pairs measured."""
+        s: EmdCflConfig = self.cfg.strategy
+        silos, stages = sorted(ctx.participants), []
+        while True:
+            start = time.monotonic()
+            if any(self.partners.values()):
+                self._measure(ctx, self.partners)
+            wanted = self.plan.next_pairs(self.W, self.noise)
+            stage = self.plan.stages[len(stages)]
+            stages.append({"stage": stage.name, "silos": stage.silos, "pairs": len(stage.pairs),
+                           "seconds": round(time.monotonic() - start, 4),
+                           **({"orphans": stage.orphans} if stage.name == "representatives"
+                              else {"clusters": stage.clusters})})
+            self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
+            if wanted is None:
+                break
+        measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
+        self.clusters = relabel_by_first_appearance(self.plan.labels)
+        report = partition_report(self.W, self.clusters, np.where(np.isnan(self.noise), 1.0, self.noise),
+                                  s.noise_multiple)
+        self.extraction = {**dataclasses.asdict(report), "pair_plan": {"plan": "staged", "pairs": measured,
+                                                                       "all_pairs": every, "stages": stages}}
+        ctx.facts["pair_plan"] = self.extraction["pair_plan"]
+        print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
+              f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: "
+              + "; ".join(f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
+                          + (f"{x['orphans']} near no representative" if "orphans" in x
+                             else f"{x['clusters']} clusters") for x in stages), flush=True)
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[int]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
         s: EmdCflConfig = self.cfg.strategy
         if s.distance == "fedwad":  # the embeddings stay on the silos
             emdcfl_fedwad.measure(ctx, self.cfg, partners, projected_dim(self.cfg), self.tau, self.noise, self.W)
+            for c in sorted(c for c, p in partners.items() if p):  # one noise and τ per silo and round
+                claim = (float(self.noise[c]), float(self.tau[c]))
+                if self.stated.setdefault(c, claim) != claim:
+                    raise ProtocolError(f"{ctx.channel.describe(c)} sent {emdcfl_fedwad.REFERENCE.name} of round "
+                                        f"{ctx.round} with noise and τ {claim}; it stated {self.stated[c]} "
+                                        "earlier in this round")
             return
         todo = {silo: list(p) for silo, p in partners.items() if p}
         dim_r = projected_dim(self.cfg)
@@ -182,8 +239,7 @@ class EmdCfl(Strategy):
         """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves."""
         s: EmdCflConfig = self.cfg.strategy
         halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        per_pair = self.tau.ndim == 2
-        stated: dict[int, tuple[float, ...]] = {}  # (noise_c[, τ_c]) as silo c first stated them
+        per_pair, stated = self.tau.ndim == 2, self.stated
         expect = Expect(EMBEDDINGS, ctx.round,
                         (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
                         {"partner": int, "tau": float, "noise": float}, max_elements=s.sample_cap * dim_r,
@@ -296,6 +352,19 @@ class OmegaSwaps:
         return msg.sender, msg.arrays
 
 
+@dataclasses.dataclass
+class OwnSample:
+    """What a silo measures every pair of a round with: its own sample embedded by its own
+    model, the data its partners' models embed, and its reference and noise."""
+
+    x_cross: np.ndarray   # what partners' models embed: the training sample, or a validation sample
+    z_own: np.ndarray     # Z_{c|c}
+    z_val: np.ndarray     # Z^val_{c|c}
+    tau: float | None     # τ_c, or None when it is taken per pair (`tau_projection: pair`)
+    noise: float
+    embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+
+
 class EmdCflSilo(SiloProtocol):
     """Silo half: handshake, ω swaps and projected embeddings for each planned partner."""
 
@@ -303,19 +372,40 @@ class EmdCflSilo(SiloProtocol):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__(cfg)
-        self.partners: list[int] = []  # this round's plan (before_training)
+        self.partners: list[int] = []  # this round's first plan (before_training)
+        self.more = False              # whether the server sends another plan after it
 
     def before_training(self, ctx: SiloRound) -> None:
         with timed(ctx.step_seconds, "plan"):
-            self.partners = self._plan(ctx)
+            self.partners, self.more = self._plan(ctx)
 
     def after_training(self, ctx: SiloRound) -> None:
-        """Offer the public key and ω to the partners first, so that they can go on while this
-        silo embeds its own data and estimates its noise; then each partner's ω as it comes."""
-        partners = self.partners
-        if not partners:
-            return
-        from ..models import state_arrays
+        """Measure the planned pairs; with a staged plan the server sends the next stage's
+        partners once it has this stage's embeddings, until a plan says that none follow. One
+        key, one sample and one noise serve every stage of the round."""
+        from ..models import state_arrays  # torch: silo side only
+
+        partners, more = self.partners, self.more
+        key, own = None, None
+        while True:
+            if partners:
+                # the key and ω go out first, so that partners can go on while this silo embeds
+                with timed(ctx.step_seconds, "handshake"):
+                    key = key or self._round_key(ctx)
+                    key_sends = self._offer_key(ctx, partners, key)
+                with timed(ctx.step_seconds, "swap"):
+                    swaps = OmegaSwaps(ctx.channel, ctx.round, partners, state_arrays(ctx.model.embedding))
+                own = own or self._own_sample(ctx)
+                with timed(ctx.step_seconds, "handshake"):
+                    seeds = self._pair_seeds(ctx, partners, key, key_sends)
+                self._report(ctx, own, self._project(ctx, swaps, seeds, own))
+            if not more:
+                return
+            with timed(ctx.step_seconds, "plan"):
+                partners, more = self._plan(ctx)
+
+    def _own_sample(self, ctx: SiloRound) -> OwnSample:
+        """The round's sample (n = sample_size), embedded by the silo's model, τ_c and noise."""
         from ..training import EVAL_BATCH, embed  # torch: silo side only
 
         s: EmdCflConfig = self.cfg.strategy
@@ -324,51 +414,51 @@ class EmdCflSilo(SiloProtocol):
         n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
             min(sample_size(s, len(d.y_train)), len(d.y_val))
         x_sample = d.x_train[np.sort(rng.choice(len(d.y_train), n, replace=False))]
-        # what partners' models embed: the same training sample, or a validation sample (authors)
         x_cross = x_sample if s.partner_sample == "train" else d.x_val[np.sort(rng.choice(len(d.y_val), n, False))]
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
                                batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
-        with timed(ctx.step_seconds, "handshake"):
-            key, key_sends = self._offer_key(ctx, partners)
-        with timed(ctx.step_seconds, "swap"):
-            swaps = OmegaSwaps(ctx.channel, ctx.round, partners, state_arrays(ctx.model.embedding))
         with timed(ctx.step_seconds, "embedding"):
             z_own = embed_as_set(ctx.model.embedding, x_sample)
             z_val = embed_as_set(ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
             tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
-        with timed(ctx.step_seconds, "handshake"):
-            seeds = self._pair_seeds(ctx, partners, key, key_sends)
-        projected = self._project(ctx, swaps, seeds, x_cross, z_own, z_val, tau, embed_as_set)
-        if s.distance == "fedwad":  # keep Z R here; the server gets W1 by FedWaD (τ: one per silo)
-            own, cross = {}, {}
-            for p, zr_own, zr_cross, _ in projected:
-                own[p], cross[p] = zr_own, zr_cross
-            emdcfl_fedwad.serve_pairs(ctx, self.cfg, own, cross, tau, noise)
+        return OwnSample(x_cross, z_own, z_val, tau, noise, embed_as_set)
+
+    def _report(self, ctx: SiloRound, own: OwnSample,
+                projected: Iterator[tuple[int, np.ndarray, np.ndarray, float]]) -> None:
+        """Each pair's projected embeddings to the server as soon as they exist (it measures
+        meanwhile); in FedWaD mode they stay here and the server gets W1 by FedWaD."""
+        if self.cfg.strategy.distance == "fedwad":  # τ: one per silo
+            zr_own, zr_cross = {}, {}
+            for p, a, b, _ in projected:
+                zr_own[p], zr_cross[p] = a, b
+            emdcfl_fedwad.serve_pairs(ctx, self.cfg, zr_own, zr_cross, own.tau, own.noise)
             return
-        # each pair's embeddings leave as soon as they exist: the server measures meanwhile
-        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, {"own": own, "cross": cross},
-                                     partner=p, tau=pair_tau, noise=noise) for p, own, cross, pair_tau in projected]
+        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, {"own": a, "cross": b},
+                                     partner=p, tau=pair_tau, noise=own.noise) for p, a, b, pair_tau in projected]
         with timed(ctx.step_seconds, "send"):
             for p in pending:
                 p.wait()
 
-    def _plan(self, ctx: SiloRound) -> list[int]:
-        """The partners the server asks this silo to measure, in tournament order."""
-        plan = ctx.channel.recv(SERVER, Expect(PLAN, ctx.round, (ArraySpec("partners", "int64", (None,)),)))
+    def _plan(self, ctx: SiloRound) -> tuple[list[int], bool]:
+        """The partners the server asks this silo to measure, in tournament order, and whether
+        another plan follows in this round."""
+        plan = ctx.channel.recv(SERVER, Expect(PLAN, ctx.round, (ArraySpec("partners", "int64", (None,)),),
+                                               {"more": int}, bounds={"more": (0, 1)}))
         partners = [int(p) for p in plan.arrays["partners"]]
         if len(set(partners)) != len(partners) or not all(0 <= p < ctx.silos and p != ctx.silo for p in partners):
             raise ProtocolError(f"{plan.who} sent an invalid plan {partners} to silo {ctx.silo} in round {ctx.round}")
-        return partners
+        return partners, bool(plan.meta["more"])
 
-    def _offer_key(self, ctx: SiloRound, partners: list[int]) -> tuple[X25519PrivateKey, list[Pending]]:
-        """This round's X25519 key, its public half on its way to every partner (directly).
-        One key per silo and round serves all its partners."""
+    def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
+        """This round's X25519 key: one per silo and round serves all its partners."""
         s: EmdCflConfig = self.cfg.strategy
-        seed_material = f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None
-        key = new_private_key(seed_material)
+        return new_private_key(f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None)
+
+    def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> list[Pending]:
+        """The key's public half on its way to every partner (directly)."""
         mine = public_bytes(key)
-        return key, [ctx.channel.isend(p, HANDSHAKE, ctx.round, {"public_key": mine}) for p in partners]
+        return [ctx.channel.isend(p, HANDSHAKE, ctx.round, {"public_key": mine}) for p in partners]
 
     def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey,
                     sends: list[Pending]) -> dict[int, bytes]:
@@ -380,18 +470,16 @@ class EmdCflSilo(SiloProtocol):
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
-    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], x_cross: np.ndarray,
-                 z_own: np.ndarray, z_val: np.ndarray, tau: float | None,
-                 embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample
                  ) -> Iterator[tuple[int, np.ndarray, np.ndarray, float]]:
-        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c' as its ω arrives: own data (`x_cross`:
-        the training or the validation sample) embedded with c''s model by `embed_as_set` (the
-        mode and batches of z_own), both projected by the pair's R; τ the silo's `tau`, or
-        the pair's own through R when `tau` is None (`tau_projection: pair`)."""
+        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c' as its ω arrives: own data
+        (`own.x_cross`: the training or the validation sample) embedded with c''s model in the
+        mode and batches of z_own, both projected by the pair's R; τ the silo's, or the pair's
+        own through R (`tau_projection: pair`)."""
         from ..models import load_arrays
 
         borrowed = copy.deepcopy(ctx.model.embedding)
-        dim_z, dim_r = z_own.shape[1], projected_dim(self.cfg)
+        dim_z, dim_r = own.z_own.shape[1], projected_dim(self.cfg)
         while True:
             with timed(ctx.step_seconds, "swap"):
                 swapped = swaps.take()
@@ -400,7 +488,8 @@ class EmdCflSilo(SiloProtocol):
             p, theirs = swapped
             with timed(ctx.step_seconds, "embedding"):
                 load_arrays(borrowed, theirs)
-                z_cross = embed_as_set(borrowed, x_cross)  # Z_{c|c'}: own data, partner's model
+                z_cross = own.embed_as_set(borrowed, own.x_cross)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)
-            zr_own = z_own @ r
-            yield p, zr_own, z_cross @ r, pair_reference(zr_own, z_val, r, self.cfg.strategy) if tau is None else tau
+            zr_own = own.z_own @ r
+            tau = pair_reference(zr_own, own.z_val, r, self.cfg.strategy) if own.tau is None else own.tau
+            yield p, zr_own, z_cross @ r, tau

@@ -102,7 +102,7 @@ class Channel(ABC):
             return bool(found)
 
         names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")
-        self._wait(any_ready, lambda: f"a message from {names}")
+        self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources))
         return self._receive(found[0], expect(found[0]))
 
     def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
@@ -117,6 +117,13 @@ class Channel(ABC):
         """The first of `sources` with a message waiting for this party, or None; never waits
         (for a party that also waits on other work, e.g. computations on a pool)."""
         return next((s for s in sources if self._arrived(s)), None)
+
+    def _patience(self, sources: list[int]) -> float:
+        """The message timeout, doubled for a silo waiting on the server alone. The server's
+        wait restarts with each silo's message, so a silo that sent early would otherwise time
+        out first when another falls silent, and blame the server; the server, which can name
+        the silent silo, must speak first."""
+        return 2 * self.timeout_s if self.me != SERVER and sources == [SERVER] else self.timeout_s
 
     def describe(self, address: int) -> str:
         """How errors name a party ("silo 3", or with its rank where there are ranks)."""

@@ -170,6 +170,7 @@ class Server:
         })
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
+        record.update(ctx.facts)
         print(f"round {t}/{cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
               f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
               + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)

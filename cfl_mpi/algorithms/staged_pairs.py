@@ -1,0 +1,129 @@
+"""Which pairs EMD-CFL measures when all C(C−1)/2 of them cost too much: stages planned from
+the distances measured so far, inside the one clustering round (`strategy.pairs: staged`).
+
+Clustering from pairwise questions fixed in advance needs Ω(C²) of them, but Θ(C·K) when each
+batch may depend on the answers so far (Black, Lee, Mazumdar & Saha, NeurIPS 2024); landmarks
+measured one-vs-all recover a well-separated clustering (Voevodski et al., JMLR 2012). Here:
+
+1. **sample**: every pair among `sample` silos drawn at random from those not placed yet,
+   clustered by the robust rule (`extract_clusters`) exactly as all-pairs clusters all C;
+2. **representatives**: the `representatives` medoids of each cluster found (the members
+   with the smallest mean distance to the rest of their cluster) are measured against every
+   silo not placed yet, both directions, each pair with its own handshake and projection;
+3. each such silo joins the cluster whose representatives are on average within the cut
+   (`place_newcomer`, the rule late silos follow); the silos near no representative — of a
+   cluster the sample missed — start again at 1 among themselves, and the clusters they form
+   are new ones (they were beyond the cut of every representative so far).
+
+When `sample` or fewer silos are left, all their pairs are measured and the plan ends: with
+C ≤ `sample` it is all-pairs. The pairs measured are about sample²/2 + representatives·K·C.
+
+Decisions read the symmetrised distance in noise units (`symmetrised(W, noise)`), the unit
+the robust rule cuts in, so a plan is a function of W, the noise and the seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cluster_extraction import extract_clusters, place_newcomer, symmetrised
+
+Pair = tuple[int, int]
+
+
+@dataclass
+class Stage:
+    """One stage of a plan: what it measured and why (for metrics.jsonl and the console)."""
+
+    name: str            # "sample", "representatives" or "all" (the last few silos)
+    silos: int           # silos it concerned
+    pairs: list[Pair] = field(default_factory=list)
+    clusters: int = 0    # sample, all: the clusters found among its silos
+    orphans: int = 0     # representatives: the silos near no representative (measured again)
+
+
+class StagedPlan:
+    """The stages of one clustering round over `silos`; `next_pairs` is called with W and the
+    noise measured so far and returns the next stage's pairs, or None once every silo is placed
+    (then `labels` holds the clusters)."""
+
+    def __init__(self, silos: list[int], size: int, *, sample: int, representatives: int,
+                 noise_multiple: float, rng: np.random.Generator) -> None:
+        if sample < 2 or representatives < 1:
+            raise ValueError(f"sample must be >= 2 and representatives >= 1, got {sample}, {representatives}")
+        self.sample, self.representatives, self.cut, self.rng = sample, representatives, noise_multiple, rng
+        self.labels = np.full(size, -1, dtype=np.int64)  # -1: not placed yet (or not taking part)
+        self.stages: list[Stage] = []
+        self._left = sorted(silos)         # silos not placed yet
+        self._drawn: list[int] = []        # the current sample, all its pairs measured
+        self._reps: list[int] = []         # representatives being measured against `_left`
+        self._done = not silos
+
+    def next_pairs(self, W: np.ndarray, noise: np.ndarray) -> list[Pair] | None:
+        """The next stage's pairs (each unordered, both directions to be measured), given W and
+        the per-silo noise with every earlier stage's pairs filled in."""
+        if self._done:
+            return None
+        if self._reps:
+            self._place_left(symmetrised(W, noise))
+        elif self._drawn:
+            self._cluster_sample(W, noise)
+            self._reps = self._medoids(symmetrised(W, noise))
+            if self._left:
+                return self._stage("representatives", [(r, c) for r in self._reps for c in self._left])
+            self._reps = []
+        if not self._left:
+            self._done = True
+            return None
+        if len(self._left) <= self.sample:
+            self._drawn, self._left = self._left, []
+            return self._stage("all", _all_pairs(self._drawn))
+        picked = set(self.rng.choice(len(self._left), self.sample, replace=False).tolist())
+        self._drawn = [s for i, s in enumerate(self._left) if i in picked]
+        self._left = [s for i, s in enumerate(self._left) if i not in picked]
+        return self._stage("sample", _all_pairs(self._drawn))
+
+    def _stage(self, name: str, pairs: list[Pair]) -> list[Pair]:
+        self.stages.append(Stage(name, len({s for p in pairs for s in p}), pairs))
+        return pairs
+
+    def _cluster_sample(self, W: np.ndarray, noise: np.ndarray) -> None:
+        """The robust rule on the sample's own W; its clusters get labels after the existing ones."""
+        drawn = np.asarray(self._drawn)
+        labels, _ = extract_clusters(W[np.ix_(drawn, drawn)], rule="robust", noise=noise[drawn],
+                                     noise_multiple=self.cut)
+        self.labels[drawn] = labels + self.labels.max() + 1
+        self.stages[-1].clusters = int(labels.max()) + 1
+
+    def _medoids(self, D: np.ndarray) -> list[int]:
+        """The `representatives` members of each of the sample's clusters with the smallest mean
+        distance to the rest of their cluster (ties: the lower index)."""
+        drawn = np.asarray(self._drawn)
+        reps = []
+        for k in np.unique(self.labels[drawn]):
+            members = drawn[self.labels[drawn] == k]
+            within = D[np.ix_(members, members)]
+            spread = np.nanmean(np.where(np.eye(len(members), dtype=bool), np.nan, within), axis=1) \
+                if len(members) > 1 else np.zeros(1)
+            reps += members[np.argsort(spread, kind="stable")[: self.representatives]].tolist()
+        return sorted(reps)
+
+    def _place_left(self, D: np.ndarray) -> None:
+        """Each silo left joins the cluster whose representatives are on average within the cut;
+        the others stay left for the next sample."""
+        known = np.full_like(self.labels, -1)
+        known[self._reps] = self.labels[self._reps]
+        orphans = []
+        for c in self._left:
+            k = place_newcomer(D[c], known, self.cut, "average")
+            if k <= known.max():  # an existing cluster (else place_newcomer's new label)
+                self.labels[c] = k
+            else:
+                orphans.append(c)
+        self._left, self._reps, self._drawn = orphans, [], []
+        self.stages[-1].orphans = len(orphans)
+
+
+def _all_pairs(silos: list[int]) -> list[Pair]:
+    return [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:]]

@@ -1,0 +1,128 @@
+"""The staged pair plan (algorithms/staged_pairs.py): each stage's decisions on matrices whose
+answer is known, replayed as look-ups into a full W, as the server fills W stage by stage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from cfl_mpi.algorithms.cluster_extraction import extract_clusters
+from cfl_mpi.algorithms.staged_pairs import StagedPlan
+from cfl_mpi.config import ConfigError, load_config
+from jobs import PROJECT_ROOT, run_job, simulate_job
+
+
+def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
+    """W in noise units: |N(0, 1)| within a cluster, `gap` + |N(0, 1)| between; and the truth."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(len(sizes)), sizes)
+    W = np.abs(rng.normal(size=(len(truth), len(truth)))) + gap * (truth[:, None] != truth[None, :])
+    np.fill_diagonal(W, 0.0)
+    return W, truth
+
+
+def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0) -> StagedPlan:
+    """Run a plan to the end, filling a NaN matrix from W with the pairs it asks for."""
+    C = len(W)
+    plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=3.5,
+                      rng=np.random.default_rng(seed))
+    measured = np.full_like(W, np.nan)
+    np.fill_diagonal(measured, 0.0)
+    while (pairs := plan.next_pairs(measured, np.ones(C))) is not None:
+        for a, b in pairs:
+            assert np.isnan(measured[a, b]), f"pair {(a, b)} planned twice"
+            measured[[a, b], [b, a]] = W[[a, b], [b, a]]
+    return plan
+
+
+def test_well_separated_clusters_are_found_with_a_fraction_of_the_pairs():
+    W, truth = clustered_W([50, 50, 50, 50])
+    plan = replay(W, sample=20, representatives=2)
+    assert adjusted_rand_score(truth, plan.labels) == 1.0
+    names = [s.name for s in plan.stages]
+    assert names == ["sample", "representatives"]
+    assert plan.stages[0].clusters == 4 and plan.stages[1].orphans == 0
+    # sample²/2 + representatives · K · (C − sample)
+    assert [len(s.pairs) for s in plan.stages] == [190, 2 * 4 * 180]
+    assert sum(len(s.pairs) for s in plan.stages) < 0.3 * 200 * 199 / 2
+
+
+def test_a_cluster_the_sample_misses_is_found_among_the_silos_near_no_representative():
+    W, truth = clustered_W([40, 40, 3])  # the third cluster: 3 of 83 silos
+    missed = 0
+    for seed in range(10):
+        plan = replay(W, sample=10, seed=seed)
+        assert adjusted_rand_score(truth, plan.labels) == 1.0, seed
+        if plan.stages[0].clusters == 2:  # this sample drew none of the third cluster
+            missed += 1
+            assert plan.stages[1].orphans == 3 and plan.stages[2].name == "all" and plan.stages[2].clusters == 1
+    assert missed >= 3  # 10 of 83 silos miss 3 of them with probability ~0.67
+
+
+def test_with_no_more_silos_than_the_sample_the_plan_is_all_pairs_and_the_robust_rule():
+    W, truth = clustered_W([5, 5, 2], seed=3)
+    plan = replay(W, sample=12)
+    assert [s.name for s in plan.stages] == ["all"] and len(plan.stages[0].pairs) == 66
+    np.testing.assert_array_equal(plan.labels, extract_clusters(W, noise=np.ones(12))[0])
+
+
+def test_the_representatives_are_the_medoids_not_an_outlying_member():
+    W, _ = clustered_W([6, 6], seed=1)
+    W[0, 1:6] = W[1:6, 0] = 3.0  # silo 0 is inside its cluster's cut but farther than the rest
+    plan = StagedPlan(list(range(12)), 12, sample=8, representatives=1, noise_multiple=3.5,
+                      rng=np.random.default_rng(0))
+    measured = np.full_like(W, np.nan)
+    np.fill_diagonal(measured, 0.0)
+    pairs = plan.next_pairs(measured, np.ones(12))
+    drawn = sorted({s for p in pairs for s in p})
+    for a, b in pairs:
+        measured[[a, b], [b, a]] = W[[a, b], [b, a]]
+    reps = sorted({a for a, _ in plan.next_pairs(measured, np.ones(12))})
+    assert 0 in drawn and 0 not in reps and len(reps) == 2
+
+
+def test_the_plan_is_a_function_of_its_seed():
+    W, _ = clustered_W([30, 30, 30], seed=2)
+    a, b, c = (replay(W, sample=15, seed=s) for s in (4, 4, 5))
+    assert [s.pairs for s in a.stages] == [s.pairs for s in b.stages] != [s.pairs for s in c.stages]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("strategy.pairs=staged --set strategy.rule=neighbourhoods",
+     "strategy.pairs: staged places silos by the robust rule's cut"),
+    ("strategy.pairs=staged --set participation.fraction=0.5", "strategy.pairs: staged plans the pairs of every silo"),
+    ("strategy.pair_sample=1", "strategy.pair_sample: must be at least 2, got 1"),
+    ("strategy.representatives=0", "strategy.representatives: must be at least 1, got 0"),
+])
+def test_option_errors_name_the_field(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(PROJECT_ROOT / "configs/digits.yaml", override.split(" --set "))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# 8 digit silos (2 per rotation), small CNN: the first sample of 4 silos holds 3 rotations,
+# so the fourth's 2 silos are near no representative and are measured among themselves.
+STAGED = ["silos=8", "train.rounds=1", "model.channels=[16,32]", "strategy.pairs=staged", "strategy.pair_sample=4",
+          "strategy.representatives=1", "strategy.pair_keys=seeded"]
+
+
+def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> None:
+    plan = records[0]["pair_plan"]
+    assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4  # all-pairs finds the 4 rotations too
+    assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [("sample", 6), ("representatives", 12), ("all", 1)]
+    assert plan["stages"][0]["clusters"] == 3 and plan["stages"][1]["orphans"] == 2
+    assert plan["pairs"] == 19 and plan["all_pairs"] == 28
+    assert summary["extraction"]["pair_plan"] == plan and summary["extraction"]["unmeasured_pairs"] == 28 - 19
+
+
+@pytest.mark.mpi
+def test_staged_plan_through_mpirun_finds_the_rotations_and_the_cluster_its_sample_missed(tmp_path):
+    proc, summary, records = run_job("configs/digits.yaml", tmp_path, *STAGED, n=3)
+    assert "staged pair plan measured 19 of 28 pairs" in proc.stdout
+    assert_found_with_an_orphan_stage(records, summary)
+
+
+def test_staged_plan_in_fedwad_mode(tmp_path):
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "strategy.distance=fedwad",
+                                    "strategy.ground_cost=chordal")
+    assert_found_with_an_orphan_stage(records, summary)
