@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 from .channel import SERVER, LocalHub, RankLayout, party_name
 from .cli import EXIT_CONFIG, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError, check_world
+from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement
 from .runtime.stop import StopRequest, defer_sigterm, ignore_sigterm, release_sigterm
@@ -71,13 +72,14 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) 
 
     torch.set_num_threads(placement.threads)
     device = select_device(placement)
+    gate = ComputeGate.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos)
     if len(channels) == 1:
         (silo, channel), = channels.items()
-        run_silo(cfg, channel, device, silo)
+        run_silo(cfg, channel, device, silo, gate)
         return
     threads = PartyThreads(hub)
     for silo, channel in channels.items():
-        threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo))
+        threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo, gate))
     threads.join()
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
 from .cli import config_error, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError
+from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.stop import StopRequest
 
@@ -36,6 +37,7 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     # Process-wide settings, as the MPI job gives each silo on one node: its share of the cores.
     threads = max(1, usable_cores() // cfg.silos)
     torch.set_num_threads(threads)
+    gate = ComputeGate.for_share(usable_cores(), threads, cfg.silos, cfg.silos)
     device = device_for(0)
     hub = LocalHub()
 
@@ -48,7 +50,7 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
                               usable_cores())
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
-            parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo))
+            parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, gate))
         try:
             summary = server.run()
         except ChannelClosed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +74,9 @@ class SiloRound:
     device: Any
     silos: int            # silos in the run: peers are 0..silos-1
     first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
+    # entered around a torch computation (never around a wait): the silos of a process take
+    # turns at the cores, so that peak memory is a few silos' activations (runtime/compute.py)
+    compute: AbstractContextManager[Any] = field(default_factory=nullcontext)
     # wall seconds of the protocol's `steps` this round, reported to the server with the evaluation
     step_seconds: dict[str, float] = field(default_factory=dict)
 

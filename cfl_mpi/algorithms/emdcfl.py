@@ -417,7 +417,7 @@ class EmdCflSilo(SiloProtocol):
         x_cross = x_sample if s.partner_sample == "train" else d.x_val[np.sort(rng.choice(len(d.y_val), n, False))]
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
                                batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
-        with timed(ctx.step_seconds, "embedding"):
+        with timed(ctx.step_seconds, "embedding"), ctx.compute:
             z_own = embed_as_set(ctx.model.embedding, x_sample)
             z_val = embed_as_set(ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
@@ -486,7 +486,7 @@ class EmdCflSilo(SiloProtocol):
             if swapped is None:
                 return
             p, theirs = swapped
-            with timed(ctx.step_seconds, "embedding"):
+            with timed(ctx.step_seconds, "embedding"), ctx.compute:
                 load_arrays(borrowed, theirs)
                 z_cross = own.embed_as_set(borrowed, own.x_cross)  # Z_{c|c'}: own data, partner's model
             r = projection_matrix(seeds[p], dim_z, dim_r)

@@ -106,7 +106,8 @@ class FedWaDClusteringSilo(SiloProtocol):
         if s.space == "embedding":
             from ..training import embed  # torch: silo side only
 
-            points = embed(ctx.model.embedding, sample, ctx.device)  # g of θ(0): nothing trained yet
+            with ctx.compute:
+                points = embed(ctx.model.embedding, sample, ctx.device)  # g of θ(0): nothing trained yet
         else:
             points = sample.reshape(len(sample), -1)
         mine = uniform_measure(points)

@@ -186,8 +186,9 @@ class IfcaSilo(SiloProtocol):
 
         if self._scratch is None:
             self._scratch = copy.deepcopy(ctx.model)
-        load_arrays(self._scratch, arrays)
-        loss = evaluate(self._scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
+        with ctx.compute:
+            load_arrays(self._scratch, arrays)
+            loss = evaluate(self._scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
         return loss if np.isfinite(loss) else HUGE_LOSS
 
     def _seeding_round(self, ctx: SiloRound) -> bool:

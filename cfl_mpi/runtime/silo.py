@@ -15,6 +15,7 @@ from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import build_silo_data, num_classes
 from ..wire.messages import Expect, ProtocolError
+from .compute import ComputeGate
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 
 __all__ = ["InjectedExit", "InjectedFault", "run_silo"]
@@ -57,7 +58,8 @@ def inject_fault(cfg: Config, silo: int, round: int, channel: Channel) -> None:
     raise InjectedFault(f"silo {silo} fails in round {round} (runtime.fault)")
 
 
-def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
+def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, gate: ComputeGate) -> None:
+    """The silo's rounds until the server says stop; its computations pass `gate` (compute.py)."""
     import torch
 
     from ..models import build_model, load_arrays, state_arrays
@@ -92,20 +94,23 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int) -> None:
             if control.meta["model"]:
                 receive_model(t - 1)
         if action == TRAIN:
-            ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.meta["first"]))
+            ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.meta["first"]),
+                            compute=gate)
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
             fault = fault_of(cfg, silo, t)
             start = {k: v.copy() for k, v in state_arrays(model).items()} if fault == "scaled_update" else {}
-            train_local(model, x_train, y_train, cfg.train, torch.Generator().manual_seed(seed), device)
+            with gate:
+                train_local(model, x_train, y_train, cfg.train, torch.Generator().manual_seed(seed), device)
             trained, n_samples = hostile_update(state_arrays(model), len(data.y_train), fault, start)
             send_update(channel, t, protocol.encode_update(trained, t), n_samples, fault)
             protocol.after_training(ctx)
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
-            accuracy, loss = evaluate(model, x_test, y_test, device)
-            backdoor = {} if backdoor_set is None else {"backdoor_acc": evaluate(model, *backdoor_set, device)[0]}
+            with gate:
+                accuracy, loss = evaluate(model, x_test, y_test, device)
+                backdoor = {} if backdoor_set is None else {"backdoor_acc": evaluate(model, *backdoor_set, device)[0]}
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in spec.all_kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
             timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}
