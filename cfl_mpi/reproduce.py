@@ -8,8 +8,8 @@ the paper's figures (cfl_mpi/paper_figures.py) beside ours, mean ± std over the
 and `accuracy_per_round.png`: every method's average accuracy per round, one panel per
 data set, all methods on the same axes.
 
-`--scale small` runs here, in minutes: the rotated sets on the real MNIST test split
-(`../shared/data/mnist`, or --set data.root=...), backdoor MNIST on the same split, fewer
+`--scale small` runs here, in minutes: the rotated sets on the real MNIST test split (the
+configs' `data/mnist`, fetched on first use, or --set data.root=...), backdoor MNIST on the same split, fewer
 silos and rounds; CIFAR-10 blocks are listed as not run. `--scale paper` is the paper's
 configs (configs/*.yaml: 40/30/15 silos, T = 10, E = 10) for a GPU cluster: it prints the
 sbatch line, and runs only with `--run` (inside that allocation).
@@ -32,7 +32,6 @@ from .paper_figures import (TABLE_1_CIFAR, TABLE_1_MNIST, TABLE_3_CIFAR, TABLE_3
                             TABLE_11, PaperBlock)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-MNIST_TEST = PROJECT_ROOT.parent / "shared" / "data" / "mnist"
 CLUSTERING = ("emdcfl", "pacfl", "cfl", "ifca", "fedavg", "oracle")
 PARTIAL = ("emdcfl", "oracle")
 HEADINGS = {"avg_acc": "Avg Acc", "worst_acc": "Worst Acc", "ari": "ARI", "target_clean_acc": "Clean Acc",
@@ -58,7 +57,8 @@ class Block:
 
 
 def _mnist_test(*extra: str) -> tuple[str, ...]:
-    return (f"data.root={MNIST_TEST}", "data.download=false", "data.pool=test", *extra)
+    """The MNIST test split as the whole pool, from the config's data.root (downloaded if missing)."""
+    return ("data.pool=test", *extra)
 
 
 NO_CIFAR = Setting(None, why_not="no CIFAR-10 on this machine: run --scale paper")

@@ -35,9 +35,10 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     from .runtime.silo import run_silo
 
     # Process-wide settings, as the MPI job gives each silo on one node: its share of the cores.
-    threads = max(1, usable_cores() // cfg.silos)
+    cores = usable_cores()
+    threads = max(1, cores // cfg.silos)
     torch.set_num_threads(threads)
-    gate = ComputeGate.for_share(usable_cores(), threads, cfg.silos, cfg.silos)
+    gate = ComputeGate.for_share(cores, threads, cfg.silos, cfg.silos)
     device = device_for(0)
     hub = LocalHub()
 
@@ -47,7 +48,7 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     with threadpool_limits(threads):
         # the server first: θ(0) is drawn before any silo thread exists
         server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume,
-                              usable_cores())
+                              cores)
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
             parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, gate))

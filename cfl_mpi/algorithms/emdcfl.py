@@ -386,7 +386,7 @@ class EmdCflSilo(SiloProtocol):
         from ..models import state_arrays  # torch: silo side only
 
         partners, more = self.partners, self.more
-        key, own = None, None
+        key, omega, own = None, None, None
         while True:
             if partners:
                 # the key and ω go out first, so that partners can go on while this silo embeds
@@ -394,7 +394,8 @@ class EmdCflSilo(SiloProtocol):
                     key = key or self._round_key(ctx)
                     key_sends = self._offer_key(ctx, partners, key)
                 with timed(ctx.step_seconds, "swap"):
-                    swaps = OmegaSwaps(ctx.channel, ctx.round, partners, state_arrays(ctx.model.embedding))
+                    omega = omega or state_arrays(ctx.model.embedding)
+                    swaps = OmegaSwaps(ctx.channel, ctx.round, partners, omega)
                 own = own or self._own_sample(ctx)
                 with timed(ctx.step_seconds, "handshake"):
                     seeds = self._pair_seeds(ctx, partners, key, key_sends)

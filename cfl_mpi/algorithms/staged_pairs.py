@@ -24,6 +24,7 @@ the robust rule cuts in, so a plan is a function of W, the noise and the seed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
@@ -78,11 +79,11 @@ class StagedPlan:
             return None
         if len(self._left) <= self.sample:
             self._drawn, self._left = self._left, []
-            return self._stage("all", _all_pairs(self._drawn))
+            return self._stage("all", list(combinations(self._drawn, 2)))
         picked = set(self.rng.choice(len(self._left), self.sample, replace=False).tolist())
         self._drawn = [s for i, s in enumerate(self._left) if i in picked]
         self._left = [s for i, s in enumerate(self._left) if i not in picked]
-        return self._stage("sample", _all_pairs(self._drawn))
+        return self._stage("sample", list(combinations(self._drawn, 2)))
 
     def _stage(self, name: str, pairs: list[Pair]) -> list[Pair]:
         self.stages.append(Stage(name, len({s for p in pairs for s in p}), pairs))
@@ -124,6 +125,3 @@ class StagedPlan:
         self._left, self._reps, self._drawn = orphans, [], []
         self.stages[-1].orphans = len(orphans)
 
-
-def _all_pairs(silos: list[int]) -> list[Pair]:
-    return [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:]]
