@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 from functools import partial
 
@@ -20,10 +21,17 @@ from threadpoolctl import threadpool_limits
 from .channel import SERVER, LocalHub, RankLayout, party_name
 from .cli import EXIT_CONFIG, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError, check_world
+from .results import record_failure
 from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement
 from .runtime.stop import StopRequest, defer_sigterm, ignore_sigterm, release_sigterm
+
+
+# Seconds between a failing rank's last words and MPI_Abort: the launcher's proxy forwards what
+# the rank wrote only while the rank lives (output before MPI_Abort can be lost: see
+# results.record_failure, which keeps it in the results folder in any case).
+ABORT_GRACE_S = 1.0
 
 
 def _agree_on_error(comm, error: str | None) -> str | None:
@@ -135,8 +143,10 @@ def cli(argv: list[str] | None = None) -> None:
         if isinstance(exc, InjectedExit):
             os._exit(3)  # dies without a word, as a killed process does
         detail = "".join(traceback.format_exception(exc)).rstrip()
-        print(f"cfl_mpi: rank {rank} ({role}) failed: {type(exc).__name__}: {exc}\n{detail}",
-              file=sys.stderr, flush=True)
+        text = f"cfl_mpi: rank {rank} ({role}) failed: {type(exc).__name__}: {exc}\n{detail}"
+        print(text, file=sys.stderr, flush=True)
+        record_failure(cfg.results_dir(), text)
+        time.sleep(ABORT_GRACE_S)
         comm.Abort(1)
 
 

@@ -18,7 +18,8 @@ from .plots import PAIRWISE, accuracy_curves, distance_heatmap
 # that holds a run; `--overwrite` removes all of them, and the *.npy/*.csv arrays, before a
 # new run starts there. Anything else (a launcher's log.txt) stays.
 RUN_MARKS = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoint")
-RUN_FILES = (*RUN_MARKS, "clusters.json", "distances.png", "accuracy.png")
+FAILURE = "failure.txt"  # why an attempt stopped; a resumed run appends to it
+RUN_FILES = (*RUN_MARKS, "clusters.json", "distances.png", "accuracy.png", FAILURE)
 RUN_ARRAYS = ("*.npy", "*.csv")
 
 
@@ -34,6 +35,19 @@ def remove_run(out: Path) -> None:
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+
+
+def record_failure(out: Path, text: str) -> None:
+    """Append why the run stopped to the folder's failure.txt. The console is not enough:
+    output written just before MPI_Abort may never reach mpirun (chapel-lang/chapel#14464,
+    flux-framework/flux-core#3894). A rank that does not see the folder (another node's
+    disk) writes nothing; the server's own record is the one that counts."""
+    if out.is_dir():
+        try:
+            with (out / FAILURE).open("a") as f:
+                f.write(text.rstrip() + "\n")
+        except OSError:
+            pass
 
 
 class RunRecorder:

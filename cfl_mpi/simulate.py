@@ -15,6 +15,7 @@ from pathlib import Path
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
 from .cli import config_error, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError
+from .results import record_failure
 from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.stop import StopRequest
@@ -80,7 +81,9 @@ def main(argv: list[str] | None = None) -> None:
         simulate(cfg, stop=stop, resume=bool(args.resume))
     except PartyFailure as failure:
         detail = "".join(traceback.format_exception(failure.error)).rstrip()
-        print(f"cfl_mpi: {failure}\n{detail}", file=sys.stderr, flush=True)
+        text = f"cfl_mpi: {failure}\n{detail}"
+        print(text, file=sys.stderr, flush=True)
+        record_failure(cfg.results_dir(), text)
         sys.exit(1)
 
 

@@ -40,6 +40,13 @@ def run_job(config: str, out: Path, *overrides: str, n: int | None = None, timeo
     return (proc, *read_results(out))
 
 
+def failure_of(out: Path) -> str:
+    """The results folder's failure.txt (empty if none): why a failed job stopped. Tests read
+    it rather than mpirun's stderr, which may lose what a rank wrote just before MPI_Abort."""
+    path = out / "failure.txt"
+    return path.read_text() if path.exists() else ""
+
+
 def read_results(out: Path) -> tuple[dict, list[dict]]:
     """(summary.json, the records of metrics.jsonl) of a finished run."""
     summary = json.loads((out / "summary.json").read_text())

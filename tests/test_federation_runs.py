@@ -20,7 +20,7 @@ from cfl_mpi.config import load_config
 from cfl_mpi.runtime.checkpoint import load_checkpoint
 from cfl_mpi.runtime.parties import PartyFailure
 from cfl_mpi.simulate import simulate
-from jobs import PROJECT_ROOT, mpirun, run_job, simulate_job
+from jobs import PROJECT_ROOT, failure_of, mpirun, run_job, simulate_job
 
 DIGITS = "configs/digits.yaml"
 # 4 silos (one per rotation), small CNN, one local epoch: ~1 min per job on 2 cores.
@@ -92,23 +92,25 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_equals_the_uninterrupted_ru
 
 
 def _failing_job(out: Path, *overrides: str, n: int = 5) -> tuple[int, str, float]:
-    """Run a job that must fail in round 2; returns (exit code, stderr, seconds from the
-    checkpoint of round 1 — the failing silo fails right after it — to mpirun's exit)."""
+    """Run a job that must fail in round 2; returns (exit code, the results folder's
+    failure.txt, seconds from the checkpoint of round 1 — the failing silo fails right after
+    it — to mpirun's exit). Not stderr: what a rank writes just before MPI_Abort may never
+    reach mpirun (CI lost it once, results.record_failure)."""
     job = start_job(out, *FOUR, "strategy.name=fedavg", "train.rounds=3", *overrides, n=n)
     stdout, stderr = job.communicate(timeout=600)
     exited = time.time()
     print(f"exit code {job.returncode}; the job's output:\n{stdout[-2000:]}\n{stderr[-4000:]}")  # shown on failure
     index = out / "checkpoint" / "index.json"
-    return job.returncode, stderr, exited - index.stat().st_mtime if index.exists() else float("nan")
+    return job.returncode, failure_of(out), exited - index.stat().st_mtime if index.exists() else float("nan")
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks,rank", [(5, 3), (3, 2)], ids=["one_silo_per_rank", "two_silos_per_rank"])
 def test_a_silo_that_raises_ends_the_job_within_seconds_and_the_checkpoint_survives(tmp_path, ranks, rank):
     out = tmp_path / "crash"
-    code, stderr, to_exit = _failing_job(out, "runtime.fault={silo: 2, round: 2}", n=ranks)
+    code, failure, to_exit = _failing_job(out, "runtime.fault={silo: 2, round: 2}", n=ranks)
     assert code != 0
-    assert f"rank {rank} (silo 2) failed: InjectedFault: silo 2 fails in round 2" in stderr
+    assert f"rank {rank} (silo 2) failed: InjectedFault: silo 2 fails in round 2" in failure
     print(f"checkpoint of round 1 to job exit (the silo fails in between): {to_exit:.2f} s")
     assert to_exit < 15, f"{to_exit:.1f} s from the failure to the job's exit"
     ckpt = load_checkpoint(out)
@@ -119,10 +121,11 @@ def test_a_silo_that_raises_ends_the_job_within_seconds_and_the_checkpoint_survi
 @pytest.mark.mpi
 def test_a_silent_silo_is_caught_by_the_message_timeout(tmp_path):
     out = tmp_path / "hang"
-    code, stderr, _ = _failing_job(out, "runtime.fault={silo: 1, round: 2, kind: hang}",
-                                   "runtime.message_timeout_s=20")
+    code, failure, _ = _failing_job(out, "runtime.fault={silo: 1, round: 2, kind: hang}",
+                                    "runtime.message_timeout_s=20")
     assert code != 0
-    assert "PeerTimeout: the server (rank 0): waited 20 s for a message from silo 1 (rank 2)" in stderr
+    assert failure.startswith("cfl_mpi: rank 0 (server) failed: PeerTimeout: the server (rank 0): "
+                              "waited 20 s for a message from silo 1 (rank 2)"), failure
     assert load_checkpoint(out).round == 1
 
 

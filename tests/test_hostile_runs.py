@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cfl_mpi.runtime.checkpoint import load_checkpoint
-from jobs import read_results, run_mpi
+from jobs import failure_of, read_results, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -69,7 +69,7 @@ def test_a_hostile_update_is_rejected_and_the_honest_mates_keep_their_accuracy(c
 def test_a_protocol_slip_ends_the_job_within_seconds_naming_the_silo(tmp_path, kind, words):
     proc, wall = job(tmp_path, fault(kind), "runtime.payload_timeout_s=3")
     assert proc.returncode != 0
-    assert words in proc.stderr, proc.stderr[-3000:]
+    assert words in failure_of(tmp_path), proc.stderr[-3000:]
     assert load_checkpoint(tmp_path).round == 1 and not (tmp_path / "summary.json").exists()
     to_exit = time.time() - (tmp_path / "checkpoint" / "index.json").stat().st_mtime
     print(f"{kind}: {to_exit:.1f} s from the checkpoint of round 1 to the job's exit ({wall:.0f} s in all)")
