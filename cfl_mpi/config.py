@@ -84,6 +84,11 @@ class DataConfig:
     # 20 % of each shuffled domain is its test pool, the rest dealt round-robin to the domain's
     # silos, each silo's share split 80/20 into training and validation (`pacs.ipynb`).
     pacs_split: Literal["paper", "authors"] = "paper"
+    # rotated_*: images in every silo's share of the training pool (training + validation),
+    # IFCA's shape (its rotated MNIST gives each of 2,400 clients 100). null: each group's copy
+    # of the pool split evenly across its silos. Silos of a group stay disjoint while they fit
+    # in the pool; beyond it they share images (partition.sized_shard says how).
+    silo_images: int | None = None
     # Edge of the square images each silo keeps in memory; null: the data set's own
     # (NATIVE_IMAGE_SIZE). The model resizes batches to model.input_size on the device.
     image_size: int | None = None
@@ -650,6 +655,11 @@ def _validate_data(cfg: Config) -> None:
                f"silos: data.domain_silos {d.domain_silos} adds up to {sum(d.domain_silos)} silos but silos is "
                f"{cfg.silos} (set silos to {sum(d.domain_silos)} or change data.domain_silos)")
         _check(d.min_silo_images >= 1, f"data.min_silo_images: must be at least 1, got {d.min_silo_images}")
+    if d.silo_images is not None:
+        _check(d.name in ROTATED_DATA, f"data.silo_images: only the rotated data sets take a fixed number of "
+                                       f"images per silo, not {d.name} (remove the key)")
+        _check(d.silo_images >= 2,
+               f"data.silo_images: a silo needs at least 2 images (training and validation), got {d.silo_images}")
     if d.group_clusters is not None:
         _check(len(d.group_clusters) == groups and all(k >= 0 for k in d.group_clusters),
                f"data.group_clusters: give one non-negative cluster label per group ({groups} for {d.name}), "

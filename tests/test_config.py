@@ -49,6 +49,7 @@ def test_valid_config_and_overrides(tmp_path):
     ("strategy.distance=fedwad", "strategy.ground_cost", "set ground_cost to chordal"),
     ("strategy.fedwad_iterations=0", "strategy.fedwad_iterations", "at least 1"),
     ("strategy.fedwad_support=100000", "strategy.fedwad_support", "sample_cap"),
+    ("data.silo_images=1", "data.silo_images", "at least 2 images"),
 ])
 def test_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
@@ -156,3 +157,13 @@ def test_number_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, BASE), [override])
     assert str(err.value).startswith(field + ":") and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_silo_images_only_for_rotated_sets_and_within_the_pool(tmp_path):
+    backdoor = BASE.replace("rotated_digits, rotations: [0, 180]", "backdoor_mnist, root: /x").replace("silos: 4", "silos: 3")
+    with pytest.raises(ConfigError, match=r"^data.silo_images: only the rotated data sets .* not backdoor_mnist"):
+        load_config(write(tmp_path, backdoor), ["data.silo_images=100"])
+    cfg = load_config(write(tmp_path, BASE), ["data.silo_images=1439"])  # digits: 1,438 training-pool images
+    with pytest.raises(ConfigError, match=r"^data.silo_images: 1439 images per silo, but .* holds 1438 "):
+        check_data(cfg)
+    check_data(load_config(write(tmp_path, BASE), ["data.silo_images=1438"]))

@@ -1,8 +1,12 @@
+from collections import Counter
+
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cfl_mpi.config import Config, DataConfig
-from cfl_mpi.data import build_silo_data
-from cfl_mpi.data.partition import holdout_split, shard, true_clusters
+from cfl_mpi.data import build_silo_data, silo_images_shared_by
+from cfl_mpi.data.partition import holdout_split, images_shared_by, shard, sized_shard, true_clusters
 
 
 def test_true_clusters_are_rotation_major():
@@ -32,3 +36,30 @@ def test_rotated_digits_rotation_and_sizes():
     assert a.x_train.shape[1:] == (1, 28, 28) and a.x_train.dtype == np.float32
     # Every rotation gets its own copy of the pool, split the same way: equal shard sizes.
     assert len(a.y_train) == len(b.y_train) and len(a.y_test) == len(b.y_test)
+
+
+@settings(max_examples=60, deadline=None)
+@given(silo_images=st.integers(2, 60), per_group=st.integers(1, 40), n_pool=st.integers(60, 400),
+       seed=st.integers(0, 3))
+def test_sized_shards_hold_their_size_and_share_as_little_as_the_pool_allows(silo_images, per_group, n_pool, seed):
+    shards = [sized_shard(1, local, silo_images, n_pool, n_pool // 4, 0.3, seed) for local in range(per_group)]
+    held = Counter()
+    for s in shards:
+        own = np.concatenate([s.train, s.val])
+        assert len(own) == silo_images and len(set(own)) == silo_images  # no image twice in a silo
+        assert len(s.val) == max(1, round(0.3 * silo_images)) and len(s.test) >= 1
+        assert own.min() >= 0 and own.max() < n_pool and s.test.max() < n_pool // 4
+        held.update(own.tolist())
+    most = max(held.values())
+    assert most <= images_shared_by(per_group, silo_images, n_pool)
+    if per_group * silo_images <= n_pool:  # the group fits in the pool: disjoint silos
+        assert most == 1 == images_shared_by(per_group, silo_images, n_pool)
+
+
+def test_ifca_shape_on_digits_shares_images_only_beyond_the_pool():
+    small = Config(silos=40, data=DataConfig(silo_images=100))  # 10 silos of 100 per rotation < 1,438
+    big = Config(silos=80, data=DataConfig(silo_images=100))    # 20 x 100 > 1,438: 2 shuffles
+    assert silo_images_shared_by(small) == 1 and silo_images_shared_by(big) == 2
+    a, b = build_silo_data(small, 0), build_silo_data(small, 1)
+    assert len(a.y_train) + len(a.y_val) == 100 == len(b.y_train) + len(b.y_val)
+    assert not np.array_equal(a.x_train[:5], b.x_train[:5])

@@ -23,10 +23,10 @@ from ..config import BACKDOOR_DATA, ROTATED_DATA, TORCHVISION_MODELS, Config, Co
 from . import backdoor, cifar, digits, mnist, pacs
 from .images import (CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD, MNIST_MEAN, MNIST_STD,
                      resize, rotate, to_model_input, unit)
-from .partition import dealt_shard, group_shard, holdout_split, split_shard
+from .partition import dealt_shard, group_shard, holdout_split, images_shared_by, sized_shard, split_shard
 
 __all__ = ["SiloData", "build_silo_data", "check_data", "prepare_data", "true_clusters", "num_classes",
-           "silo_groups", "backdoor_targets", "input_channels"]
+           "silo_groups", "backdoor_targets", "input_channels", "pool_sizes", "silo_images_shared_by"]
 
 PREPARE_HINT = "python -m cfl_mpi.prepare CONFIG"
 
@@ -117,8 +117,34 @@ def _missing(cfg: Config) -> tuple[str, list[str], Path]:
     return "PACS", pacs.missing_domains(root, cfg.data.domains), root
 
 
+def pool_sizes(cfg: Config) -> tuple[int, int]:
+    """(training pool, test pool) images of a rotated set, known without reading its files."""
+    if cfg.data.name == "rotated_digits":
+        total = digits.POOL_SIZE
+    else:
+        sizes = (mnist if cfg.data.name.endswith("mnist") else cifar).SPLIT_SIZES
+        if cfg.data.pool == "train":
+            return sizes["train"], sizes["test"]
+        total = sizes["test"]
+    n_test = len(holdout_split(total, cfg.data.test_fraction, cfg.seed)[1])
+    return total - n_test, n_test
+
+
+def silo_images_shared_by(cfg: Config) -> int:
+    """With data.silo_images: the most silos of one group holding the same training image
+    (1: the silos are disjoint). Without it: 1."""
+    if cfg.data.silo_images is None:
+        return 1
+    return images_shared_by(max(group_sizes(cfg)), cfg.data.silo_images, pool_sizes(cfg)[0])
+
+
 def check_data(cfg: Config) -> None:
-    """Raise ConfigError when the configured data cannot be found (nor downloaded)."""
+    """Raise ConfigError when the configured data cannot be found (nor downloaded), or cannot
+    give every silo data.silo_images images."""
+    if cfg.data.silo_images is not None and cfg.data.silo_images > pool_sizes(cfg)[0]:
+        raise ConfigError(
+            f"data.silo_images: {cfg.data.silo_images} images per silo, but {cfg.data.name}'s training pool "
+            f"holds {pool_sizes(cfg)[0]} (give at most that)")
     if cfg.data.name == "rotated_digits":
         return
     label, missing, folder = _missing(cfg)
@@ -233,7 +259,11 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
         pool_tr, pool_te = np.flatnonzero(np.isin(y_tr, classes)), np.flatnonzero(np.isin(y_te, classes))
     else:
         pool_tr, pool_te = np.arange(len(y_tr)), np.arange(len(y_te))
-    part = group_shard(group, local, per_group, len(pool_tr), len(pool_te), cfg.data.val_fraction, cfg.seed)
+    if cfg.data.silo_images is not None:
+        part = sized_shard(group, local, cfg.data.silo_images, len(pool_tr), len(pool_te), cfg.data.val_fraction,
+                           cfg.seed)
+    else:
+        part = group_shard(group, local, per_group, len(pool_tr), len(pool_te), cfg.data.val_fraction, cfg.seed)
     train, val, test = pool_tr[part.train], pool_tr[part.val], pool_te[part.test]
     if cfg.data.name in BACKDOOR_DATA:
         train = backdoor.subsampled(cfg.data.name, group, train, cfg.seed)

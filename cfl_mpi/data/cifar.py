@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 FOLDER = "cifar-10-batches-py"
+SPLIT_SIZES = {"train": 50_000, "test": 10_000}  # images per split
 FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)}
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 

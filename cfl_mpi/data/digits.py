@@ -5,6 +5,9 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 
+POOL_SIZE = 1797  # scikit-learn's digits
+
+
 def load_digit_pool() -> tuple[np.ndarray, np.ndarray]:
     """All digits as (n, 8, 8) floats in [0, 1] and int64 labels."""
     bunch = load_digits()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+SPLIT_SIZES = {"train": 60_000, "test": 10_000}  # images per split
 FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),

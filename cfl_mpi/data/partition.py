@@ -3,7 +3,8 @@
 Rotated and backdoor sets: the training pool is replicated once per group (rotation or
 backdoor group); each copy is split evenly across the silos of that group (silos are
 group-major: silos 0..k-1 hold group 0, ...). The held-out test pool is split the same way,
-so each silo is tested on its own group's distribution. PACS: each domain's images are
+so each silo is tested on its own group's distribution; with `data.silo_images` every silo
+takes that many images instead (`sized_shard`). PACS: each domain's images are
 split across that domain's silos, and each silo's share 80/10/10 (`split_shard`).
 """
 from __future__ import annotations
@@ -47,6 +48,37 @@ def group_shard(group: int, local: int, per_group: int, n_train_pool: int, n_tes
     test_part = np.array_split(rng.permutation(n_test_pool), per_group)[local]
     n_val = max(1, int(round(val_fraction * len(train_part))))
     return SiloShard(group, np.sort(train_part[n_val:]), np.sort(train_part[:n_val]), np.sort(test_part))
+
+
+def sized_shard(group: int, local: int, silo_images: int, n_train_pool: int, n_test_pool: int,
+                val_fraction: float, seed: int) -> SiloShard:
+    """The `local`-th silo of group `group` when every silo holds `silo_images` training-pool
+    images (IFCA's shape) and a test share of the same proportion as the pools'.
+
+    The group's silos take consecutive slices of a shuffled copy of each pool; when a copy is
+    used up, the next silos slice a fresh shuffle of it. So the silos stay disjoint while the
+    group fits in the pool, no silo holds an image twice, and beyond that each image is held
+    by at most ⌈silos per group / silos per shuffle⌉ silos of its group (`images_shared_by`).
+    """
+    n_test = max(1, round(silo_images * n_test_pool / n_train_pool))
+    train_part = _slice_of_shuffles([seed, 17, group, 0], local, silo_images, n_train_pool)
+    test_part = _slice_of_shuffles([seed, 17, group, 1], local, n_test, n_test_pool)
+    n_val = max(1, int(round(val_fraction * silo_images)))
+    return SiloShard(group, np.sort(train_part[n_val:]), np.sort(train_part[:n_val]), np.sort(test_part))
+
+
+def _slice_of_shuffles(key: list[int], local: int, size: int, n_pool: int) -> np.ndarray:
+    """Slice `local` of size `size` when slices are cut from successive shuffles of the pool,
+    as many whole slices from each as fit."""
+    per_shuffle = n_pool // size
+    shuffle, slot = divmod(local, per_shuffle)
+    order = np.random.default_rng([*key, shuffle]).permutation(n_pool)
+    return order[slot * size:(slot + 1) * size]
+
+
+def images_shared_by(per_group: int, silo_images: int, n_pool: int) -> int:
+    """The most silos of one group that hold the same image under `sized_shard` (1: disjoint)."""
+    return -(-per_group // (n_pool // silo_images))
 
 
 def holdout_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from ..algorithms import REGISTRY
 from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
 from ..channel import Channel
 from ..config import Config, config_digest
-from ..data import backdoor_targets, num_classes, true_clusters
+from ..data import backdoor_targets, num_classes, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
@@ -243,6 +243,10 @@ def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, re
     """The server, ready to `run` (from the checkpoint in `out` with `resume`); its strategy
     may use `cores` cores for its own computations."""
     server = Server(cfg, channel, out, stop, cores)
+    shared = silo_images_shared_by(cfg)
+    if shared > 1:
+        print(f"data: {cfg.data.silo_images} images per silo from a training pool of {pool_sizes(cfg)[0]}: silos "
+              f"of one group share images, each held by up to {shared} of them (data.silo_images)", flush=True)
     if resume:
         server.resume()
         print(f"resuming {out} after round {server.next_round - 1}", flush=True)
