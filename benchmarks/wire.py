@@ -1,11 +1,14 @@
-"""The wire: model transfer through the MPI channel against a memcpy of the same bytes, and
-how much waiting ranks slow a working one.
+"""The wire: messages through the MPI channel against raw mpi4py buffers of the same bytes,
+and how much waiting ranks slow a working one.
 
     python -m benchmarks.wire [--quick]
 
-1. Two ranks (server → silo 0 through `MpiChannel`, raw buffers behind a typed header): the
-   time from posting a message of 1, 14 and 45 MB until the receiver's acknowledgement, as
-   throughput, next to `np.copyto` of the same bytes in one process.
+1. Two ranks, one way (server → silo 0): from posting a message of 1, 3.5 (the simple CNN's
+   ω), 14 and 45 MB until the receiver holds it, checked. `MpiChannel` (typed header, raw
+   buffers, a fresh array per message, the finite check) side by side with raw mpi4py `Send`
+   / `Recv` of the same bytes, into a reused buffer and into a fresh one, in one job; ratios
+   are channel / raw throughput. The clocks are CLOCK_MONOTONIC (`time.perf_counter`), one
+   clock for every process of the machine.
 2. One rank doing fixed work (single-threaded matrix products, the shape of a silo embedding)
    alone, and with 8 more ranks blocked in `recv` on the same cores (a real run's waiting
    silos): the slowdown is what the channel's polling costs the ranks that work.
@@ -20,8 +23,9 @@ import time
 
 import numpy as np
 
-SIZES_MB = (1, 14, 45)
+SIZES_MB = (1, 3.5, 14, 45)
 WAITING = 8
+PATHS = ("channel", "raw, reused buffer", "raw, fresh buffer")
 
 
 def work(repeats: int) -> float:
@@ -34,6 +38,58 @@ def work(repeats: int) -> float:
         for _ in range(repeats):
             a = np.tanh(a @ a.T / 512)
         return time.perf_counter() - start
+
+
+def one_way(comm, send, receive, repeats: int) -> float:
+    """Median seconds from rank 0 posting a message to rank 1 holding it."""
+    from mpi4py import MPI
+
+    times = np.empty(repeats)
+    for r in range(repeats):
+        comm.Barrier()
+        stamp = np.array([time.perf_counter()])
+        if comm.Get_rank() == 0:
+            send(r)
+        else:
+            receive(r)
+            stamp[0] = time.perf_counter()
+        posted, held = (np.empty(1) for _ in range(2))
+        comm.Allreduce(stamp if comm.Get_rank() == 0 else np.array([np.inf]), posted, op=MPI.MIN)
+        comm.Allreduce(stamp if comm.Get_rank() == 1 else np.array([-np.inf]), held, op=MPI.MAX)
+        times[r] = held[0] - posted[0]
+    return float(np.median(times))
+
+
+def print_transfer(comm, channel, blob, repeats: int) -> None:
+    """One row per size: MB/s of each path and the channel's ratio to raw mpi4py."""
+    from mpi4py import MPI
+
+    from cfl_mpi.channel import SERVER
+    from cfl_mpi.wire.messages import Expect
+
+    if comm.Get_rank() == 0:
+        print(f"| MB | {' MB/s | '.join(PATHS)} MB/s | channel / raw, reused | channel / raw, fresh |\n"
+              f"|---|---|---|---|---|---|", flush=True)
+    for mb in SIZES_MB:
+        data = np.ones(int(mb * (1 << 20)) // 4, dtype=np.float32)
+        raw = data.view(np.uint8)
+        expect = lambda r: Expect.like(blob, r, {"w": data})  # noqa: E731
+        paths = {
+            "channel": (lambda r: channel.send(0, blob, r, {"w": data}), lambda r: channel.recv(SERVER, expect(r))),
+            "raw, reused buffer": (lambda r: comm.Send([raw, MPI.BYTE], 1, 1),
+                                   lambda r: comm.Recv([raw, MPI.BYTE], 0, 1)),
+            "raw, fresh buffer": (lambda r: comm.Send([raw, MPI.BYTE], 1, 1),
+                                  lambda r: comm.Recv([np.empty_like(raw), MPI.BYTE], 0, 1)),
+        }
+        seconds = {path: [] for path in PATHS}
+        for _ in range(repeats):  # interleaved: every path sees the same machine load
+            for path, (send, receive) in paths.items():
+                seconds[path].append(one_way(comm, send, receive, 3))
+        if comm.Get_rank() == 0:
+            rate = {path: mb / 1.048576 / float(np.median(t)) for path, t in seconds.items()}
+            print(f"| {mb:g} | {' | '.join(f'{rate[p]:.0f}' for p in PATHS)} | "
+                  f"{rate['channel'] / rate['raw, reused buffer']:.2f} | "
+                  f"{rate['channel'] / rate['raw, fresh buffer']:.2f} |", flush=True)
 
 
 def worker(mode: str, repeats: int) -> None:
@@ -58,28 +114,7 @@ def worker(mode: str, repeats: int) -> None:
                          rt.max_poll_sleep_ms / 1000, rt.payload_timeout_s)
     blob, ack = message_kind("bench_blob"), message_kind("bench_ack")
     if mode == "transfer":
-        for i, mb in enumerate(SIZES_MB):
-            arrays = {"w": np.ones(mb * (1 << 20) // 4, dtype=np.float32)}
-            times = []
-            for r in range(repeats):
-                comm.Barrier()
-                if rank == 0:
-                    start = time.perf_counter()
-                    channel.send(0, blob, i * 100 + r, arrays)
-                    channel.recv(0, Expect(ack, i * 100 + r))
-                    times.append(time.perf_counter() - start)
-                else:
-                    channel.recv(SERVER, Expect.like(blob, i * 100 + r, arrays))
-                    channel.send(SERVER, ack, i * 100 + r)
-            if rank == 0:
-                copy = np.empty_like(arrays["w"])
-                copies = []
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    np.copyto(copy, arrays["w"])
-                    copies.append(time.perf_counter() - start)
-                t, c = float(np.median(times)), float(np.median(copies))
-                print(f"| {mb} | {mb / 1.048576 / t:.0f} | {mb / 1.048576 / c:.0f} | {t / c:.1f} |", flush=True)
+        print_transfer(comm, channel, blob, repeats)
     else:  # rank 0 works; every other rank waits in recv until it is done
         if rank == 0:
             seconds = work(repeats)
@@ -107,7 +142,6 @@ def main(argv: list[str] | None = None) -> None:
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
     repeats = 3 if args.quick else 5
-    print("| MB | channel MB/s | memcpy MB/s | channel / memcpy time |\n|---|---|---|---|")
     print(launch(2, "transfer", repeats).strip())
     steps = 60 if args.quick else 200
     alone, waited = [], []

@@ -19,7 +19,8 @@ from cfl_mpi.algorithms.base import UPDATE
 from cfl_mpi.algorithms.emdcfl import EMBEDDINGS
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.runtime.server import eval_expect
-from cfl_mpi.wire.messages import ALLOWED_DTYPES, ArraySpec, Expect, ProtocolError, decode_header, encode_header
+from cfl_mpi.wire.messages import (ALLOWED_DTYPES, FINITE_CHECK_CHUNK, ArraySpec, Expect, ProtocolError, all_finite,
+                                  decode_header, encode_header)
 
 ROUND = 3
 MODEL = {"conv.weight": np.zeros((4, 1, 3, 3), np.float32), "conv.bias": np.zeros(4, np.float32),
@@ -120,3 +121,17 @@ def test_the_receive_path_accepts_only_what_fits(which, data):
         return
     for a in msg.arrays.values():
         assert a.dtype.kind != "f" or np.isfinite(a).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 3 * FINITE_CHECK_CHUNK), dtype=st.sampled_from(["float32", "float64"]),
+       bad=st.sampled_from([None, np.nan, np.inf, -np.inf]), where=st.floats(0, 1), shape_2d=st.booleans())
+def test_the_chunked_finite_check_agrees_with_numpy(size, dtype, bad, where, shape_2d):
+    """Bad values anywhere, chunk edges included, are found; finite arrays pass."""
+    a = np.linspace(-1e30, 1e30, size).astype(dtype)
+    if bad is not None and size:
+        a[min(int(where * size), size - 1)] = bad
+    if shape_2d and size % 2 == 0:
+        a = a.reshape(2, -1)
+    assert all_finite(a) == bool(np.isfinite(a).all())
+    assert all_finite(np.array(bad if bad is not None else 1.0, dtype)) == (bad is None)  # 0-d

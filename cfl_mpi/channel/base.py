@@ -153,14 +153,16 @@ class Channel(ABC):
         time.sleep(seconds)
 
     # ------------------------------------------------------------------ waiting
-    def _wait(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None) -> None:
-        """Poll `ready` with exponential back-off until true or the timeout (default: the
-        message timeout) expires."""
+    def _wait(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
+              max_sleep_s: float | None = None) -> None:
+        """Poll `ready` with exponential back-off, capped at `max_sleep_s` (default: the
+        channel's), until true or the timeout (default: the message timeout) expires."""
         if ready():
             return
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        max_sleep_s = self.max_sleep_s if max_sleep_s is None else max_sleep_s
         start, cpu0 = time.monotonic(), time.thread_time()
-        sleep = 5e-5
+        sleep = min(5e-5, max_sleep_s)
         try:
             while True:
                 self._before_poll()
@@ -169,7 +171,7 @@ class Channel(ABC):
                 if time.monotonic() - start > timeout_s:
                     raise PeerTimeout(f"{self.describe(self.me)}: waited {timeout_s:.0f} s for {what()}")
                 self._sleep(sleep)
-                sleep = min(sleep * 2, self.max_sleep_s)
+                sleep = min(sleep * 2, max_sleep_s)
         finally:
             self.waits.wall_s += time.monotonic() - start
             # this thread's CPU only: other parties of the process may be training meanwhile

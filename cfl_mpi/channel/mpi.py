@@ -22,6 +22,12 @@ from .local import LocalChannel, LocalHub
 
 __all__ = ["MpiChannel"]
 
+# Longest sleep between two polls of a payload whose header has arrived. An honest peer posts
+# the payload right behind its header, so the wait is as long as the copy; the doubling
+# back-off alone would overshoot it by up to the time already waited (a 45 MB payload was
+# taken 12.7 ms after its header for a 7 ms copy, benchmarks/wire.py).
+PAYLOAD_MAX_SLEEP_S = 1e-3
+
 
 class _MpiPending(Pending):
     """Requests of a message in flight; its buffers stay referenced until they complete."""
@@ -107,7 +113,8 @@ class MpiChannel(LocalChannel):
                 return MPI.Request.Testall(requests, statuses)
 
         try:
-            self._wait(arrived, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s)
+            self._wait(arrived, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s,
+                       min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s))
         except PeerTimeout:  # an honest peer posts the payload right behind the header
             raise ProtocolError(f"{who} sent a header of {expect.kind} (round {expect.round}) whose payload did "
                                 f"not follow within {self.payload_timeout_s:g} s") from None

@@ -194,8 +194,19 @@ def decode_header(data: bytes, sender: int, who: str, expect: Expect) -> tuple[L
     return parsed, meta
 
 
+# Elements per step of the finite check: its temporary stays in cache (64 KiB of bools), which
+# makes the check 1.5x faster than one np.isfinite over a 45 MB array (benchmarks/wire.py).
+FINITE_CHECK_CHUNK = 1 << 16
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """Whether every element of a floating array is finite (neither NaN nor ±inf)."""
+    flat = a.reshape(-1)
+    return all(np.isfinite(flat[i:i + FINITE_CHECK_CHUNK]).all() for i in range(0, flat.size, FINITE_CHECK_CHUNK))
+
+
 def check_payload(arrays: dict[str, np.ndarray], who: str, expect: Expect) -> None:
     """Floating arrays must be finite: NaN or inf would poison every aggregate downstream."""
     for name, a in arrays.items():
-        if a.dtype.kind == "f" and not np.isfinite(a).all():
+        if a.dtype.kind == "f" and not all_finite(a):
             raise ProtocolError(f"{who} sent non-finite values in {name!r} of {expect.kind} (round {expect.round})")
