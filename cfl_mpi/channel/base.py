@@ -154,9 +154,10 @@ class Channel(ABC):
 
     # ------------------------------------------------------------------ waiting
     def _wait(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
-              max_sleep_s: float | None = None) -> None:
-        """Poll `ready` with exponential back-off, capped at `max_sleep_s` (default: the
-        channel's), until true or the timeout (default: the message timeout) expires."""
+              max_sleep_s: float | None = None, spin_s: float = 0.0) -> None:
+        """Poll `ready` until true or the timeout (default: the message timeout) expires: for
+        the first `spin_s` seconds without sleeping (only yielding to other threads), then with
+        exponential back-off capped at `max_sleep_s` (default: the channel's)."""
         if ready():
             return
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
@@ -168,8 +169,12 @@ class Channel(ABC):
                 self._before_poll()
                 if ready():
                     return
-                if time.monotonic() - start > timeout_s:
+                waited = time.monotonic() - start
+                if waited > timeout_s:
                     raise PeerTimeout(f"{self.describe(self.me)}: waited {timeout_s:.0f} s for {what()}")
+                if waited < spin_s:
+                    time.sleep(0)
+                    continue
                 self._sleep(sleep)
                 sleep = min(sleep * 2, max_sleep_s)
         finally:

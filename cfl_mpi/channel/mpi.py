@@ -22,10 +22,13 @@ from .local import LocalChannel, LocalHub
 
 __all__ = ["MpiChannel"]
 
-# Longest sleep between two polls of a payload whose header has arrived. An honest peer posts
-# the payload right behind its header, so the wait is as long as the copy; the doubling
-# back-off alone would overshoot it by up to the time already waited (a 45 MB payload was
-# taken 12.7 ms after its header for a 7 ms copy, benchmarks/wire.py).
+# Polling a payload whose header has arrived. An honest peer posts the payload right behind
+# its header, so the wait is as long as the copy (45 MB: ~7 ms here, 3.5 MB: 0.3 ms); the
+# doubling back-off alone would overshoot it by up to the time already waited (a 45 MB payload
+# was taken 12.7 ms after its header, benchmarks/wire.py). So the receiver polls without
+# sleeping for as long as a large copy takes, then at most 1 ms apart: a peer that withholds
+# its payload costs it 10 ms of CPU, not payload_timeout_s.
+PAYLOAD_SPIN_S = 10e-3
 PAYLOAD_MAX_SLEEP_S = 1e-3
 
 
@@ -114,7 +117,7 @@ class MpiChannel(LocalChannel):
 
         try:
             self._wait(arrived, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s,
-                       min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s))
+                       min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
         except PeerTimeout:  # an honest peer posts the payload right behind the header
             raise ProtocolError(f"{who} sent a header of {expect.kind} (round {expect.round}) whose payload did "
                                 f"not follow within {self.payload_timeout_s:g} s") from None
