@@ -12,6 +12,8 @@ and how much waiting ranks slow a working one.
 2. One rank doing fixed work (single-threaded matrix products, the shape of a silo embedding)
    alone, and with 8 more ranks blocked in `recv` on the same cores (a real run's waiting
    silos): the slowdown is what the channel's polling costs the ranks that work.
+3. 1, 100 and 500 silos on one rank, each waiting in `recv` on its thread for 5 s: the
+   rank's CPU seconds per second (one rank of a many-silo run while others compute).
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import numpy as np
 
 SIZES_MB = (1, 3.5, 14, 45)
 WAITING = 8
+PARTIES = (1, 100, 500)  # silos waiting on one rank
+WAIT_S = 5.0
 PATHS = ("channel", "raw, reused buffer", "raw, fresh buffer")
 
 
@@ -92,13 +96,13 @@ def print_transfer(comm, channel, blob, repeats: int) -> None:
                   f"{rate['channel'] / rate['raw, fresh buffer']:.2f} |", flush=True)
 
 
-def worker(mode: str, repeats: int) -> None:
+def worker(mode: str, repeats: int, parties: int) -> None:
     from mpi4py import MPI
 
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.layout import RankLayout
     from cfl_mpi.channel.local import LocalHub
-    from cfl_mpi.channel.mpi import MpiChannel
+    from cfl_mpi.channel.mpi import MpiChannel, MpiInbox
     from cfl_mpi.config import RuntimeConfig
     from cfl_mpi.wire.messages import Expect, message_kind
 
@@ -107,38 +111,53 @@ def worker(mode: str, repeats: int) -> None:
     if size == 1:  # the baseline: no rank waits beside the working one
         print(f"{work(repeats):.4f}", flush=True)
         return
-    layout = RankLayout(size - 1, size - 1)
-    me = SERVER if rank == 0 else layout.silos_on(rank)[0]
+    layout = RankLayout(parties, 1) if mode == "parties" else RankLayout(size - 1, size - 1)
+    here = [SERVER] if rank == 0 else list(layout.silos_on(rank))
     rt = RuntimeConfig()  # the runtime's default polling
-    channel = MpiChannel(me, comm, layout, LocalHub(), threading.Lock(), rt.message_timeout_s,
-                         rt.max_poll_sleep_ms / 1000, rt.payload_timeout_s)
     blob, ack = message_kind("bench_blob"), message_kind("bench_ack")
-    if mode == "transfer":
-        print_transfer(comm, channel, blob, repeats)
-    else:  # rank 0 works; every other rank waits in recv until it is done
-        if rank == 0:
+    # the channel's own communicator: the raw transfers below use COMM_WORLD
+    with MpiInbox(comm.Dup(), layout, LocalHub(), threading.Lock(), rt.max_poll_sleep_ms / 1000) as inbox:
+        channels = [MpiChannel(me, inbox, rt.message_timeout_s, rt.max_poll_sleep_ms / 1000, rt.payload_timeout_s)
+                    for me in here]
+        if mode == "transfer":
+            print_transfer(comm, channels[0], blob, repeats)
+        elif mode == "parties":  # rank 1's parties wait in recv, each on its thread, for WAIT_S
+            if rank == 0:
+                time.sleep(WAIT_S)
+                for silo in range(parties):
+                    channels[0].send(silo, ack, 0)
+            else:
+                cpu, start = time.process_time(), time.monotonic()
+                threads = [threading.Thread(target=c.recv, args=(SERVER, Expect(ack, 0))) for c in channels]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                print(f"{(time.process_time() - cpu) / (time.monotonic() - start):.3f}", flush=True)
+        elif rank == 0:  # waiting: rank 0 works; every other rank waits in recv until it is done
             seconds = work(repeats)
             for silo in range(size - 1):
-                channel.send(silo, ack, 0)
+                channels[0].send(silo, ack, 0)
             print(f"{seconds:.4f}", flush=True)
         else:
-            channel.recv(SERVER, Expect(ack, 0))
+            channels[0].recv(SERVER, Expect(ack, 0))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", choices=["transfer", "waiting"])
+    parser.add_argument("--worker", choices=["transfer", "waiting", "parties"])
+    parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.repeats)
+        worker(args.worker, args.repeats, args.parties)
         return
     from .runs import ROOT, mpirun
 
-    def launch(n: int, mode: str, repeats: int) -> str:
+    def launch(n: int, mode: str, repeats: int, parties: int = 1) -> str:
         cmd = [mpirun(), "-n", str(n), sys.executable, "-m", "benchmarks.wire", "--worker", mode,
-               "--repeats", str(repeats)]
+               "--repeats", str(repeats), "--parties", str(parties)]
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
     repeats = 3 if args.quick else 5
@@ -151,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nworking rank with {WAITING} ranks waiting in recv / alone: "
           f"{np.median(waited) / np.median(alone):.2f} (median of {repeats}; "
           f"{np.median(alone):.2f} s alone)")
+    print("\n| silos waiting in recv on one rank | that rank's CPU seconds per second |\n|---|---|")
+    for parties in PARTIES:
+        print(f"| {parties} | {launch(2, 'parties', 1, parties).strip()} |", flush=True)
 
 
 if __name__ == "__main__":

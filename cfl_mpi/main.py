@@ -98,7 +98,7 @@ def cli(argv: list[str] | None = None) -> None:
     args = run_arguments("python -m cfl_mpi.main", __doc__.splitlines()[0]).parse_args(argv)
     from mpi4py import MPI
 
-    from .channel.mpi import MpiChannel
+    from .channel.mpi import MpiChannel, MpiInbox
     from .runtime.placement import place
     from .runtime.silo import InjectedExit
 
@@ -118,23 +118,24 @@ def cli(argv: list[str] | None = None) -> None:
         # numpy/scipy's BLAS would start a thread per core in every rank: on a node shared by
         # many ranks that oversubscribes it (measured 2.5x slower FedWaD with 9 ranks on 2 cores).
         threadpool_limits(placement.threads)
-        hub, mpi_lock = LocalHub(), threading.Lock()
+        hub, max_sleep_s = LocalHub(), cfg.runtime.max_poll_sleep_ms / 1000
+        with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s) as inbox:
 
-        def channel(address: int) -> MpiChannel:
-            return MpiChannel(address, comm, layout, hub, mpi_lock, cfg.runtime.message_timeout_s,
-                              cfg.runtime.max_poll_sleep_ms / 1000, cfg.runtime.payload_timeout_s)
+            def channel(address: int) -> MpiChannel:
+                return MpiChannel(address, inbox, cfg.runtime.message_timeout_s, max_sleep_s,
+                                  cfg.runtime.payload_timeout_s)
 
-        if rank == 0:
-            from .runtime.server import start_server
+            if rank == 0:
+                from .runtime.server import start_server
 
-            if layout.silo_ranks < cfg.silos:
-                print(f"{cfg.silos} silos on {layout.silo_ranks} ranks "
-                      f"(up to {layout.slots} per rank)", flush=True)
-            # the silos wait while the server clusters: it may use the node's cores meanwhile
-            start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
-                         cores=placement.cores).run()
-        else:
-            run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
+                if layout.silo_ranks < cfg.silos:
+                    print(f"{cfg.silos} silos on {layout.silo_ranks} ranks "
+                          f"(up to {layout.slots} per rank)", flush=True)
+                # the silos wait while the server clusters: it may use the node's cores meanwhile
+                start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
+                             cores=placement.cores).run()
+            else:
+                run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         if isinstance(exc, SystemExit) and not exc.code:
             raise

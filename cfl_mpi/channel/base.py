@@ -102,7 +102,7 @@ class Channel(ABC):
             return bool(found)
 
         names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")
-        self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources))
+        self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources), self._arrival_max_sleep())
         return self._receive(found[0], expect(found[0]))
 
     def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
@@ -124,6 +124,11 @@ class Channel(ABC):
         out first when another falls silent, and blame the server; the server, which can name
         the silent silo, must speak first."""
         return 2 * self.timeout_s if self.me != SERVER and sources == [SERVER] else self.timeout_s
+
+    def _arrival_max_sleep(self) -> float:
+        """Longest sleep between two looks for a message: the back-off cap, unless the backend
+        wakes a waiting party when a message arrives."""
+        return self.max_sleep_s
 
     def describe(self, address: int) -> str:
         """How errors name a party ("silo 3", or with its rank where there are ranks)."""

@@ -3,24 +3,32 @@
 Parties on the same rank (several silos per rank) reach each other through the process's
 `LocalHub`; every other message is an MPI header (the JSON of `wire.messages`) followed by
 one raw buffer per array, never a pickle. Each ordered pair of parties has its own header
-tag and payload tag, derived from their slots on their ranks: co-located parties never take
-each other's messages, and MPI's non-overtaking rule keeps every payload right behind its
-header. MPI calls of the threads of one rank go through one lock (MPI_THREAD_SERIALIZED
-suffices), and none of them blocks.
+tag and payload tag, derived from their slots on their ranks.
+
+One thread per rank, the `MpiInbox`, matches whatever arrives for the rank (MPI's matched
+probe): it receives each header and files it, and the handle of each payload, in the hub's
+queue of its (sender, receiver) pair, and rings the receiver's bell. So a rank's waiting
+parties sleep on their bells instead of each polling MPI: 500 waiting silos on one rank
+polled MPI for 0.8 of a core (benchmarks/wire.py, "waiting parties"); the inbox alone
+polls, with the same back-off. MPI's non-overtaking rule keeps every payload right behind its
+header in the pair's queue. MPI calls of the threads of one rank go through one lock
+(MPI_THREAD_SERIALIZED suffices), and none of them blocks.
 """
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
-from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError, check_payload, decode_header
-from .base import Pending, PeerTimeout
+from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
+from .base import SERVER, Pending, PeerTimeout
 from .layout import RankLayout
-from .local import LocalChannel, LocalHub
+from .local import LocalChannel, LocalHub, OversizedHeader
 
-__all__ = ["MpiChannel"]
+__all__ = ["MpiChannel", "MpiInbox"]
 
 # Polling a payload whose header has arrived. An honest peer posts the payload right behind
 # its header, so the wait is as long as the copy (45 MB: ~7 ms here, 3.5 MB: 0.3 ms); the
@@ -30,6 +38,92 @@ __all__ = ["MpiChannel"]
 # its payload costs it 10 ms of CPU, not payload_timeout_s.
 PAYLOAD_SPIN_S = 10e-3
 PAYLOAD_MAX_SLEEP_S = 1e-3
+
+
+@dataclass(frozen=True)
+class RemotePayload:
+    """A payload matched by the inbox, still in MPI: `size` bytes, taken with `handle.Irecv`."""
+
+    handle: MPI.Message
+    size: int
+
+
+class MpiInbox:
+    """The rank's receiving end: one thread matches every message MPI holds for the rank's
+    parties and files it in the hub (headers as bytes, payloads as `RemotePayload`). Use it as
+    a context manager: the thread must stop before MPI is finalized."""
+
+    def __init__(self, comm: MPI.Comm, layout: RankLayout, hub: LocalHub, mpi_lock: threading.Lock,
+                 max_sleep_s: float) -> None:
+        self.comm, self.layout, self.hub, self.mpi_lock = comm, layout, hub, mpi_lock
+        self.max_sleep_s = max_sleep_s
+        self.rank = comm.Get_rank()
+        if layout.world_size != comm.Get_size():
+            raise ValueError(f"the layout has {layout.world_size} ranks, the communicator {comm.Get_size()}")
+        highest = 2 * layout.slots * layout.slots - 1
+        if highest > comm.Get_attr(MPI.TAG_UB):
+            raise ValueError(f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
+                             f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "MpiInbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def tag_of(self, src: int, dest: int) -> int:
+        """The header tag of messages from `src` to `dest`; their payloads travel on tag + 1."""
+        return 2 * (self.layout.slot_of(src) * self.layout.slots + self.layout.slot_of(dest))
+
+    def _run(self) -> None:
+        sleep = 5e-5
+        try:
+            while not self._stop.is_set():
+                if self._take_one():
+                    sleep = 5e-5
+                    continue
+                self._stop.wait(sleep)
+                sleep = min(sleep * 2, self.max_sleep_s)
+        except Exception as err:  # noqa: BLE001 - a broken inbox must stop every party of the rank
+            self.hub.fail(f"the MPI inbox of rank {self.rank} failed: {type(err).__name__}: {err}")
+
+    def _take_one(self) -> bool:
+        """File the next message MPI holds for this rank, if any."""
+        status = MPI.Status()
+        with self.mpi_lock:
+            handle = self.comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if handle is None:
+                return False
+            size, rank, tag = status.Get_count(MPI.BYTE), status.Get_source(), status.Get_tag()
+            src, dest = self._parties(rank, tag)
+            if tag % 2:
+                frame: object = RemotePayload(handle, size)
+            elif size > MAX_HEADER_BYTES:  # never read; the job fails on it
+                frame = OversizedHeader(size)
+            else:
+                raw = bytearray(size)
+                handle.Recv([raw, MPI.BYTE])
+                frame = bytes(raw)
+        self.hub.deliver(src, dest, frame)
+        return True
+
+    def _parties(self, rank: int, tag: int) -> tuple[int, int]:
+        """(sender, receiver) of a message from `rank` with `tag`; an error if none is."""
+        pair = tag // 2
+        src_slot, dest_slot = divmod(pair, self.layout.slots)
+        senders = [SERVER] if rank == 0 else self.layout.silos_on(rank)
+        receivers = [SERVER] if self.rank == 0 else self.layout.silos_on(self.rank)
+        if not (src_slot < len(senders) and dest_slot < len(receivers)):
+            raise ProtocolError(f"rank {rank} sent a message with tag {tag}, which names no pair of its parties "
+                                f"and rank {self.rank}'s")
+        return senders[src_slot], receivers[dest_slot]
 
 
 class _MpiPending(Pending):
@@ -50,20 +144,17 @@ class _MpiPending(Pending):
 
 
 class MpiChannel(LocalChannel):
-    """A party on an MPI rank: co-located parties through the hub, the others through MPI."""
+    """A party on an MPI rank: co-located parties through the hub, the others through MPI;
+    what arrives from either waits in the hub, filed by the rank's `MpiInbox`."""
 
-    def __init__(self, me: int, comm: MPI.Comm, layout: RankLayout, hub: LocalHub, mpi_lock: threading.Lock,
-                 timeout_s: float, max_sleep_s: float, payload_timeout_s: float) -> None:
-        super().__init__(me, hub, timeout_s, max_sleep_s)
-        self.comm, self.layout, self.mpi_lock = comm, layout, mpi_lock
+    def __init__(self, me: int, inbox: MpiInbox, timeout_s: float, max_sleep_s: float,
+                 payload_timeout_s: float) -> None:
+        super().__init__(me, inbox.hub, timeout_s, max_sleep_s)
+        self.inbox, self.comm, self.layout, self.mpi_lock = inbox, inbox.comm, inbox.layout, inbox.mpi_lock
         self.payload_timeout_s = payload_timeout_s
-        self.rank = comm.Get_rank()
-        if layout.rank_of(me) != self.rank or layout.world_size != comm.Get_size():
-            raise ValueError(f"{layout.describe(me)} cannot live on rank {self.rank} of {comm.Get_size()}")
-        highest = 2 * layout.slots * layout.slots - 1
-        if highest > comm.Get_attr(MPI.TAG_UB):
-            raise ValueError(f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
-                             f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
+        self.rank = inbox.rank
+        if self.layout.rank_of(me) != self.rank:
+            raise ValueError(f"{self.layout.describe(me)} cannot live on rank {self.rank}")
 
     def describe(self, address: int) -> str:
         return self.layout.describe(address)
@@ -72,8 +163,7 @@ class MpiChannel(LocalChannel):
         return self.layout.rank_of(peer) != self.rank
 
     def tag_of(self, src: int, dest: int) -> int:
-        """The header tag of messages from `src` to `dest`; their payloads travel on tag + 1."""
-        return 2 * (self.layout.slot_of(src) * self.layout.slots + self.layout.slot_of(dest))
+        return self.inbox.tag_of(src, dest)
 
     def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
         if not self._remote(dest):
@@ -85,49 +175,42 @@ class MpiChannel(LocalChannel):
             requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in buffers[1:]]
         return _MpiPending(self, requests, buffers)
 
-    def _arrived(self, source: int) -> bool:
-        if not self._remote(source):
-            return super()._arrived(source)
-        with self.mpi_lock:
-            return self.comm.Iprobe(source=self.layout.rank_of(source), tag=self.tag_of(source, self.me))
-
     def _receive(self, source: int, expect: Expect) -> Message:
         if not self._remote(source):
             return super()._receive(source, expect)
-        rank, tag, who = self.layout.rank_of(source), self.tag_of(source, self.me), self.describe(source)
-        status = MPI.Status()
-        with self.mpi_lock:  # only this party receives on this tag: the probed message is still there
-            self.comm.Iprobe(source=rank, tag=tag, status=status)
-            size = status.Get_count(MPI.BYTE)
-            if size > MAX_HEADER_BYTES:
-                raise ProtocolError(f"{who} sent a header of {size} bytes, over {MAX_HEADER_BYTES} (expected "
-                                    f"{expect.kind} of round {expect.round})")
-            raw = bytearray(size)
-            self.comm.Recv([raw, MPI.BYTE], source=rank, tag=tag)
-        layout, meta = decode_header(bytes(raw), source, who, expect)
+        return self.hub.receive(source, self.me, self.describe(source), expect,
+                                lambda layout: self._payload(source, expect, layout))
+
+    def _payload(self, source: int, expect: Expect, layout: list[tuple[str, str, tuple[int, ...]]]
+                 ) -> dict[str, np.ndarray]:
+        """The arrays of a header from another rank: each payload the inbox filed behind it,
+        checked against its declared size, then received into a fresh array."""
+        who = self.describe(source)
+        what = f"{expect.kind} (round {expect.round})"
         arrays = {name: np.empty(shape, dtype=dtype) for name, dtype, shape in layout}
-        statuses = [MPI.Status() for _ in arrays]
-        with self.mpi_lock:
-            requests = [self.comm.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE], source=rank, tag=tag + 1)
-                        for a in arrays.values()]
+        requests: list[MPI.Request] = []
+
+        def wait(ready: Callable[[], bool]) -> None:
+            try:
+                self._wait(ready, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s,
+                           min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
+            except PeerTimeout:  # an honest peer posts the payload right behind the header
+                raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "
+                                    f"{self.payload_timeout_s:g} s") from None
 
         def arrived() -> bool:
             with self.mpi_lock:
-                return MPI.Request.Testall(requests, statuses)
+                return MPI.Request.Testall(requests)
 
-        try:
-            self._wait(arrived, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s,
-                       min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
-        except PeerTimeout:  # an honest peer posts the payload right behind the header
-            raise ProtocolError(f"{who} sent a header of {expect.kind} (round {expect.round}) whose payload did "
-                                f"not follow within {self.payload_timeout_s:g} s") from None
-        except MPI.Exception as err:  # e.g. MPI_ERR_TRUNCATE: more bytes than declared
-            raise ProtocolError(f"{who} sent a payload of {expect.kind} (round {expect.round}) that does not "
-                                f"fit its header: {err}") from None
-        for (name, a), st in zip(arrays.items(), statuses):
-            if st.Get_count(MPI.BYTE) != a.nbytes:
-                raise ProtocolError(f"{who} sent {st.Get_count(MPI.BYTE)} bytes for array {name!r} of "
-                                    f"{expect.kind} (round {expect.round}), header declared {a.nbytes}")
-        check_payload(arrays, who, expect)
-        return Message(expect.kind, expect.round, source, arrays, meta, who)
-
+        for name, a in arrays.items():
+            wait(lambda: self.hub.waiting(source, self.me))
+            frame = self.hub.take(source, self.me)
+            if not isinstance(frame, RemotePayload):
+                raise ProtocolError(f"{who} sent a header where the payload of {what} belongs")
+            if frame.size != a.nbytes:
+                raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
+                                    f"{frame.size} bytes for array {name!r}, header declared {a.nbytes}")
+            with self.mpi_lock:
+                requests.append(frame.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]))
+        wait(arrived)
+        return arrays

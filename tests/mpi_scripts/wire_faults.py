@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from cfl_mpi.channel import SERVER, LocalHub, PeerTimeout, RankLayout
-from cfl_mpi.channel.mpi import MpiChannel
+from cfl_mpi.channel.mpi import MpiChannel, MpiInbox
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 
 world = MPI.COMM_WORLD
@@ -23,9 +23,13 @@ EXPECT = Expect.like(UPDATE, 4, GOOD, {"n_samples": int})
 PAYLOAD_TIMEOUT_S = 2.0
 
 
-def channel(address, layout, comm, timeout_s=20.0, hub=None, lock=None):
-    return MpiChannel(address, comm, layout, hub or LocalHub(), lock or threading.Lock(), timeout_s, 0.02,
-                      PAYLOAD_TIMEOUT_S)
+def inbox(layout, comm):
+    """The rank's inbox on `comm` (collective use: every rank opens one)."""
+    return MpiInbox(comm, layout, LocalHub(), threading.Lock(), 0.02)
+
+
+def channel(address, box, timeout_s=20.0):
+    return MpiChannel(address, box, timeout_s, 0.02, PAYLOAD_TIMEOUT_S)
 
 
 def raw_send(ch, header: bytes, payloads):
@@ -59,74 +63,79 @@ def bad_messages(report):
     layout = RankLayout(1, 1)
     for name, case in cases().items():
         comm = world.Dup()  # leftovers of a rejected message cannot leak into the next case
-        if world.Get_rank() == 1:
-            case(channel(0, layout, comm))
-        else:
-            start = time.monotonic()
-            try:
-                msg = channel(SERVER, layout, comm).recv(0, EXPECT)
-                report[name] = {"ok": True, "sum": float(msg.arrays["w"].sum())}
-            except ProtocolError as err:
-                report[name] = {"ok": False, "error": str(err), "seconds": time.monotonic() - start}
-        comm.Barrier()
+        with inbox(layout, comm) as box:
+            if world.Get_rank() == 1:
+                case(channel(0, box))
+            else:
+                start = time.monotonic()
+                try:
+                    msg = channel(SERVER, box).recv(0, EXPECT)
+                    report[name] = {"ok": True, "sum": float(msg.arrays["w"].sum())}
+                except ProtocolError as err:
+                    report[name] = {"ok": False, "error": str(err), "seconds": time.monotonic() - start}
+            comm.Barrier()
 
 
 def idle_wait_and_timeout(report):
     layout = RankLayout(1, 1)
     comm = world.Dup()
-    if world.Get_rank() == 1:
-        time.sleep(2.0)
-        channel(0, layout, comm).send(SERVER, UPDATE, 4, GOOD, n_samples=1)
-    else:
-        server = channel(SERVER, layout, comm)
-        server.recv(0, EXPECT)
-        report["idle_wait"] = {"wall_s": server.waits.wall_s, "cpu_s": server.waits.cpu_s}
-    comm.Barrier()
+    with inbox(layout, comm) as box:
+        if world.Get_rank() == 1:
+            time.sleep(2.0)
+            channel(0, box).send(SERVER, UPDATE, 4, GOOD, n_samples=1)
+        else:
+            server = channel(SERVER, box)
+            server.recv(0, EXPECT)
+            report["idle_wait"] = {"wall_s": server.waits.wall_s, "cpu_s": server.waits.cpu_s}
+        comm.Barrier()
     silent = world.Dup()  # collective: every rank
-    if world.Get_rank() == 0:
-        try:
-            channel(SERVER, layout, silent, timeout_s=0.5).recv(0, EXPECT)
-        except PeerTimeout as err:
-            report["timeout"] = {"error": str(err)}
-    world.Barrier()
+    with inbox(layout, silent) as box:
+        if world.Get_rank() == 0:
+            try:
+                channel(SERVER, box, timeout_s=0.5).recv(0, EXPECT)
+            except PeerTimeout as err:
+                report["timeout"] = {"error": str(err)}
+        world.Barrier()
 
 
 def silos_sharing_a_rank(report):
     """Silos 0-2 on rank 1: each sends the server its index and its right neighbour a message,
-    then waits for the server's reply; the server answers each with what it got."""
+    then waits for the server's reply; the server answers each with what it got. (The report
+    travels on `world`, where no inbox takes messages.)"""
     layout, comm = RankLayout(3, 1), world.Dup()
-    if world.Get_rank() == 0:
-        server = channel(SERVER, layout, comm)
-        got = {}
-        for msg in server.recv_each(range(3), lambda _: Expect(UPDATE, 1, (), {"silo": int})):
-            got[msg.sender] = msg.meta["silo"]
-            server.send(msg.sender, MODEL, 1, {"echo": np.full(4, msg.sender, np.int64)})
-        report["shared_rank"] = {"server_got": got}
-    else:
-        hub, lock, heard = LocalHub(), threading.Lock(), {}
-        channels = {c: channel(c, layout, comm, hub=hub, lock=lock) for c in range(3)}
+    with inbox(layout, comm) as box:
+        if world.Get_rank() == 0:
+            server = channel(SERVER, box)
+            got = {}
+            for msg in server.recv_each(range(3), lambda _: Expect(UPDATE, 1, (), {"silo": int})):
+                got[msg.sender] = msg.meta["silo"]
+                server.send(msg.sender, MODEL, 1, {"echo": np.full(4, msg.sender, np.int64)})
+            report["shared_rank"] = {"server_got": got}
+        else:
+            heard = {}
+            channels = {c: channel(c, box) for c in range(3)}
 
-        def silo(c):
-            ch = channels[c]
-            ch.send((c + 1) % 3, EVAL, 1, None, from_silo=c)
-            ch.send(SERVER, UPDATE, 1, None, silo=c)
-            left = ch.recv((c - 1) % 3, Expect(EVAL, 1, (), {"from_silo": int})).meta["from_silo"]
-            echo = ch.recv(SERVER, Expect.like(MODEL, 1, {"echo": np.zeros(4, np.int64)})).arrays["echo"]
-            heard[c] = (left, int(echo[0]))
+            def silo(c):
+                ch = channels[c]
+                ch.send((c + 1) % 3, EVAL, 1, None, from_silo=c)
+                ch.send(SERVER, UPDATE, 1, None, silo=c)
+                left = ch.recv((c - 1) % 3, Expect(EVAL, 1, (), {"from_silo": int})).meta["from_silo"]
+                echo = ch.recv(SERVER, Expect.like(MODEL, 1, {"echo": np.zeros(4, np.int64)})).arrays["echo"]
+                heard[c] = (left, int(echo[0]))
 
-        threads = [threading.Thread(target=silo, args=(c,)) for c in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        heard_buf = np.array([heard[c] for c in range(3)], dtype=np.int64)
-        comm.Send([heard_buf, MPI.INT64_T], dest=0, tag=999)
+            threads = [threading.Thread(target=silo, args=(c,)) for c in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         comm.Barrier()
-        return
-    heard_buf = np.empty((3, 2), dtype=np.int64)
-    comm.Recv([heard_buf, MPI.INT64_T], source=1, tag=999)
-    report["shared_rank"]["silos_heard"] = heard_buf.tolist()
-    comm.Barrier()
+    if world.Get_rank() == 1:
+        world.Send([np.array([heard[c] for c in range(3)], dtype=np.int64), MPI.INT64_T], dest=0, tag=999)
+    else:
+        heard_buf = np.empty((3, 2), dtype=np.int64)
+        world.Recv([heard_buf, MPI.INT64_T], source=1, tag=999)
+        report["shared_rank"]["silos_heard"] = heard_buf.tolist()
+    world.Barrier()
 
 
 def main():
