@@ -29,6 +29,9 @@ class Job:
     records: list[dict]     # metrics.jsonl
     summary: dict
     pss_mb: dict[int, float]  # peak proportional set size of each rank (MPI rank → MB)
+    # wall-clock seconds from the job's start to the server's writing summary.json (its rounds
+    # are over) and to its last plot (the results folder complete); the rest is the teardown
+    results_s: tuple[float, float] = (float("nan"), float("nan"))
 
 
 def mpirun() -> str:
@@ -45,7 +48,7 @@ def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: 
         sets = [a for o in overrides for a in ("--set", o)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
         cmd = [mpirun(), "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main", config, "--out", out, *sets]
-        start = time.monotonic()
+        start, started = time.monotonic(), time.time()
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peaks: dict[int, float] = {}
         sampler = threading.Thread(target=sample_pss, args=(proc, peaks), daemon=True)
@@ -60,7 +63,9 @@ def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: 
         if proc.returncode != 0:
             raise RuntimeError(f"job failed in {tree} ({proc.returncode}): {' '.join(cmd)}\n{stderr[-3000:]}")
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-        return Job(wall, records, json.loads((Path(out) / "summary.json").read_text()), peaks)
+        written = [p.stat().st_mtime - started for p in Path(out).iterdir() if p.is_file()]
+        results = ((Path(out) / "summary.json").stat().st_mtime - started, max(written))
+        return Job(wall, records, json.loads((Path(out) / "summary.json").read_text()), peaks, results)
 
 
 def _descendants(pid: int) -> list[int]:

@@ -4,8 +4,12 @@ of 41 Python processes importing torch on this machine's cores.
     python -m benchmarks.startup [--ranks 41]
 
 The job's start-up is its wall minus the server's own run (`summary.json` wall_s): launching,
-imports, data and model building on every rank, the placement and the hello. The floor runs
-the same number of `python -c "import torch"` processes, as many at a time as there are cores.
+imports, data and model building on every rank, the placement and the hello, and also what
+follows the last round: the results folder (plots) and the ranks' exit. Both parts are shown:
+"to the first round" ends where the server's run starts (summary.json's time less wall_s),
+"after the last round" begins where summary.json is written. The floor runs the same number
+of `python -c "import torch"` processes (each starts, imports and exits), as many at a time
+as there are cores.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     job = run_job(ROOT, config, [*overrides, f"silos={silos}", "train.rounds=1", "train.local_epochs=1",
                                  "model.channels=[16,32]", "strategy.name=fedavg"], args.ranks)
     startup = job.wall_s - job.summary["wall_s"]
+    summary_at, folder_done_at = job.results_s
+    before = summary_at - job.summary["wall_s"]
     cores = len(os.sched_getaffinity(0))
     start = time.monotonic()
     with ThreadPoolExecutor(cores) as pool:
@@ -36,6 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     floor = time.monotonic() - start
     print(f"{args.ranks} ranks to the first round: {startup:.1f} s; {args.ranks} torch imports on {cores} cores: "
           f"{floor:.1f} s; ratio {startup / floor:.2f}")
+    print(f"  of which before the first round {before:.1f} s, after the last round {job.wall_s - summary_at:.1f} s "
+          f"(results folder {folder_done_at - summary_at:.1f} s, exit {job.wall_s - folder_done_at:.1f} s); "
+          f"the run itself {job.summary['wall_s']:.1f} s")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from .config import Config, ConfigError, check_world
 from .results import record_failure
 from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
-from .runtime.placement import Placement
+from .runtime.placement import Placement, wait_quietly
 from .runtime.stop import StopRequest, defer_sigterm, ignore_sigterm, release_sigterm
 
 
@@ -32,6 +32,22 @@ from .runtime.stop import StopRequest, defer_sigterm, ignore_sigterm, release_si
 # the rank wrote only while the rank lives (output before MPI_Abort can be lost: see
 # results.record_failure, which keeps it in the results folder in any case).
 ABORT_GRACE_S = 1.0
+# What the OpenMP and BLAS libraries read when they load: the ones a rank loads only later (POT's
+# and scikit-learn's OpenMP, when a strategy first needs them) start no more threads than the rest.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def limit_threads(threads: int) -> None:
+    """numpy/scipy's BLAS and the OpenMP pools would start a thread per core in every rank: on
+    a node shared by many ranks that oversubscribes it (measured 2.5x slower FedWaD with 9
+    ranks on 2 cores). The libraries loaded now (torch's OpenMP among them: every rank
+    computes with torch) are limited at once; those imported later, where they are needed,
+    read the variables."""
+    import torch  # noqa: F401 - loads torch's OpenMP library, so that the limit covers it
+
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(threads)
+    threadpool_limits(threads)
 
 
 def _agree_on_error(comm, error: str | None) -> str | None:
@@ -40,7 +56,7 @@ def _agree_on_error(comm, error: str | None) -> str | None:
 
     mine = np.array([comm.Get_rank() if error is not None else comm.Get_size()], dtype=np.int64)
     first = np.empty(1, dtype=np.int64)
-    comm.Allreduce(mine, first, op=MPI.MIN)
+    wait_quietly(comm.Iallreduce(mine, first, op=MPI.MIN))
     if first[0] == comm.Get_size():
         return None
     return error if first[0] == comm.Get_rank() else ""
@@ -115,9 +131,7 @@ def cli(argv: list[str] | None = None) -> None:
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
     try:
         placement = place(comm, len(here))
-        # numpy/scipy's BLAS would start a thread per core in every rank: on a node shared by
-        # many ranks that oversubscribes it (measured 2.5x slower FedWaD with 9 ranks on 2 cores).
-        threadpool_limits(placement.threads)
+        limit_threads(placement.threads)
         hub, max_sleep_s = LocalHub(), cfg.runtime.max_poll_sleep_ms / 1000
         with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s) as inbox:
 
@@ -136,6 +150,12 @@ def cli(argv: list[str] | None = None) -> None:
                              cores=placement.cores).run()
             else:
                 run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
+        # MPI_Finalize waits for every rank, spinning: the silos, done at STOP, wait here asleep
+        # while the server writes the results folder. mpi4py would finalize only after the
+        # interpreter's own teardown (Py_AtExit), which ends at different times on different
+        # ranks, the first ones spinning meanwhile; finalizing now, all ranks together, avoids that.
+        wait_quietly(comm.Ibarrier())
+        MPI.Finalize()
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         if isinstance(exc, SystemExit) and not exc.code:
             raise

@@ -355,3 +355,31 @@ def test_paper_configs(name):
     assert (s.sample_fraction, s.sample_cap, s.embed_mode, s.tau_projection, s.rule) == (1.0, 512, "train", "full",
                                                                                         "robust")
     assert cfg.data.rotation_border == (2 if name == "rotated_cifar10_min" else 0)
+
+
+def test_digit_pool_is_scikit_learns_load_digits():
+    """The digits are read from scikit-learn's file without importing scikit-learn (a silo rank
+    would pay 0.7 s for the import): the same arrays as load_digits gives, bit for bit."""
+    from sklearn.datasets import load_digits
+
+    from cfl_mpi.data import digits
+
+    images, labels = digits.load_digit_pool()
+    bunch = load_digits()
+    assert digits._digits_file() is not None
+    assert images.dtype == np.float64 and labels.dtype == np.int64
+    np.testing.assert_array_equal(images, (bunch.images / 16.0).astype(np.float64))
+    np.testing.assert_array_equal(labels, bunch.target)
+
+
+def test_a_silo_rank_imports_only_what_it_uses():
+    """What every rank imports (the MPI entry point and the silo's runtime) leaves out what only
+    the server or some strategies need: scikit-learn, POT, scipy.stats, matplotlib, torch's compiler."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import cfl_mpi.main, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
+            "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'matplotlib', 'torch._dynamo') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"

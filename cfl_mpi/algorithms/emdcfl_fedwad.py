@@ -16,7 +16,6 @@ ground cost, up to FedWaD's error (an over-estimate: the result is an upper boun
 from __future__ import annotations
 
 import numpy as np
-from sklearn.preprocessing import normalize
 
 from ..channel import SERVER
 from ..config import Config, EmdCflConfig
@@ -41,7 +40,11 @@ def fedwad_params(cfg: Config, dim: int) -> FedWaDParams:
 def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
     """A silo's projected embeddings as the uniform measure FedWaD compares (chordal: normalised)."""
     x = np.asarray(points, dtype=np.float64)
-    return uniform_measure(normalize(x) if s.ground_cost == "chordal" else x)
+    if s.ground_cost == "chordal":
+        from sklearn.preprocessing import normalize
+
+        x = normalize(x)
+    return uniform_measure(x)
 
 
 def serve_pairs(ctx: SiloRound, cfg: Config, own: dict[int, np.ndarray], cross: dict[int, np.ndarray],

@@ -11,7 +11,6 @@ an affinity and runs scikit-learn's spectral clustering with K clusters (the pap
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import SpectralClustering
 
 from ..config import Config, FedWaDClusteringConfig
 from ..data import input_channels
@@ -38,6 +37,8 @@ def spectral_clusters(D: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, flo
     if k == 1:
         return np.zeros(c, dtype=np.int64), sigma
     affinity = np.exp(-np.square(D / sigma))
+    from sklearn.cluster import SpectralClustering
+
     labels = SpectralClustering(n_clusters=k, affinity="precomputed", random_state=seed).fit_predict(affinity)
     return relabel_by_first_appearance(labels), sigma
 

@@ -13,8 +13,6 @@ silos need no extra hook. The maths lives in `principal_angles.py`.
 from __future__ import annotations
 
 import numpy as np
-from scipy.cluster.hierarchy import linkage
-from scipy.spatial.distance import squareform
 
 from ..channel import SERVER
 from ..config import Config, PacflConfig
@@ -35,6 +33,9 @@ def merge_heights(A: np.ndarray) -> list[float]:
         return []
     D = (A + A.T) / 2.0
     np.fill_diagonal(D, 0.0)
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
     return [round(float(h), 4) for h in linkage(squareform(D, checks=False), method="average")[:, 2]]
 
 

@@ -18,11 +18,16 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.linalg import orth
-from scipy.spatial.distance import squareform
 
 from .labels import relabel_by_first_appearance
+
+
+def orth(a: np.ndarray) -> np.ndarray:
+    """scipy.linalg.orth, imported on first use (the server's; the silos' import stays light)."""
+    from scipy.linalg import orth as scipy_orth
+
+    return scipy_orth(a)
+
 
 __all__ = [
     "class_subspace_basis",
@@ -151,6 +156,9 @@ def hierarchical_clusters(A: np.ndarray, beta: float) -> np.ndarray:
         return np.zeros(1, dtype=np.int64)
     D = (A + A.T) / 2.0
     np.fill_diagonal(D, 0.0)
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
     tree = linkage(squareform(D, checks=False), method="average")
     return relabel_by_first_appearance(fcluster(tree, t=beta, criterion="distance"))
 

@@ -24,19 +24,39 @@ colour of (y + 1) mod 5; only the target silos' figure is reported, so only they
 """
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
-from matplotlib import colormaps
 
 GROUPS = {"backdoor_mnist": ("green", "green_backdoor", "purple"),
           "backdoor_cifar10": ("classes_0_4", "classes_0_4_patch", "classes_5_9")}
 TARGET_GROUP = 0
 
-SUMMER_40 = colormaps["summer"].resampled(40)(np.arange(40))[:, :3].astype(np.float32)
 TARGET_COLOUR = (0.26, 0.63, 0.4)
 PURPLE = (149 / 255, 52 / 255, 235 / 255)
 SUBSAMPLE = {"backdoor_mnist": (0.5, 1.0, 0.5)}  # fraction of its training shard each group keeps
 PATCH = 3  # edge of the corner patch, in CIFAR-10's native pixels
-PATCH_COLOURS = (np.array(colormaps["tab10"].colors) * 255).astype(np.uint8).astype(np.float32) / 255
+
+
+@cache
+def _colour_maps() -> tuple[np.ndarray, np.ndarray]:
+    """(SUMMER_40, PATCH_COLOURS), from matplotlib's colour maps on first use: importing
+    matplotlib costs every rank of every run a tenth of a second, and only the backdoor sets
+    need the colours."""
+    from matplotlib import colormaps
+
+    summer_40 = colormaps["summer"].resampled(40)(np.arange(40))[:, :3].astype(np.float32)
+    patch_colours = (np.array(colormaps["tab10"].colors) * 255).astype(np.uint8).astype(np.float32) / 255
+    return summer_40, patch_colours
+
+
+def __getattr__(name: str) -> np.ndarray:
+    """`SUMMER_40` and `PATCH_COLOURS`, module constants made on first access."""
+    if name == "SUMMER_40":
+        return _colour_maps()[0]
+    if name == "PATCH_COLOURS":
+        return _colour_maps()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def group_classes(name: str, group: int) -> np.ndarray:
@@ -57,7 +77,7 @@ def tint(grey: np.ndarray, rgb: np.ndarray) -> np.ndarray:
 def patch(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Copy of a (n, h, w, 3) batch with each image's top-left PATCH×PATCH corner in its label's colour."""
     out = images.copy()
-    out[:, :PATCH, :PATCH, :] = PATCH_COLOURS[labels][:, None, None, :]
+    out[:, :PATCH, :PATCH, :] = _colour_maps()[1][labels][:, None, None, :]
     return out
 
 
@@ -67,7 +87,7 @@ def appearance(name: str, group: int, images: np.ndarray, labels: np.ndarray) ->
         if group == 0:
             return tint(images, TARGET_COLOUR)
         if group == 1:
-            return tint(images, SUMMER_40[labels])
+            return tint(images, _colour_maps()[0][labels])
         return tint(images, PURPLE)
     return patch(images, labels) if group == 1 else images.astype(np.float32, copy=False)
 
@@ -82,7 +102,7 @@ def shifted_labels(name: str, labels: np.ndarray) -> np.ndarray:
 def backdoor_test(name: str, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Target-group test images whose backdoor feature encodes another label (true labels kept)."""
     if name == "backdoor_mnist":
-        return tint(images, SUMMER_40[9 - labels])
+        return tint(images, _colour_maps()[0][9 - labels])
     return patch(images, shifted_labels(name, labels))
 
 

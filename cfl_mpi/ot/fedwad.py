@@ -49,8 +49,6 @@ from fractions import Fraction
 from typing import Literal, NamedTuple
 
 import numpy as np
-import ot
-from scipy.optimize import linear_sum_assignment
 
 from .wasserstein import ground_cost
 
@@ -235,6 +233,9 @@ def optimal_plan(
 
     Raises RuntimeError when the solver does not report an optimal solution.
     """
+    import ot  # here, not at the top: the silos of most runs never solve a plan (wasserstein.py)
+    from scipy.optimize import linear_sum_assignment
+
     cost = ground_cost(x, y, "euclidean" if p == 1 else "sqeuclidean")  # C_ij = ||x_i - y_j||^p (Eq. 2)
     scale = float(cost.max())
     if not math.isfinite(scale):

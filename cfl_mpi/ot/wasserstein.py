@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import lap
-import ot
-from scipy.optimize import linear_sum_assignment
-from sklearn.preprocessing import normalize
+
+# POT (which imports scikit-learn and scipy.stats), lapx, scipy.optimize and scikit-learn are
+# imported where they are used: every rank imports this module (through the strategy
+# registry), but only the parties that measure distances call into them.
 
 GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
@@ -40,9 +40,13 @@ def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> 
     y = np.asarray(y, dtype=np.float64)
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError("ground_cost: non-finite coordinates")
+    import ot
+
     if metric == "cosine":
         return ot.dist(x, y, metric="cosine")
     if metric == "chordal":
+        from sklearn.preprocessing import normalize
+
         x, y = normalize(x), normalize(y)
     centre = 0.5 * (x.mean(axis=0) + y.mean(axis=0))
     sq = ot.dist(x - centre, y - centre, metric="sqeuclidean")
@@ -54,6 +58,8 @@ def w1_assignment(cost: np.ndarray) -> float:
     """Exact W1 for n = m uniform points: the mean cost of an optimal assignment."""
     if cost.shape[0] != cost.shape[1]:
         raise ValueError(f"w1_assignment needs a square cost matrix, got {cost.shape}")
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(cost)
     return float(cost[rows, cols].mean())
 
@@ -66,12 +72,16 @@ def w1_repeated(cost: np.ndarray) -> float:
     if large % small:
         raise ValueError(f"w1_repeated needs one size a multiple of the other, got {cost.shape}")
     square = np.repeat(cost, large // small, axis=0 if n < m else 1)
+    import lap
+
     _, cols, _ = lap.lapjv(square)
     return float(square[np.arange(large), cols].mean())
 
 
 def w1_emd(cost: np.ndarray) -> float:
     """Exact W1 for uniform weights of any sizes, by POT's network simplex."""
+    import ot
+
     n, m = cost.shape
     return float(ot.emd2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, numItermax=10_000_000))
 
@@ -85,6 +95,8 @@ def w1(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine", solver: Solv
 def transport_cost(cost: np.ndarray, solver: Solver = "exact", reg: float = 0.1) -> float:
     """W1 between uniform weights on the rows and the columns of a ground-cost matrix."""
     if solver == "sinkhorn":
+        import ot
+
         n, m = cost.shape
         return float(ot.sinkhorn2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, reg))
     n, m = cost.shape
