@@ -102,6 +102,8 @@ class Channel(ABC):
             return bool(found)
 
         names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")
+        if not any_ready():
+            self._awaiting(sources)
         self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources), self._arrival_max_sleep())
         return self._receive(found[0], expect(found[0]))
 
@@ -124,6 +126,9 @@ class Channel(ABC):
         out first when another falls silent, and blame the server; the server, which can name
         the silent silo, must speak first."""
         return 2 * self.timeout_s if self.me != SERVER and sources == [SERVER] else self.timeout_s
+
+    def _awaiting(self, sources: list[int]) -> None:
+        """Called when this party starts waiting for a message from one of `sources`."""
 
     def _arrival_max_sleep(self) -> float:
         """Longest sleep between two looks for a message: the back-off cap, unless the backend

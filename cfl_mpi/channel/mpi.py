@@ -65,6 +65,7 @@ class MpiInbox:
             raise ValueError(f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
                              f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
         self._stop = threading.Event()
+        self._nudged = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
         self._thread.start()
 
@@ -76,7 +77,14 @@ class MpiInbox:
 
     def close(self) -> None:
         self._stop.set()
+        self._nudged.set()
         self._thread.join()
+
+    def nudge(self) -> None:
+        """A party starts waiting for a message from another rank: the inbox polls at its
+        shortest again, as that party's own back-off would (after an idle spell it may be
+        sleeping runtime.max_poll_sleep_ms, which a reply that comes at once would wait out)."""
+        self._nudged.set()
 
     def tag_of(self, src: int, dest: int) -> int:
         """The header tag of messages from `src` to `dest`; their payloads travel on tag + 1."""
@@ -89,8 +97,11 @@ class MpiInbox:
                 if self._take_one():
                     sleep = 5e-5
                     continue
-                self._stop.wait(sleep)
-                sleep = min(sleep * 2, self.max_sleep_s)
+                if self._nudged.wait(sleep):
+                    self._nudged.clear()
+                    sleep = 5e-5
+                else:
+                    sleep = min(sleep * 2, self.max_sleep_s)
         except Exception as err:  # noqa: BLE001 - a broken inbox must stop every party of the rank
             self.hub.fail(f"the MPI inbox of rank {self.rank} failed: {type(err).__name__}: {err}")
 
@@ -174,6 +185,10 @@ class MpiChannel(LocalChannel):
             requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
             requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in buffers[1:]]
         return _MpiPending(self, requests, buffers)
+
+    def _awaiting(self, sources: list[int]) -> None:
+        if any(self._remote(s) for s in sources):
+            self.inbox.nudge()
 
     def _receive(self, source: int, expect: Expect) -> Message:
         if not self._remote(source):
