@@ -191,8 +191,8 @@ class MpiChannel(LocalChannel):
             self.inbox.nudge()
 
     def _receive(self, source: int, expect: Expect) -> Message:
-        if not self._remote(source):
-            return super()._receive(source, expect)
+        """From the hub either way: an in-process frame carries its arrays, a header from
+        another rank has them fetched from MPI."""
         return self.hub.receive(source, self.me, self.describe(source), expect,
                                 lambda layout: self._payload(source, expect, layout))
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import RuntimeConfig
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -55,9 +57,9 @@ def place(comm, silos: int) -> Placement:
     return Placement(node_rank, int(hosted.sum()), local_rank, silos, usable_cores())
 
 
-# Longest sleep between two tests of a request that waits for other ranks (as the channels'
-# default runtime.max_poll_sleep_ms).
-MAX_QUIET_SLEEP_S = 0.02
+# Longest sleep between two tests of a request that waits for other ranks: the channels'
+# default back-off cap (these waits come before the config is agreed on).
+MAX_QUIET_SLEEP_S = RuntimeConfig.max_poll_sleep_ms / 1000
 
 
 def wait_quietly(request) -> None:
