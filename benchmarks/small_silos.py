@@ -26,6 +26,9 @@ from cfl_mpi.algorithms.cluster_extraction import robust_clusters, symmetrised
 from .runs import MNIST, ROOT
 
 CUTS = (1.0, 1.5, 2.0, 2.5, 3.5)
+# Forms of line 16 the factor study compares, as strategy settings (on rotated_mnist_test.yaml).
+FORMS = {"paper": {}, "tau_same_R": {"tau_projection": "pair"},
+         "energy": {"distance": "energy", "ground_cost": "chordal"}}
 
 
 def load(run: Path) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
@@ -83,16 +86,21 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
     groups 0 (0°), 2 (180°) and 1 (90°) under variants of line 16, at each sample fraction
     and local-epoch count. Reports the separation of 0° from 180° in units of the spread of
     W within a group: (mean between − mean within) / sd within, and the pair gap
-    (min between − max within) / sd within. Variants: `paper` W1(Z R, Z' R) − τ with τ
-    unprojected (as run); `tau_same_R` τ through the pair's R; `no_projection` R = I."""
+    (min between − max within) / sd within; W in units of the row's silo noise, as the
+    robust rule reads it, so "within" says where the within-group level sits against the
+    cut. Variants (FORMS): `paper` W1(Z R, Z' R) − τ with τ unprojected (as run);
+    `tau_same_R` τ through the pair's R; `energy` the energy distance (chordal cost), no τ;
+    `energy_tau_same_R` minus a τ through R all the same; `no_projection` W1 with R = I
+    (raw units)."""
     import dataclasses
 
     import torch
 
-    from cfl_mpi.algorithms.emdcfl import projected_dim, reference_distance, sample_size
+    from cfl_mpi.algorithms.emdcfl import pair_distance, pair_reference, projected_dim, reference_distance, sample_size
     from cfl_mpi.config import load_config
     from cfl_mpi.data import build_silo_data, num_classes
     from cfl_mpi.models import build_model, load_arrays
+    from cfl_mpi.ot.energy import energy_distance
     from cfl_mpi.ot.wasserstein import w1
     from cfl_mpi.privacy.handshake import random_projection
     from cfl_mpi.runtime.server import initial_model
@@ -122,22 +130,28 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
             n = sample_size(s, len(data[chosen[0]].y_train))
             x = {c: data[c].x_train[np.sort(rng.choice(len(data[c].y_train), n, replace=False))] for c in chosen}
             dim_r = projected_dim(cfg)
-            variants = {"paper": {}, "tau_same_R": {}, "no_projection": {}}
-            noise = []
+            forms = {name: dataclasses.replace(s, **kw) for name, kw in FORMS.items()}
+            variants: dict[str, dict] = {name: {} for name in [*FORMS, "no_projection", "energy_tau_same_R"]}
+            noise = {name: [] for name in forms}
             for c in chosen:
                 z = {d: embed(models[c], x[d], cpu) for d in chosen}  # every sample under c's model
                 v = embed(models[c], data[c].x_val[: s.sample_cap], cpu)
-                tau, sd = reference_distance(z[c], v, dim_r, s, rng)
-                noise.append(sd)
+                tau = {}
+                for name, form in forms.items():
+                    tau[name], sd = reference_distance(z[c], v, dim_r, form, rng)
+                    noise[name].append(sd)
                 for d in chosen:
                     if d == c:
                         continue
                     r = random_projection(rng, z[c].shape[1], dim_r)
-                    projected = w1(z[c] @ r, z[d] @ r, s.ground_cost)
-                    variants["paper"][c, d] = projected - tau
-                    variants["tau_same_R"][c, d] = projected - w1(z[c] @ r, v @ r, s.ground_cost)
-                    variants["no_projection"][c, d] = w1(z[c], z[d], s.ground_cost) - tau
-            lines.append(f"E = {epochs_}, sample_fraction {fraction} (n = {n}), median noise {np.median(noise):.4g}:")
+                    for name, form in forms.items():
+                        t = tau[name] if tau[name] is not None else pair_reference(z[c] @ r, v, r, form)
+                        variants[name][c, d] = (pair_distance(z[c] @ r, z[d] @ r, form) - t) / noise[name][-1]
+                    variants["no_projection"][c, d] = w1(z[c], z[d], s.ground_cost) - tau["paper"]
+                    variants["energy_tau_same_R"][c, d] = (variants["energy"][c, d]
+                                                           - energy_distance(z[c] @ r, v @ r) / noise["energy"][-1])
+            lines.append(f"E = {epochs_}, sample_fraction {fraction} (n = {n}), median noise "
+                         + ", ".join(f"{k} {np.median(v):.4g}" for k, v in noise.items()) + " (W in those units):")
             for name, entries in variants.items():
                 lines.append(f"  {name:14s} " + separation(entries, chosen, group))
     return "\n".join(lines)
@@ -160,7 +174,7 @@ def separation(entries: dict[tuple[int, int], float], chosen: list[int], group: 
         if group[where[c]] == group[where[d]]:
             rows.setdefault(c, []).append(value)
     centred = np.concatenate([np.asarray(v) - np.mean(v) for v in rows.values()])
-    out = [f"sd within {sd:.4g} ({centred.std() / sd:.2f} of it left when each row is centred)"]
+    out = [f"within {within.mean():.3g} ± {sd:.3g} ({centred.std() / sd:.2f} of it left when each row is centred)"]
     for key in ("0-180", "0-90"):
         between = np.array(pairs[key])
         out.append(f"{key}: gap {(between.mean() - within.mean()) / sd:6.2f} sd, "

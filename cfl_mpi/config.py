@@ -202,7 +202,11 @@ class EmdCflConfig:
     tau_projection: Literal["none", "full", "pair"] = "none"
     # "fedwad": W1 between two silos' embeddings by FedWaD (algorithms/emdcfl_fedwad.py),
     # the server never receives an embedding; needs a Euclidean ground cost (below).
-    distance: Literal["exact", "sinkhorn", "fedwad"] = "exact"
+    # "energy": the energy distance instead of W1, the debiased limit of the Sinkhorn
+    # divergence, dimension-free in its sample size (ot/energy.py); on silos of ~100 images
+    # it separates what W1 blurs (docs/SMALL_SILOS.md); no τ (it is unbiased), so no
+    # validation images needed; needs ground_cost chordal or euclidean.
+    distance: Literal["exact", "sinkhorn", "fedwad", "energy"] = "exact"
     sinkhorn_reg: float = 0.1
     # "chordal": Euclidean cost between L2-normalised embeddings, sqrt(2 * cosine): the cosine
     # geometry in a form FedWaD can interpolate. fedwad takes chordal, euclidean, sqeuclidean.
@@ -545,6 +549,12 @@ def _validate(cfg: Config) -> None:
         _check(s.distance != "fedwad" or s.ground_cost != "cosine",
                "strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
                "the cosine geometry, or euclidean, or sqeuclidean)")
+        _check(s.distance != "energy" or s.ground_cost in ("chordal", "euclidean"),
+               f"strategy.ground_cost: distance energy needs a Euclidean distance (chordal, for the cosine "
+               f"geometry, or euclidean): with {s.ground_cost} it is not a distance between measures")
+        _check(s.distance != "energy" or s.tau_projection == "none",
+               "strategy.tau_projection: distance energy subtracts no τ (its estimate is unbiased: 0 on average "
+               "between samples of one distribution); leave tau_projection at none")
         _check(s.pair_sample >= 2, f"strategy.pair_sample: must be at least 2, got {s.pair_sample}")
         _check(s.representatives >= 1, f"strategy.representatives: must be at least 1, got {s.representatives}")
         _check(s.pairs == "all" or s.rule == "robust",

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..channel import SERVER, Channel, Pending
 from ..config import Config, EmdCflConfig
-from ..ot.wasserstein import ground_cost, transport_cost, w1
+from ..ot.energy import energy_distance
+from ..ot.wasserstein import w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                  random_projection)
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
@@ -80,10 +81,11 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the
     full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real comparison, and
     that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
+    With `distance: energy` τ is 0 and the noise is `energy_noise`'s.
     """
-    solver = "exact" if s.distance == "fedwad" else s.distance  # both clouds are local: no FedWaD needed
+    if s.distance == "energy":
+        return 0.0, energy_noise(z_own, dim_r, s, rng)
     per_pair = s.tau_projection == "pair"
-    full = None if per_pair else ground_cost(z_own, z_val, s.ground_cost)
     n, halves = len(z_own), len(z_val) // 2
     h = min(halves, n // 2)
     null = []
@@ -92,11 +94,9 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
         sub = np.sort(rng.permutation(n)[:2 * h])
         r = random_projection(rng, z_own.shape[1], dim_r)
         projected_own = z_own[sub] @ r
-        projected = ground_cost(projected_own, z_val[order[:h]] @ r, s.ground_cost)
-        reference = ground_cost(projected_own, z_val[order[h:2 * h]] @ r, s.ground_cost) if per_pair \
-            else full[np.ix_(sub, order[h:2 * h])]
-        null.append(transport_cost(projected, solver, s.sinkhorn_reg)
-                    - transport_cost(reference, solver, s.sinkhorn_reg))
+        first, second = z_val[order[:h]], z_val[order[h:2 * h]]
+        reference = pair_distance(projected_own, second @ r, s) if per_pair else pair_distance(z_own[sub], second, s)
+        null.append(pair_distance(projected_own, first @ r, s) - reference)
     noise = 0.0
     if null:
         to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
@@ -105,16 +105,44 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
         return None, noise
     if s.tau_projection == "full":
         r = random_projection(rng, z_own.shape[1], z_own.shape[1])
-        return w1(z_own @ r, z_val @ r, s.ground_cost, solver, s.sinkhorn_reg), noise
-    return transport_cost(full, solver, s.sinkhorn_reg), noise
+        return pair_distance(z_own @ r, z_val @ r, s), noise
+    return pair_distance(z_own, z_val, s), noise
+
+
+def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.Generator) -> float:
+    """The noise of W with `distance: energy`, which needs no τ: the energy distance's U-statistic
+    is unbiased, 0 on average between two samples of one distribution (ot/energy.py). Its spread
+    there is the permutation null (Székely & Rizzo 2013, §5): over random halvings A, B of the
+    n training embeddings and fresh projections R_k, the RMS of E(Z_A R_k, Z_B R_k). That
+    statistic is degenerate under the null, its spread ∝ 1/|A| + 1/|B|, so the RMS is scaled by
+    (2/n) / (1/|A| + 1/|B|) to W's sizes (n against n)."""
+    n, h = len(z_own), len(z_own) // 2
+    if h < 2:
+        return 0.0
+    null = []
+    for _ in range(s.noise_splits):
+        order = rng.permutation(n)
+        r = random_projection(rng, z_own.shape[1], dim_r)
+        null.append(energy_distance(z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r, s.ground_cost))
+    return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
+
+
+def pair_distance(x: np.ndarray, y: np.ndarray, s: EmdCflConfig) -> float:
+    """The distance between two clouds that W is made of (line 16, before τ): W1 by the exact
+    or Sinkhorn solver (FedWaD mode's local references: exact), or with `distance: energy`
+    the energy distance, W1's debiased limit (ot/energy.py, docs/SMALL_SILOS.md)."""
+    if s.distance == "energy":
+        return energy_distance(x, y, s.ground_cost)
+    return w1(x, y, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance, s.sinkhorn_reg)
 
 
 def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdCflConfig) -> float:
     """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R
     (`tau_projection: pair`), so that line 16 subtracts it in the space where W1(Z_{c|c} R,
     Z_{c'|c} R) was measured and the projection's distortion of the two cancels: on small
-    silos it is most of W's spread (docs/SMALL_SILOS.md)."""
-    return w1(zr_own, z_val @ r, s.ground_cost, s.distance, s.sinkhorn_reg)
+    silos it is most of W's spread (docs/SMALL_SILOS.md). (With `distance: energy` there is
+    no τ: config validation refuses `pair`.)"""
+    return pair_distance(zr_own, z_val @ r, s)
 
 
 class EmdCfl(Strategy):
@@ -301,8 +329,7 @@ class EmdCfl(Strategy):
         self.extraction = meta["extraction"]
 
     def _w1(self, x: np.ndarray, y: np.ndarray) -> float:
-        s: EmdCflConfig = self.cfg.strategy
-        return w1(x, y, s.ground_cost, s.distance, s.sinkhorn_reg)
+        return pair_distance(x, y, self.cfg.strategy)
 
     def _timed_w1(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """(W1, the thread's wall seconds on it): the server's busy time in the round."""
