@@ -229,11 +229,14 @@ class EmdCflConfig:
     # Which pairs the clustering round measures: "all" of them (the paper), or "staged": all
     # pairs among pair_sample random silos, clustered by the robust rule, then each cluster's
     # `representatives` medoids against every other silo, which joins the cluster whose
-    # representatives are within the cut; the silos near none start again among themselves
-    # (algorithms/staged_pairs.py): about pair_sample²/2 + representatives·K·C pairs.
+    # representatives are within the cut; a silo near none is measured against `retest` more
+    # members of its nearest cluster and joins it if within the cut on average over them all;
+    # the silos still near none start again among themselves (algorithms/staged_pairs.py):
+    # about pair_sample²/2 + representatives·K·C pairs.
     pairs: Literal["all", "staged"] = "all"
     pair_sample: int = 40
     representatives: int = 2
+    retest: int = 4
 
 
 @dataclass(frozen=True)
@@ -557,6 +560,7 @@ def _validate(cfg: Config) -> None:
                "between samples of one distribution); leave tau_projection at none")
         _check(s.pair_sample >= 2, f"strategy.pair_sample: must be at least 2, got {s.pair_sample}")
         _check(s.representatives >= 1, f"strategy.representatives: must be at least 1, got {s.representatives}")
+        _check(s.retest >= 0, f"strategy.retest: must be at least 0, got {s.retest}")
         _check(s.pairs == "all" or s.rule == "robust",
                "strategy.pairs: staged places silos by the robust rule's cut in noise units (set rule: robust)")
         _check(s.fedwad_iterations >= 1, f"strategy.fedwad_iterations: must be at least 1, got {s.fedwad_iterations}")

@@ -21,14 +21,18 @@ def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.
     return W, truth
 
 
-def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0) -> StagedPlan:
-    """Run a plan to the end, filling a NaN matrix from W with the pairs it asks for."""
+def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0, retest: int = 0,
+           before_stage=None) -> StagedPlan:
+    """Run a plan to the end, filling a NaN matrix from W with the pairs it asks for
+    (`before_stage(plan, pairs)` may edit W before a stage's pairs are read from it)."""
     C = len(W)
     plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=3.5,
-                      rng=np.random.default_rng(seed))
+                      rng=np.random.default_rng(seed), retest=retest)
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
     while (pairs := plan.next_pairs(measured, np.ones(C))) is not None:
+        if before_stage:
+            before_stage(plan, pairs)
         for a, b in pairs:
             assert np.isnan(measured[a, b]), f"pair {(a, b)} planned twice"
             measured[[a, b], [b, a]] = W[[a, b], [b, a]]
@@ -57,6 +61,40 @@ def test_a_cluster_the_sample_misses_is_found_among_the_silos_near_no_representa
             missed += 1
             assert plan.stages[1].orphans == 3 and plan.stages[2].name == "all" and plan.stages[2].clusters == 1
     assert missed >= 3  # 10 of 83 silos miss 3 of them with probability ~0.67
+
+
+def test_a_member_just_beyond_its_representatives_cut_joins_its_cluster_on_retest():
+    """Silo x's distance to both representatives of its cluster is 3.8 (cut 3.5), to every other
+    member ~0.8: it joins after `retest` more members; with no retest it is a cluster alone."""
+    W, truth = clustered_W([30, 30], seed=4)
+    seen = {}
+
+    def beyond_reps(plan: StagedPlan, pairs: list[tuple[int, int]]) -> None:
+        if plan.stages[-1].name == "representatives":
+            reps = sorted({a for a, _ in pairs})
+            left = sorted({b for _, b in pairs} - set(reps))
+            x = seen["x"] = next(c for c in left if truth[c] == 0)
+            same = [r for r in reps if truth[r] == 0]
+            W[x, same] = W[same, x] = 3.8
+
+    plan = replay(W, sample=12, representatives=2, retest=4, before_stage=beyond_reps)
+    assert [s.name for s in plan.stages] == ["sample", "representatives", "retest"]
+    assert plan.stages[1].orphans == 1 and plan.stages[2].orphans == 0 and len(plan.stages[2].pairs) == 4
+    assert all(a == seen["x"] and truth[b] == 0 for a, b in plan.stages[2].pairs)
+    assert adjusted_rand_score(truth, plan.labels) == 1.0
+    alone = replay(W, sample=12, representatives=2, retest=0, before_stage=beyond_reps)
+    assert [s.name for s in alone.stages] == ["sample", "representatives", "all"]
+    assert len(set(alone.labels)) == 3 and np.sum(alone.labels == alone.labels[seen["x"]]) == 1
+
+
+def test_a_missed_cluster_is_still_found_after_its_silos_are_retested():
+    W, truth = clustered_W([40, 40, 3])
+    for seed in range(10):
+        plan = replay(W, sample=10, seed=seed, retest=4)
+        assert adjusted_rand_score(truth, plan.labels) == 1.0, seed
+        if plan.stages[0].clusters == 2:
+            assert [s.name for s in plan.stages[1:]] == ["representatives", "retest", "all"]
+            assert plan.stages[2].orphans == 3 and len(plan.stages[2].pairs) == 3 * 4
 
 
 def test_with_no_more_silos_than_the_sample_the_plan_is_all_pairs_and_the_robust_rule():
@@ -93,6 +131,7 @@ def test_the_plan_is_a_function_of_its_seed():
     ("strategy.pairs=staged --set participation.fraction=0.5", "strategy.pairs: staged plans the pairs of every silo"),
     ("strategy.pair_sample=1", "strategy.pair_sample: must be at least 2, got 1"),
     ("strategy.representatives=0", "strategy.representatives: must be at least 1, got 0"),
+    ("strategy.retest=-1", "strategy.retest: must be at least 0, got -1"),
 ])
 def test_option_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as err:
@@ -101,7 +140,9 @@ def test_option_errors_name_the_field(override, message):
 
 
 # 8 digit silos (2 per rotation), small CNN: the first sample of 4 silos holds 3 rotations,
-# so the fourth's 2 silos are near no representative and are measured among themselves.
+# so the fourth's 2 silos are near no representative, are retested against the one member of
+# their nearest cluster not measured yet (every cluster then holds 2 silos, 1 of them the
+# representative), and are measured among themselves.
 STAGED = ["silos=8", "train.rounds=1", "model.channels=[16,32]", "strategy.pairs=staged", "strategy.pair_sample=4",
           "strategy.representatives=1", "strategy.pair_keys=seeded"]
 
@@ -109,16 +150,17 @@ STAGED = ["silos=8", "train.rounds=1", "model.channels=[16,32]", "strategy.pairs
 def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> None:
     plan = records[0]["pair_plan"]
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4  # all-pairs finds the 4 rotations too
-    assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [("sample", 6), ("representatives", 12), ("all", 1)]
-    assert plan["stages"][0]["clusters"] == 3 and plan["stages"][1]["orphans"] == 2
-    assert plan["pairs"] == 19 and plan["all_pairs"] == 28
-    assert summary["extraction"]["pair_plan"] == plan and summary["extraction"]["unmeasured_pairs"] == 28 - 19
+    assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [("sample", 6), ("representatives", 12),
+                                                                  ("retest", 2), ("all", 1)]
+    assert plan["stages"][0]["clusters"] == 3 and plan["stages"][1]["orphans"] == plan["stages"][2]["orphans"] == 2
+    assert plan["pairs"] == 21 and plan["all_pairs"] == 28
+    assert summary["extraction"]["pair_plan"] == plan and summary["extraction"]["unmeasured_pairs"] == 28 - 21
 
 
 @pytest.mark.mpi
 def test_staged_plan_through_mpirun_finds_the_rotations_and_the_cluster_its_sample_missed(tmp_path):
     proc, summary, records = run_job("configs/digits.yaml", tmp_path, *STAGED, n=3)
-    assert "staged pair plan measured 19 of 28 pairs" in proc.stdout
+    assert "staged pair plan measured 21 of 28 pairs" in proc.stdout
     assert_found_with_an_orphan_stage(records, summary)
 
 

@@ -177,7 +177,7 @@ class EmdCfl(Strategy):
         if s.pairs == "staged" and ctx.first:
             self.plan = StagedPlan(sorted(ctx.first), self.cfg.silos, sample=s.pair_sample,
                                    representatives=s.representatives, noise_multiple=s.noise_multiple,
-                                   rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]))
+                                   rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]), retest=s.retest)
             wanted = self.plan.next_pairs(self.W, self.noise) or []
         else:
             wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
@@ -212,7 +212,7 @@ class EmdCfl(Strategy):
             stage = self.plan.stages[len(stages)]
             stages.append({"stage": stage.name, "silos": stage.silos, "pairs": len(stage.pairs),
                            "seconds": round(time.monotonic() - start, 4),
-                           **({"orphans": stage.orphans} if stage.name == "representatives"
+                           **({"orphans": stage.orphans} if stage.name in ("representatives", "retest")
                               else {"clusters": stage.clusters})})
             self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
             if wanted is None:
@@ -227,7 +227,7 @@ class EmdCfl(Strategy):
         print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
               f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: "
               + "; ".join(f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
-                          + (f"{x['orphans']} near no representative" if "orphans" in x
+                          + (f"{x['orphans']} near no cluster" if "orphans" in x
                              else f"{x['clusters']} clusters") for x in stages), flush=True)
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[int]]) -> None:

@@ -11,12 +11,18 @@ measured one-vs-all recover a well-separated clustering (Voevodski et al., JMLR 
    with the smallest mean distance to the rest of their cluster) are measured against every
    silo not placed yet, both directions, each pair with its own handshake and projection;
 3. each such silo joins the cluster whose representatives are on average within the cut
-   (`place_newcomer`, the rule late silos follow); the silos near no representative — of a
-   cluster the sample missed — start again at 1 among themselves, and the clusters they form
-   are new ones (they were beyond the cut of every representative so far).
+   (`place_newcomer`, the rule late silos follow);
+4. **retest**: a silo near no representative is measured against `retest` more members of
+   the cluster nearest to it, drawn at random, and joins it if its mean distance to all the
+   members measured is within the cut: a decision on 2 pairs sits on W's noise, and an
+   unusual representative leaves an honest member just beyond the cut (C = 400 at 90 images,
+   docs/SMALL_SILOS.md); re-testing disagreements is step 4 of the scale issue's plan;
+5. the silos still near no cluster — of a cluster the sample missed — start again at 1
+   among themselves, and the clusters they form are new ones.
 
 When `sample` or fewer silos are left, all their pairs are measured and the plan ends: with
-C ≤ `sample` it is all-pairs. The pairs measured are about sample²/2 + representatives·K·C.
+C ≤ `sample` it is all-pairs. The pairs measured are about sample²/2 + representatives·K·C
+(+ retest per silo near no representative).
 
 Decisions read the symmetrised distance in noise units (`symmetrised(W, noise)`), the unit
 the robust rule cuts in, so a plan is a function of W, the noise and the seed.
@@ -37,11 +43,11 @@ Pair = tuple[int, int]
 class Stage:
     """One stage of a plan: what it measured and why (for metrics.jsonl and the console)."""
 
-    name: str            # "sample", "representatives" or "all" (the last few silos)
+    name: str            # "sample", "representatives", "retest" or "all" (the last few silos)
     silos: int           # silos it concerned
     pairs: list[Pair] = field(default_factory=list)
     clusters: int = 0    # sample, all: the clusters found among its silos
-    orphans: int = 0     # representatives: the silos near no representative (measured again)
+    orphans: int = 0     # representatives, retest: the silos near no cluster after it
 
 
 class StagedPlan:
@@ -50,15 +56,18 @@ class StagedPlan:
     (then `labels` holds the clusters)."""
 
     def __init__(self, silos: list[int], size: int, *, sample: int, representatives: int,
-                 noise_multiple: float, rng: np.random.Generator) -> None:
-        if sample < 2 or representatives < 1:
-            raise ValueError(f"sample must be >= 2 and representatives >= 1, got {sample}, {representatives}")
+                 noise_multiple: float, rng: np.random.Generator, retest: int = 0) -> None:
+        if sample < 2 or representatives < 1 or retest < 0:
+            raise ValueError(f"sample must be >= 2, representatives >= 1 and retest >= 0, got {sample}, "
+                             f"{representatives}, {retest}")
         self.sample, self.representatives, self.cut, self.rng = sample, representatives, noise_multiple, rng
+        self.retest = retest
         self.labels = np.full(size, -1, dtype=np.int64)  # -1: not placed yet (or not taking part)
         self.stages: list[Stage] = []
         self._left = sorted(silos)         # silos not placed yet
         self._drawn: list[int] = []        # the current sample, all its pairs measured
         self._reps: list[int] = []         # representatives being measured against `_left`
+        self._retesting = False            # `_left` being measured against more members
         self._done = not silos
 
     def next_pairs(self, W: np.ndarray, noise: np.ndarray) -> list[Pair] | None:
@@ -66,8 +75,15 @@ class StagedPlan:
         the per-silo noise with every earlier stage's pairs filled in."""
         if self._done:
             return None
-        if self._reps:
+        if self._retesting:
             self._place_left(symmetrised(W, noise))
+            self._retesting = False
+        elif self._reps:
+            D = symmetrised(W, noise)
+            self._place_left(D)
+            if self._left and self.retest and (pairs := self._retest_pairs(D)):
+                self._retesting = True
+                return self._stage("retest", pairs)
         elif self._drawn:
             self._cluster_sample(W, noise)
             self._reps = self._medoids(symmetrised(W, noise))
@@ -111,17 +127,29 @@ class StagedPlan:
         return sorted(reps)
 
     def _place_left(self, D: np.ndarray) -> None:
-        """Each silo left joins the cluster whose representatives are on average within the cut;
-        the others stay left for the next sample."""
-        known = np.full_like(self.labels, -1)
-        known[self._reps] = self.labels[self._reps]
+        """Each silo left joins the cluster whose members measured with it (the representatives,
+        and after a retest the members drawn for it) are on average within the cut; the others
+        stay left for the next stage."""
         orphans = []
         for c in self._left:
-            k = place_newcomer(D[c], known, self.cut, "average")
-            if k <= known.max():  # an existing cluster (else place_newcomer's new label)
+            k = place_newcomer(D[c], self.labels, self.cut, "average")
+            if k <= self.labels.max():  # an existing cluster (else place_newcomer's new label)
                 self.labels[c] = k
             else:
                 orphans.append(c)
         self._left, self._reps, self._drawn = orphans, [], []
         self.stages[-1].orphans = len(orphans)
 
+    def _retest_pairs(self, D: np.ndarray) -> list[Pair]:
+        """Each silo left against `retest` members, drawn at random, of the cluster nearest to
+        it on average over the members measured so far (not measured with it yet)."""
+        pairs = []
+        for c in self._left:
+            placed = (self.labels >= 0) & np.isfinite(D[c])
+            means = {k: D[c][placed & (self.labels == k)].mean() for k in np.unique(self.labels[placed])}
+            if not means:
+                continue
+            nearest = min(means, key=means.get)
+            fresh = np.flatnonzero((self.labels == nearest) & np.isnan(D[c]))
+            pairs += [(c, int(m)) for m in sorted(self.rng.choice(fresh, min(self.retest, len(fresh)), replace=False))]
+        return pairs
