@@ -65,3 +65,13 @@ def test_chordal_cost_is_the_cosine_geometry_as_a_euclidean_cost():
     assert np.allclose(chordal, np.sqrt(2.0 * ot.dist(x, y, metric="cosine")))
     unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
     assert np.allclose(chordal, ot.dist(unit(x), unit(y), metric="euclidean"))
+
+
+def test_chordal_cost_is_the_euclidean_cost_of_scikit_learns_normalised_rows():
+    from sklearn.preprocessing import normalize
+
+    rng = np.random.default_rng(7)
+    x, y = np.abs(rng.normal(size=(30, 9))) * 50, np.abs(rng.normal(size=(20, 9)))
+    x[3] = 0.0  # a dead ReLU row stays at the origin, as scikit-learn leaves it
+    expected = np.linalg.norm(normalize(x)[:, None, :] - normalize(y)[None, :, :], axis=2)
+    np.testing.assert_allclose(ground_cost(x, y, "chordal"), expected, rtol=1e-12, atol=1e-7)
