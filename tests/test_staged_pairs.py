@@ -168,3 +168,12 @@ def test_staged_plan_in_fedwad_mode(tmp_path):
     summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "strategy.distance=fedwad",
                                     "strategy.ground_cost=chordal")
     assert_found_with_an_orphan_stage(records, summary)
+
+
+def test_staged_plan_measures_nothing_after_its_round(tmp_path):
+    """The pairs the plan left unmeasured stay so: round 2 swaps no ω and sends no embeddings
+    (it measured all 9 the plan skipped at first, a C = 400 run all 76,140)."""
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "train.rounds=2")
+    assert_found_with_an_orphan_stage(records[:1], summary)
+    assert records[1]["clusters"] == records[0]["clusters"] and "pair_plan" not in records[1]
+    assert records[1]["bytes"]["embedding_model"] == records[1]["bytes"]["embeddings"] == 0

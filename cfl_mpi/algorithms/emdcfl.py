@@ -169,16 +169,18 @@ class EmdCfl(Strategy):
         """Plan the round's pairs, each silo's in tournament order, and send the first plan
         before training, so a silo needs nobody else to start. All-pairs: the pairs of silos
         training now that were never measured (a pair is measured the first round both silos
-        train, Appendix E.4). Staged: the first stage over the silos training for the first time."""
+        train, Appendix E.4). Staged: the first stage over the silos training for the first time
+        (none in a round without such silos: the pairs its plan skipped are not measured later)."""
         s: EmdCflConfig = self.cfg.strategy
         silos = sorted(ctx.participants)
         self.stated = {}  # (noise_c[, τ_c]) as silo c first stated them this round
         self.plan = None
-        if s.pairs == "staged" and ctx.first:
-            self.plan = StagedPlan(sorted(ctx.first), self.cfg.silos, sample=s.pair_sample,
-                                   representatives=s.representatives, noise_multiple=s.noise_multiple,
-                                   rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]), retest=s.retest)
-            wanted = self.plan.next_pairs(self.W, self.noise) or []
+        if s.pairs == "staged":  # the pairs a plan left unmeasured stay so in later rounds
+            if ctx.first:
+                self.plan = StagedPlan(sorted(ctx.first), self.cfg.silos, sample=s.pair_sample,
+                                       representatives=s.representatives, noise_multiple=s.noise_multiple,
+                                       rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]), retest=s.retest)
+            wanted = (self.plan.next_pairs(self.W, self.noise) or []) if self.plan else []
         else:
             wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
         self._send_plan(ctx, silos, wanted, more=self.plan is not None)
