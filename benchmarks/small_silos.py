@@ -100,7 +100,6 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
     from cfl_mpi.config import load_config
     from cfl_mpi.data import build_silo_data, num_classes
     from cfl_mpi.models import build_model, load_arrays
-    from cfl_mpi.ot.energy import energy_distance
     from cfl_mpi.ot.wasserstein import w1
     from cfl_mpi.privacy.handshake import random_projection
     from cfl_mpi.runtime.server import initial_model
@@ -149,7 +148,8 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
                         variants[name][c, d] = (pair_distance(z[c] @ r, z[d] @ r, form) - t) / noise[name][-1]
                     variants["no_projection"][c, d] = w1(z[c], z[d], s.ground_cost) - tau["paper"]
                     variants["energy_tau_same_R"][c, d] = (variants["energy"][c, d]
-                                                           - energy_distance(z[c] @ r, v @ r) / noise["energy"][-1])
+                                                           - pair_distance(z[c] @ r, v @ r, forms["energy"])
+                                                           / noise["energy"][-1])
             lines.append(f"E = {epochs_}, sample_fraction {fraction} (n = {n}), median noise "
                          + ", ".join(f"{k} {np.median(v):.4g}" for k, v in noise.items()) + " (W in those units):")
             for name, entries in variants.items():

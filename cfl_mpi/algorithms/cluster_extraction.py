@@ -39,6 +39,7 @@ __all__ = [
     "RULES",
     "ExtractionReport",
     "extract_clusters",
+    "nearest_cluster",
     "neighbourhood_clusters",
     "partition_report",
     "place_newcomer",
@@ -214,6 +215,14 @@ def place_newcomer(distances: np.ndarray, labels: np.ndarray, cut: float, linkag
     is below ``cut``; otherwise a new label. ``distances`` is the newcomer's row of
     :func:`symmetrised` (NaN: not measured, ignored); ``labels`` the existing clusters,
     -1 for silos not clustered yet."""
+    best, best_score = nearest_cluster(distances, labels, linkage_method)
+    return best if best is not None and best_score < cut else int(labels.max()) + 1
+
+
+def nearest_cluster(distances: np.ndarray, labels: np.ndarray, linkage_method: str = "average"
+                    ) -> tuple[int | None, float]:
+    """(the existing cluster closest to a silo by its measured distances to the members, that
+    linkage score), whatever the cut; (None, inf) when no member was measured."""
     if linkage_method not in LINKAGES:
         raise ValueError(f"unknown linkage_method {linkage_method!r}; expected one of {LINKAGES}")
     best, best_score = None, np.inf
@@ -223,7 +232,7 @@ def place_newcomer(distances: np.ndarray, labels: np.ndarray, cut: float, linkag
             score = float(d.mean() if linkage_method == "average" else d.max())
             if score < best_score:
                 best, best_score = int(k), score
-    return best if best is not None and best_score < cut else int(labels.max()) + 1
+    return best, best_score
 
 
 def _validated(W: np.ndarray) -> np.ndarray:

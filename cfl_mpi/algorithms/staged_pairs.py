@@ -34,7 +34,7 @@ from itertools import combinations
 
 import numpy as np
 
-from .cluster_extraction import extract_clusters, place_newcomer, symmetrised
+from .cluster_extraction import extract_clusters, nearest_cluster, place_newcomer, symmetrised
 
 Pair = tuple[int, int]
 
@@ -145,11 +145,9 @@ class StagedPlan:
         it on average over the members measured so far (not measured with it yet)."""
         pairs = []
         for c in self._left:
-            placed = (self.labels >= 0) & np.isfinite(D[c])
-            means = {k: D[c][placed & (self.labels == k)].mean() for k in np.unique(self.labels[placed])}
-            if not means:
+            nearest, _ = nearest_cluster(D[c], self.labels, "average")
+            if nearest is None:
                 continue
-            nearest = min(means, key=means.get)
             fresh = np.flatnonzero((self.labels == nearest) & np.isnan(D[c]))
             pairs += [(c, int(m)) for m in sorted(self.rng.choice(fresh, min(self.retest, len(fresh)), replace=False))]
         return pairs
