@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from cfl_mpi.cli import find_mpirun
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT.parent / "shared" / "data" / "mnist"
@@ -35,8 +36,7 @@ class Job:
 
 
 def mpirun() -> str:
-    local = Path(sys.executable).parent / "mpirun"
-    found = str(local) if local.exists() else shutil.which("mpirun")
+    found = find_mpirun()
     if not found:
         raise SystemExit("no mpirun found (pip install mpich, or load the site's MPI)")
     return found

@@ -3,14 +3,16 @@ the exit code of a config error (2, with one line on stderr)."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+from pathlib import Path
 from typing import NoReturn
 
-from .config import Config, load_config
+from .config import Config, ConfigError, load_config
 
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "config_error", "load_run_config", "prepare_results_folder", "run_arguments"]
+__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "count", "find_mpirun", "load_run_config", "prepare_results_folder", "run_arguments"]
 
 
 def run_arguments(prog: str, description: str, *, resume: bool = True) -> argparse.ArgumentParser:
@@ -33,7 +35,10 @@ def load_run_config(args: argparse.Namespace) -> Config:
     """The config the arguments describe, its data checked (ConfigError on any problem)."""
     from .data import check_data
 
-    out = getattr(args, "resume", None) or args.out
+    resume = getattr(args, "resume", None)
+    if resume and args.out and Path(args.out).resolve() != Path(resume).resolve():
+        raise ConfigError(f"--out: cannot be combined with --resume (the run continues in its own folder {resume})")
+    out = resume or args.out
     cfg = load_config(args.config, [*args.overrides, *([f"out={out}"] if out else [])])
     check_data(cfg)
     return cfg
@@ -49,6 +54,21 @@ def prepare_results_folder(cfg: Config, args: argparse.Namespace) -> None:
     check_results_folder(cfg, bool(args.resume), args.overwrite)  # a resume rebuilds θ(0): after prepare
     if args.overwrite:
         remove_run(cfg.results_dir())
+
+
+def find_mpirun() -> str | None:
+    """The mpirun next to this Python (the `mpich` extra's, in the virtual environment), else the
+    one on PATH (a site's MPI); None if neither exists."""
+    local = Path(sys.executable).parent / "mpirun"
+    return str(local) if local.exists() else shutil.which("mpirun")
+
+
+NO_MPIRUN = "no mpirun next to this Python nor on PATH (activate the virtual environment, or pip install mpich)"
+
+
+def count(n: int, noun: str) -> str:
+    """"1 round", "3 rounds": what the console says."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:

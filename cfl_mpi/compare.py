@@ -19,7 +19,7 @@ import argparse
 import csv
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,8 +29,11 @@ from typing import NoReturn
 import numpy as np
 import yaml
 
-from .cli import config_error
+from .cli import NO_MPIRUN, config_error, count, find_mpirun
 from .config import STRATEGIES, ConfigError, load_config
+from .runtime.stop import EXIT_INTERRUPTED
+
+DESCRIPTION = "Run several methods and seeds as separate jobs on one config, and tabulate them side by side."
 
 COLUMNS = ("avg_acc", "worst_acc", "ari", "wall_s")
 #: methods that do not cluster: the paper prints "-" for their ARI
@@ -40,7 +43,7 @@ NAMES = {"emdcfl": "EMD-CFL", "pacfl": "PACFL", "cfl": "CFL", "ifca": "IFCA", "f
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.compare", description=DESCRIPTION)
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
     parser.add_argument("--methods", default="emdcfl,pacfl,cfl,ifca,fedavg,oracle",
                         help="comma-separated strategy names (default: all)")
@@ -98,11 +101,10 @@ def file_strategy(config: str) -> str | None:
     return section.get("name") if isinstance(section, dict) else None
 
 
-def find_mpirun(given: str | None) -> str:
-    local = Path(sys.executable).parent / "mpirun"
-    found = given or (str(local) if local.exists() else shutil.which("mpirun"))
+def mpirun_for(given: str | None) -> str:
+    found = given or find_mpirun()
     if not found:
-        _fail("--mpirun: no mpirun next to this Python nor on PATH (pip install mpich, or give --mpirun)")
+        _fail(f"--mpirun: {NO_MPIRUN}, or give --mpirun")
     return found
 
 
@@ -120,8 +122,37 @@ def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[st
     with open(out / "log.txt", "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+        job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        code = job.wait()  # a Ctrl-C reaches the job too, which stops after its round (Interrupts)
     return code, time.monotonic() - start
+
+
+class Interrupts:
+    """Ctrl-C while a job runs: the job, in the same process group, gets it too and stops after
+    its round with its checkpoint; this command waits for it instead of dying first (and
+    killing it mid-round), then stops before the next job."""
+
+    def __enter__(self) -> Interrupts:
+        self.count, self._before = 0, signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._before)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+
+
+def failure_reason(run: Path) -> str:
+    """The line that says why a run failed: its failure.txt's first line, else the last line of
+    its log that names an error, else the log's last line."""
+    failure = run / "failure.txt"
+    if failure.is_file() and (lines := failure.read_text().strip().splitlines()):
+        return lines[0]
+    lines = [line.strip() for line in (run / "log.txt").read_text(errors="replace").splitlines() if line.strip()] \
+        if (run / "log.txt").is_file() else []
+    errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    return (errors or lines or ["no output"])[-1]
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -164,20 +195,12 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def heatmaps(out: Path, runs: dict[str, Path]) -> list[Path]:
     """One heat map per distance-based method, from the run given for it."""
-    from .plots import PAIRWISE, distance_heatmap
+    from .plots import run_heatmap
 
     written = []
     for method, run in runs.items():
-        for name, how in PAIRWISE.items():
-            matrix = run / f"{name}.npy"
-            if not matrix.exists():
-                continue
-            clusters = json.loads((run / "clusters.json").read_text())
-            truth = np.array([clusters["truth"][str(s)] for s in range(len(clusters["truth"]))])
-            path = out / f"heatmap_{method}.png"
-            kind = "similarities" if how.similarity else "distances"
-            distance_heatmap(np.load(matrix), truth, f"{NAMES.get(method, method)} pairwise {kind} ({run.name})",
-                             path, *how)
+        path = out / f"heatmap_{method}.png"
+        if run_heatmap(run, path, f"{NAMES.get(method, method)} ({run.name})"):
             written.append(path)
     return written
 
@@ -204,22 +227,32 @@ def main(argv: list[str] | None = None) -> int:
     first = configs[methods[0], seeds[0]]
     out = Path(args.out or f"runs/compare_{first.name}")
     out.mkdir(parents=True, exist_ok=True)
-    mpirun = find_mpirun(args.mpirun) if args.backend == "mpi" else None
+    mpirun = mpirun_for(args.mpirun) if args.backend == "mpi" else None
 
     failed = []
-    for method in methods:
-        for seed in seeds:
-            run = out / f"{method}_s{seed}"
-            if args.resume and (run / "summary.json").exists():
-                print(f"{method} seed {seed}: done before, skipped ({run})", flush=True)
-                continue
-            (run / "summary.json").unlink(missing_ok=True)
+    jobs = [(method, seed) for method in methods for seed in seeds]
+    for i, (method, seed) in enumerate(jobs, 1):
+        run = out / f"{method}_s{seed}"
+        if args.resume and (run / "summary.json").exists():
+            print(f"[{i}/{len(jobs)}] {method} seed {seed}: done before, skipped ({run})", flush=True)
+            continue
+        (run / "summary.json").unlink(missing_ok=True)
+        print(f"[{i}/{len(jobs)}] {method} seed {seed}: running; log {run / 'log.txt'}", flush=True)
+        with Interrupts() as interrupts:
             code, wall = launch(mpirun, configs[method, seed].world_size, args.config, run,
                                 run_overrides(method, seed, args.overrides, own))
-            status = "ok" if code == 0 and (run / "summary.json").exists() else f"FAILED (exit {code})"
-            if status != "ok":
-                failed.append((method, seed))
-            print(f"{method} seed {seed}: {status} in {wall:.0f} s; log {run / 'log.txt'}", flush=True)
+        if interrupts.count:
+            print(f"cfl_mpi.compare: interrupted during {method} seed {seed}; continue with the same command "
+                  f"and --resume", file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
+        if code == 0 and (run / "summary.json").exists():
+            ran = json.loads((run / "summary.json").read_text())["wall_s"]
+            print(f"[{i}/{len(jobs)}] {method} seed {seed}: done in {wall:.0f} s ({ran:.0f} s of rounds, the table's "
+                  f"wall time; the rest is start-up and writing the results)", flush=True)
+        else:
+            failed.append((method, seed))
+            print(f"[{i}/{len(jobs)}] {method} seed {seed}: FAILED (exit {code}) in {wall:.0f} s: "
+                  f"{failure_reason(run)}", flush=True)
 
     rows, first_runs = [], {}
     for method in methods:
@@ -227,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(summarise(method, [json.loads((r / "summary.json").read_text()) for r in done]))
         if done:
             first_runs[method] = done[0]
-    title = (f"{first.name}: {first.silos} silos, {first.train.rounds} rounds, seeds "
+    title = (f"{first.name}: {count(first.silos, 'silo')}, {count(first.train.rounds, 'round')}, seeds "
              f"{', '.join(map(str, seeds))} (mean ± std over seeds)")
     table = markdown_table(rows, title)
     (out / "table.md").write_text(table)

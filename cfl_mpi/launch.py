@@ -12,9 +12,12 @@ import os
 import shlex
 import sys
 
-from .cli import config_error, run_arguments
+from .cli import NO_MPIRUN, config_error, find_mpirun, run_arguments
 from .config import Config, ConfigError, load_config
 from .srun_mpi import chosen_plugin
+
+DESCRIPTION = ("Start a config's job under mpirun with the rank count it needs (or print the mpirun, srun"
+               " and sbatch lines).")
 
 PRINT = "--print"
 
@@ -39,17 +42,19 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     show = PRINT in argv
     run_args = [a for a in argv if a != PRINT]
-    parser = run_arguments("python -m cfl_mpi.launch", __doc__.splitlines()[0])
+    parser = run_arguments("python -m cfl_mpi.launch", DESCRIPTION)
     parser.add_argument(PRINT, action="store_true", help="print the command lines instead of running mpirun")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as err:
         config_error(str(err))
-    mpirun = os.environ.get("MPIRUN", "mpirun")
-    if show:
-        print("\n".join(command_lines(cfg, run_args, chosen_plugin(), mpirun)))
+    if show:  # lines to copy: the mpirun of the environment they will run in
+        print("\n".join(command_lines(cfg, run_args, chosen_plugin(), os.environ.get("MPIRUN", "mpirun"))))
         return
+    mpirun = os.environ.get("MPIRUN") or find_mpirun()
+    if not mpirun:
+        config_error(f"{NO_MPIRUN}, or set $MPIRUN", prog="cfl_mpi.launch")
     command = [mpirun, "-n", str(cfg.world_size), sys.executable, "-m", "cfl_mpi.main", *run_args]
     os.execvp(command[0], command)
 

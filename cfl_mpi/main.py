@@ -19,13 +19,16 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .channel import SERVER, LocalHub, RankLayout, party_name
-from .cli import EXIT_CONFIG, load_run_config, prepare_results_folder, run_arguments
+from .cli import EXIT_CONFIG, count, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError, check_world
 from .results import record_failure
 from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement, wait_quietly
-from .runtime.stop import StopRequest, defer_sigterm, ignore_sigterm, release_sigterm
+from .runtime.stop import StopRequest, defer_stop_signals, ignore_stop_signals, release_stop_signals
+
+DESCRIPTION = ("Run a clustered federated learning job under MPI: rank 0 is the server, the other ranks"
+               " host the silos.")
 
 
 # Seconds between a failing rank's last words and MPI_Abort: the launcher's proxy forwards what
@@ -108,10 +111,11 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) 
 
 
 def cli(argv: list[str] | None = None) -> None:
-    # SLURM's warning may come while the ranks still start (a requeued job's first seconds):
-    # it waits until each rank knows whether it is the server (stop after the round) or a silo.
-    defer_sigterm()
-    args = run_arguments("python -m cfl_mpi.main", __doc__.splitlines()[0]).parse_args(argv)
+    # SLURM's warning or a Ctrl-C may come while the ranks still start (a requeued job's first
+    # seconds): it waits until each rank knows whether it is the server (stop after the round)
+    # or a silo.
+    defer_stop_signals()
+    args = run_arguments("python -m cfl_mpi.main", DESCRIPTION).parse_args(argv)
     from mpi4py import MPI
 
     from .channel.mpi import MpiChannel, MpiInbox
@@ -124,11 +128,16 @@ def cli(argv: list[str] | None = None) -> None:
     if rank == 0:
         stop.install()
     else:
-        ignore_sigterm()
-    release_sigterm()
+        ignore_stop_signals()
+    release_stop_signals()
     cfg, layout = _validated(comm, args)
     here = layout.silos_on(rank)
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
+    if rank == 0:
+        per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
+        print(f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank), "
+              f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}", flush=True)
+    stopped = False  # before the last round (the server's verdict)
     try:
         placement = place(comm, len(here))
         limit_threads(placement.threads)
@@ -142,12 +151,9 @@ def cli(argv: list[str] | None = None) -> None:
             if rank == 0:
                 from .runtime.server import start_server
 
-                if layout.silo_ranks < cfg.silos:
-                    print(f"{cfg.silos} silos on {layout.silo_ranks} ranks "
-                          f"(up to {layout.slots} per rank)", flush=True)
                 # the silos wait while the server clusters: it may use the node's cores meanwhile
-                start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
-                             cores=placement.cores).run()
+                stopped = start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
+                                       cores=placement.cores).run() is None
             else:
                 run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
         # MPI_Finalize waits for every rank, spinning: the silos, done at STOP, wait here asleep
@@ -169,6 +175,7 @@ def cli(argv: list[str] | None = None) -> None:
         record_failure(cfg.results_dir(), text)
         time.sleep(ABORT_GRACE_S)
         comm.Abort(1)
+    sys.exit(stop.exit_code if stopped else 0)  # 130 after a Ctrl-C: an interrupted command, its checkpoint intact
 
 
 if __name__ == "__main__":

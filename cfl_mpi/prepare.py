@@ -12,6 +12,8 @@ from __future__ import annotations
 from .cli import config_error, run_arguments
 from .config import Config, ConfigError, load_config
 
+DESCRIPTION = "Get a job's data and pretrained weights ready (download what is missing) before it runs."
+
 
 def prepare(cfg: Config) -> None:
     """Data files, then weights; a ConfigError (one line naming folder and fix) if impossible."""
@@ -55,7 +57,7 @@ def _cache_file(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = run_arguments("python -m cfl_mpi.prepare", __doc__.splitlines()[0], resume=False).parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.prepare", DESCRIPTION, resume=False).parse_args(argv)
     try:
         cfg = load_config(args.config, [*args.overrides, *([f"out={args.out}"] if args.out else [])])
         prepare(cfg)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from .cli import config_error, run_arguments
 from .config import ConfigError, load_config
 
+DESCRIPTION = "Print the number of MPI ranks a config's job needs."
+
 
 def main(argv: list[str] | None = None) -> None:
-    args = run_arguments("python -m cfl_mpi.ranks", __doc__.splitlines()[0], resume=False).parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.ranks", DESCRIPTION, resume=False).parse_args(argv)
     try:
         print(load_config(args.config, args.overrides).world_size)
     except ConfigError as err:

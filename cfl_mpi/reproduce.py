@@ -30,12 +30,15 @@ from . import compare
 from .cli import config_error
 from .paper_figures import (TABLE_1_CIFAR, TABLE_1_MNIST, TABLE_3_CIFAR, TABLE_3_MNIST, TABLE_6, TABLE_10,
                             TABLE_11, PaperBlock)
+from .runtime.stop import EXIT_INTERRUPTED
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DESCRIPTION = "Run the methods of one table of the EMD-CFL paper and write the paper's figures beside ours."
 CLUSTERING = ("emdcfl", "pacfl", "cfl", "ifca", "fedavg", "oracle")
 PARTIAL = ("emdcfl", "oracle")
 HEADINGS = {"avg_acc": "Avg Acc", "worst_acc": "Worst Acc", "ari": "ARI", "target_clean_acc": "Clean Acc",
             "target_backdoor_acc": "Backdoor Acc"}
+PAPER = "Zhang, Williams & Toni, Clustered Federated Learning via Embedding Distributions (EMD-CFL)"
 SEEDED = ("emdcfl:strategy.pair_keys=seeded",)  # reproducible projections, hence W, for EMD-CFL
 
 
@@ -106,9 +109,11 @@ def _fail(message: str) -> NoReturn:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.reproduce", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.reproduce", description=DESCRIPTION)
     parser.add_argument("table", help=f"paper table: {', '.join(TABLES)} (E4 = 6)")
-    parser.add_argument("--scale", choices=("small", "paper"), default="small")
+    parser.add_argument("--scale", choices=("small", "paper"), default="small",
+                        help="small: minutes on this machine (MNIST test split, fewer silos and rounds); paper: the "
+                             "paper's configs, for a GPU cluster (prints the sbatch line; runs with --run)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder (default: runs/reproduce_<TABLE>_<scale>)")
     parser.add_argument("--backend", choices=("simulate", "mpi"), default=None,
@@ -136,11 +141,13 @@ def ours(run_dirs: list[Path], column: str) -> tuple[float, float] | None:
     return float(np.mean(values)) * scale, float(np.std(values)) * scale
 
 
-def block_table(block: Block, runs: dict[str, list[Path]], setting: Setting, command: str) -> str:
-    """Markdown: the paper's figures beside ours for each method."""
+def block_table(block: Block, runs: dict[str, list[Path]], setting: Setting, command: str,
+                ran: tuple[str, ...] = ()) -> str:
+    """Markdown: the paper's figures beside ours for each method ("failed" where a method of
+    `ran` left no finished run: its log says why)."""
     cols = block.paper.columns
     head = " | ".join(f"{HEADINGS[c]} paper | {HEADINGS[c]} ours" for c in cols)
-    lines = [f"### {block.paper.title} (emd-cfl.txt {block.paper.source})", ""]
+    lines = [f"### {block.paper.title} (the paper's {block.paper.source})", ""]
     if setting.config is None:
         lines += [f"Not run: {setting.why_not}.", ""]
     else:
@@ -152,7 +159,8 @@ def block_table(block: Block, runs: dict[str, list[Path]], setting: Setting, com
         cells = []
         for c in cols:
             not_clustering = c == "ari" and method in compare.NOT_CLUSTERING
-            cells += [_cell(paper.get(c)), "-" if not_clustering or not done else _cell(ours(done, c))]
+            mine = "failed" if method in ran and not done else "-" if not_clustering or not done else _cell(ours(done, c))
+            cells += [_cell(paper.get(c)), mine]
         lines.append(f"| {compare.NAMES.get(method, method)} | {' | '.join(cells)} | {len(done)} |")
     return "\n".join(lines) + "\n"
 
@@ -169,23 +177,10 @@ def round_curves(run_dirs: list[Path]) -> tuple[list[int], np.ndarray]:
 
 def plot_rounds(panels: list[tuple[str, dict[str, list[Path]]]], path: Path) -> None:
     """One panel per data set run, every method's average accuracy per round on the same axes."""
-    from .plots import _pyplot
+    from .plots import method_curves
 
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
-    for ax, (title, runs) in zip(axes[0], panels):
-        for method, dirs in runs.items():
-            if dirs:
-                rounds, acc = round_curves(dirs)
-                ax.plot(rounds, acc, marker="o", label=compare.NAMES.get(method, method))
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("round")
-        ax.set_ylabel("average silo test accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    method_curves([(title, {compare.NAMES.get(m, m): round_curves(dirs) for m, dirs in runs.items() if dirs})
+                   for title, runs in panels], path)
 
 
 def compare_args(methods: tuple[str, ...], setting: Setting, seeds: str, out: Path, backend: str,
@@ -241,14 +236,18 @@ def main(argv: list[str] | None = None) -> int:
             cargs = compare_args(run_methods, setting, seeds, folder, backend, args.overrides)
             command = "python -m cfl_mpi.compare " + " ".join(shlex.quote(a) for a in cargs)
             print(f"[{block.paper.title}] {command}", flush=True)
-            failed |= compare.main(cargs) != 0
+            code = compare.main(cargs)
+            if code == EXIT_INTERRUPTED:
+                return code
+            failed |= code != 0
             runs = {m: [folder / f"{m}_s{s}" for s in seeds.split(",")
                         if (folder / f"{m}_s{s}" / "summary.json").exists()] for m in block.methods}
-            panels.append((block.paper.title, runs))
-        sections.append(block_table(block, runs, setting, command))
+            if any(runs.values()):  # no blank panel for a block whose runs all failed
+                panels.append((block.paper.title, runs))
+        sections.append(block_table(block, runs, setting, command, run_methods if command else ()))
     header = (f"# Paper table {table}: the paper's figures beside cfl_mpi's ({args.scale} scale, seeds {seeds})\n\n"
               f"Made by `python -m cfl_mpi.reproduce {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`. "
-              "Paper: mean ± std as printed in emd-cfl.txt; ours: mean ± std (population) over the seeds. "
+              f"Paper: mean ± std as printed in {PAPER}; ours: mean ± std (population) over the seeds. "
               "Accuracies in %.\n\n")
     (out / f"table{table}.md").write_text(header + "\n".join(sections))
     if panels:

@@ -11,7 +11,7 @@ import numpy as np
 import yaml
 
 from .config import Config
-from .plots import PAIRWISE, accuracy_curves, distance_heatmap
+from .plots import accuracy_curves, pairwise_heatmap
 
 
 # What a run writes into its folder (README, "Results folder"): the first four mark a folder
@@ -78,9 +78,6 @@ class RunRecorder:
             np.savetxt(self.out / f"{name}.csv", np.atleast_2d(array), delimiter=",", fmt="%.6g")
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
         title = f"{self.cfg.name}: {self.cfg.strategy.name}"
-        for name, how in PAIRWISE.items():  # EMD-CFL's W, PACFL's A or CFL's S
-            if name in artifacts:
-                kind = "similarities" if how.similarity else "distances"
-                distance_heatmap(artifacts[name], truth, f"{title} pairwise {kind}", self.out / "distances.png", *how)
+        pairwise_heatmap(artifacts, truth, title, self.out / "distances.png", found=clusters, strategy=self.cfg.strategy)
         per_silo = np.array([[np.nan if a is None else a for a in r["accuracy"]] for r in records])
         accuracy_curves([r["round"] for r in records], per_silo, truth, title, self.out / "accuracy.png")

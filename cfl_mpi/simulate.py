@@ -13,19 +13,21 @@ from functools import partial
 from pathlib import Path
 
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
-from .cli import config_error, load_run_config, prepare_results_folder, run_arguments
+from .cli import config_error, count, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError
 from .results import record_failure
 from .runtime.compute import ComputeGate
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.stop import StopRequest
 
+DESCRIPTION = "Run a clustered federated learning job in one process: the server and every silo as threads."
+
 __all__ = ["simulate"]
 
 
 def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = None, resume: bool = False,
              grace_s: float = 10.0) -> dict | None:
-    """The whole run in-process; the summary, or None if it was stopped (SIGTERM) after a
+    """The whole run in-process; the summary, or None if it was stopped (SIGTERM, Ctrl-C) after a
     checkpoint. A failing party raises `PartyFailure` naming it after the others stopped
     (waiting at most `grace_s` for a party that hangs)."""
     import torch
@@ -66,25 +68,28 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = run_arguments("python -m cfl_mpi.simulate", __doc__.splitlines()[0]).parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.simulate", DESCRIPTION).parse_args(argv)
     from .prepare import prepare
 
+    stop = StopRequest()
+    stop.install()
     try:
         cfg = load_run_config(args)
+        print(f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} in one process, {count(cfg.train.rounds, 'round')}; "
+              f"results in {cfg.results_dir()}", flush=True)
         prepare(cfg)
         prepare_results_folder(cfg, args)
     except ConfigError as err:
         config_error(str(err))
-    stop = StopRequest()
-    stop.install()
     try:
-        simulate(cfg, stop=stop, resume=bool(args.resume))
+        stopped = simulate(cfg, stop=stop, resume=bool(args.resume)) is None
     except PartyFailure as failure:
         detail = "".join(traceback.format_exception(failure.error)).rstrip()
         text = f"cfl_mpi: {failure}\n{detail}"
         print(text, file=sys.stderr, flush=True)
         record_failure(cfg.results_dir(), text)
         sys.exit(1)
+    sys.exit(stop.exit_code if stopped else 0)  # 130 after a Ctrl-C: an interrupted command, its checkpoint intact
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 
+DESCRIPTION = "Print the srun --mpi= plugin that starts the MPI library mpi4py runs on."
+
 ENV = "CFL_SRUN_MPI"
 
 
@@ -53,7 +55,7 @@ def check_world(ranks: int, timeout_s: int = 60) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.srun_mpi", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.srun_mpi", description=DESCRIPTION)
     parser.add_argument("--check-world", type=int, metavar="N", help="under srun: exit 0 iff one world of N ranks")
     args = parser.parse_args(argv)
     if args.check_world is not None:

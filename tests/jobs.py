@@ -3,20 +3,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cfl_mpi.cli import find_mpirun
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def mpirun() -> str:
     """The mpirun next to this Python (pip's mpich) or on PATH; skip if there is none."""
-    local = Path(sys.executable).parent / "mpirun"
-    found = str(local) if local.exists() else shutil.which("mpirun")
+    found = find_mpirun()
     if not found:
         pytest.skip("no mpirun found (pip install mpich, or load the site's MPI)")
     return found

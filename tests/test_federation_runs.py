@@ -1,4 +1,4 @@
-"""Real-cluster behaviour (issue 6): an MPI job stopped by SIGTERM and resumed equals the
+"""Real-cluster behaviour: an MPI job stopped by SIGTERM or Ctrl-C and resumed equals the
 uninterrupted run; a failing or silent silo ends the job cleanly with the last checkpoint
 intact (MPI and simulator); partial participation and late silos cluster correctly
 (simulated in-process: the backends agree, test_backends.py)."""
@@ -36,7 +36,8 @@ def start_job(out: Path, *overrides: str, n: int = 5, resume: bool = False) -> s
     where = ["--resume", str(out)] if resume else ["--out", str(out)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([mpirun(), "-n", str(n), sys.executable, "-m", "cfl_mpi.main", DIGITS, *where, *sets],
-                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own process group, as a terminal gives a job
 
 
 def rank_pids(out: Path) -> list[int]:
@@ -54,41 +55,58 @@ def rank_pids(out: Path) -> list[int]:
     return pids
 
 
+def wait_for_rounds(job: subprocess.Popen, out: Path, rounds: int) -> None:
+    """Until metrics.jsonl holds `rounds` rounds (the job still running)."""
+    deadline = time.monotonic() + 600
+    while not (out / "metrics.jsonl").exists() or len(records(out)) < rounds:
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+        time.sleep(0.2)
+
+
 @pytest.mark.mpi
-def test_sigterm_stops_after_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_path):
-    settings = [*FOUR, "train.rounds=4"]
+def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_path):
+    """Stopped by SLURM's SIGTERM, resumed, stopped by a Ctrl-C, resumed: the uninterrupted run."""
+    settings = [*FOUR, "train.rounds=6"]  # SIGTERM stops after round 2 or 3, Ctrl-C one or two later
     _, full_summary, full = run_job(DIGITS, tmp_path / "full", *settings, n=5)
 
     out = tmp_path / "stopped"
     job = start_job(out, *settings)
-    deadline = time.monotonic() + 600
-    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():
-        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
-        time.sleep(0.2)
+    wait_for_rounds(job, out, 1)
     for pid in rank_pids(out):  # during round 2: every rank gets it, as from SLURM
         os.kill(pid, signal.SIGTERM)
     stdout, stderr = job.communicate(timeout=600)
     assert job.returncode == 0, stderr[-3000:]
     stopped_after = load_checkpoint(out).round
-    assert 2 <= stopped_after < 4 and f"stopped after round {stopped_after}" in stdout
+    assert 2 <= stopped_after < 4 and f"stopped after round {stopped_after} (SIGTERM)" in stdout
     assert len(records(out)) == stopped_after and not (out / "summary.json").exists()
+
+    # Ctrl-C in a terminal: SIGINT to mpiexec's process group; mpiexec passes it on to every rank
+    resumed = start_job(out, *settings, resume=True)
+    wait_for_rounds(resumed, out, stopped_after + 1)
+    os.killpg(resumed.pid, signal.SIGINT)
+    stdout, stderr = resumed.communicate(timeout=600)
+    interrupted_after = load_checkpoint(out).round
+    assert resumed.returncode == 130, stderr[-3000:]
+    assert stopped_after < interrupted_after < 6 and "Traceback" not in stdout + stderr
+    assert "Ctrl-C: stopping after the round in progress" in stdout
+    assert f"stopped after round {interrupted_after} (SIGINT); continue with --resume {out}" in stdout
 
     resumed = start_job(out, *settings, resume=True)
     stdout, stderr = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, stderr[-3000:]
-    assert f"resuming {out} after round {stopped_after}" in stdout
+    assert f"resuming {out} after round {interrupted_after}" in stdout
     summary, again = json.loads((out / "summary.json").read_text()), records(out)
-    assert [r["round"] for r in again] == [1, 2, 3, 4]
+    assert [r["round"] for r in again] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(full, again):
         assert a["clusters"] == b["clusters"] and a["participants"] == b["participants"]
         assert a["accuracy"] == b["accuracy"]
-    assert summary["resumed_after_round"] == stopped_after
+    assert summary["resumed_after_round"] == interrupted_after
     for key in ("ari", "avg_acc", "worst_acc", "n_clusters"):
         assert summary[key] == full_summary[key]
     np.testing.assert_array_equal(np.load(out / "W.npy"), np.load(tmp_path / "full" / "W.npy"))
     ckpt = load_checkpoint(out)
-    assert ckpt.round == 4 and len(ckpt.models) == 4  # one model per cluster
-    assert all(r["checkpoint"]["bytes"] > 0 for r in again[stopped_after:])
+    assert ckpt.round == 6 and len(ckpt.models) == 4  # one model per cluster
+    assert all(r["checkpoint"]["bytes"] > 0 for r in again[interrupted_after:])  # the last process's rounds
 
 
 def _failing_job(out: Path, *overrides: str, n: int = 5) -> tuple[int, str, float]:

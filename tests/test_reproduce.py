@@ -18,7 +18,7 @@ def test_one_tiny_block_writes_the_table_beside_the_paper_and_the_plot(shared_da
                            "--set", f"data.root={shared_data / 'mnist'}"])
     assert code == 0
     table = (tmp_path / "table6.md").read_text()
-    assert "Rotated MNIST, 10 of 40 silos per round (emd-cfl.txt Table 6, 10)" in table
+    assert "Rotated MNIST, 10 of 40 silos per round (the paper's Table 6, 10)" in table
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
     for method in ("EMD-CFL", "Oracle"):
         cells = [c.strip() for c in rows[method].strip("|").split("|")]

@@ -28,7 +28,7 @@ from .partition import dealt_shard, group_shard, holdout_split, images_shared_by
 __all__ = ["SiloData", "build_silo_data", "check_data", "prepare_data", "true_clusters", "num_classes",
            "silo_groups", "backdoor_targets", "input_channels", "pool_sizes", "silo_images_shared_by"]
 
-PREPARE_HINT = "python -m cfl_mpi.prepare CONFIG"
+PREPARE_HINT = "`python -m cfl_mpi.prepare` with the same config and --set options"
 
 
 @dataclass(frozen=True)

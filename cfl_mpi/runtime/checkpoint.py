@@ -203,6 +203,9 @@ def check_resume(cfg: Config, out: Path) -> None:
     if ckpt.round > cfg.train.rounds or len(ckpt.silo_model) != cfg.silos:
         _fail(index, f"is of round {ckpt.round} with {len(ckpt.silo_model)} silos but the config has "
                      f"{cfg.train.rounds} rounds and {cfg.silos} silos")
+    if ckpt.round == cfg.train.rounds and (out / "summary.json").is_file():
+        raise ConfigError(f"--resume: {out} finished all {ckpt.round} rounds (its summary.json is written): "
+                          f"nothing to continue")
     check_run_meta(ckpt, cfg.silos, index)
     theta0 = initial_model(cfg)
     for i, model in enumerate(ckpt.models):

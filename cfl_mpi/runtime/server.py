@@ -95,7 +95,11 @@ class Server:
             self.channel.send(c, CONTROL, 0, next_round=self.next_round)
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
-        for t in range(self.next_round, self.cfg.train.rounds + 1):
+        if t < self.cfg.train.rounds and not self.stop.requested:  # the first round's line can be minutes away
+            print(f"round {t + 1}/{self.cfg.train.rounds} running (the silos start, load their data and train)",
+                  flush=True)
+        while t < self.cfg.train.rounds and not self.stop.requested:  # a stop during start-up: no round
+            t += 1
             record = self.round(t, needs_model)
             needs_model = set()
             self.records.append(record)
@@ -103,12 +107,11 @@ class Server:
                 size, seconds = self.checkpoint(t)
                 record["checkpoint"] = {"bytes": size, "seconds": round(seconds, 4)}
             recorder.write(record)
-            if self.stop.requested and t < self.cfg.train.rounds:
-                break
         for c in range(self.cfg.silos):
             self.channel.send(c, CONTROL, t + 1, action=STOP, model=0, first=0)
         if t < self.cfg.train.rounds:
-            print(f"stopped after round {t} ({self.stop.reason}); continue with --resume {self.out}", flush=True)
+            then = f"continue with --resume {self.out}" if t else f"nothing to resume: start again with --overwrite"
+            print(f"stopped after round {t} ({self.stop.reason}); {then}", flush=True)
             return None
         return self.finish(recorder, time.monotonic() - start)
 

@@ -1,12 +1,21 @@
-"""SIGTERM as a request to stop after the round in progress (SLURM's time-limit warning).
+"""SIGTERM (SLURM's time-limit warning) and SIGINT (Ctrl-C) as a request to stop after the
+round in progress.
 
-SLURM signals every task of a step (`srun --signal=TERM@120`, or `scancel`). The server
-finishes its round, writes the checkpoint and sends every silo STOP; the silos ignore the
-signal so that none dies in the middle of an exchange the server is still waiting for.
+SLURM signals every task of a step (`srun --signal=TERM@120`, or `scancel`); MPICH's mpiexec
+passes a Ctrl-C on to every rank (a second one makes it abort the job). The server finishes
+its round, writes the checkpoint and sends every silo STOP; the silos ignore both signals so
+that none dies in the middle of an exchange the server is still waiting for. A stop by
+Ctrl-C ends with exit code 130, as an interrupted shell command does; a second Ctrl-C ends
+the server at once (the last checkpoint is intact: it is written before its round counts).
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130: the shell's code for a command ended by Ctrl-C
 
 
 class StopRequest:
@@ -17,26 +26,39 @@ class StopRequest:
     def requested(self) -> bool:
         return self.reason is not None
 
+    @property
+    def exit_code(self) -> int:
+        """0 after a stop SLURM asked for (the job ends well, to be requeued); 130 after Ctrl-C."""
+        return EXIT_INTERRUPTED if self.reason == signal.SIGINT.name else 0
+
     def install(self) -> None:
         """Server: remember the signal, finish the round, checkpoint, stop."""
-        signal.signal(signal.SIGTERM, self._handle)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: object) -> None:
-        self.reason = signal.Signals(signum).name
+        if signum == signal.SIGINT and self.reason == signal.SIGINT.name:
+            print("cfl_mpi: interrupted again: ending now; the last checkpoint is intact", file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
+        if signum == signal.SIGINT and self.reason is None:
+            print("cfl_mpi: Ctrl-C: stopping after the round in progress (Ctrl-C again to end at once)", flush=True)
+        self.reason = self.reason or signal.Signals(signum).name
 
 
-def defer_sigterm() -> None:
-    """Until a rank knows its role, SLURM's warning waits (blocked): a handler would interrupt the
-    system calls of MPI's start-up, the default action would kill the rank. Threads started
-    meanwhile (MPI's) keep it blocked; `release_sigterm` lets the main thread take it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+def defer_stop_signals() -> None:
+    """Until a rank knows its role, a stop signal waits (blocked): a handler would interrupt the
+    system calls of MPI's start-up, the default action would kill the rank (with a traceback,
+    for SIGINT). Threads started meanwhile (MPI's) keep them blocked; `release_stop_signals`
+    lets the main thread take them."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
 
 
-def release_sigterm() -> None:
-    """A warning that came meanwhile now reaches the role's disposition (remembered or ignored)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+def release_stop_signals() -> None:
+    """A signal that came meanwhile now reaches the role's disposition (remembered or ignored)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
 
 
-def ignore_sigterm() -> None:
+def ignore_stop_signals() -> None:
     """Silo: the server decides when the run stops."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
