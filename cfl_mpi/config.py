@@ -55,8 +55,11 @@ NATIVE_IMAGE_SIZE = {"rotated_digits": 28, "rotated_mnist": 28, "backdoor_mnist"
                      "rotated_cifar10": 32, "backdoor_cifar10": 32, "pacs": 224}
 
 
+# The data set, how its images are split into silos, and which groups of silos form the true clusters.
 @dataclass(frozen=True)
 class DataConfig:
+    # The data set: rotated_* copy their pool once per rotation, backdoor_* split the silos
+    # evenly across 3 groups (group 0 the backdoor's target), pacs gives each domain its own silos.
     name: Literal["rotated_digits", "rotated_mnist", "rotated_cifar10", "backdoor_mnist",
                   "backdoor_cifar10", "pacs"] = "rotated_digits"
     # Rotation angles in degrees, one group per angle (SPEC §6; Appendix E.9 variants). rotated_* only.
@@ -92,8 +95,9 @@ class DataConfig:
     # Edge of the square images each silo keeps in memory; null: the data set's own
     # (NATIVE_IMAGE_SIZE). The model resizes batches to model.input_size on the device.
     image_size: int | None = None
-    # PACS: the domains used and how many silos each gets (paper: 3 photo, 4 art, 4 cartoon,
-    # 7 sketch = 18 silos), and the fewest images a silo may hold (paper: at least 500).
+    # PACS: the domains used, how many silos each gets (domain_silos; paper: 3 photo, 4 art,
+    # 4 cartoon, 7 sketch = 18 silos), and the fewest images a silo may hold (min_silo_images;
+    # paper: at least 500).
     domains: list[str] = field(default_factory=lambda: list(PACS_DOMAINS))
     domain_silos: list[int] = field(default_factory=lambda: [3, 4, 4, 7])
     min_silo_images: int = 500
@@ -110,8 +114,11 @@ TORCHVISION_MODELS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536
 IMAGENET_INPUT_SIZE = 224  # what the paper feeds the ImageNet models
 
 
+# The network every silo trains; the embedding methods read its embedding Z (the pooled features).
 @dataclass(frozen=True)
 class ModelConfig:
+    # simple_cnn: two convolutions and two fully connected layers (sizes below); the others
+    # are torchvision's models (TORCHVISION_MODELS), fed 224x224 inputs by default.
     name: Literal["simple_cnn", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16",
                   "convnext_base"] = "simple_cnn"
     # simple_cnn, SPEC §7: conv 64, conv 128, fc 128 (embedding), fc classes.
@@ -137,13 +144,19 @@ class ModelConfig:
             object.__setattr__(self, "input_size", IMAGENET_INPUT_SIZE)
 
 
+# The federated rounds and each silo's local training (SGD with momentum, training.py).
 @dataclass(frozen=True)
 class TrainConfig:
+    # Federated rounds: in each, the participating silos train locally, then each cluster
+    # averages their updates into its model.
     rounds: int = 10
+    # Epochs of local training per silo and round (E in EMD-CFL's Algorithm 1).
     local_epochs: int = 10
+    # Local SGD: its learning rate (lr), momentum and weight_decay (L2 penalty).
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 1e-6
+    # Mini-batch size of local training (and of the embeddings with strategy.embed_mode: train).
     batch_size: int = 64
 
 
@@ -170,20 +183,26 @@ class AggregationConfig:
     count_ratio: float = 2.0
 
 
+# FedAvg (McMahan et al. 2017): every silo in one cluster, the baseline without clustering.
 @dataclass(frozen=True)
 class FedAvgConfig:
     name: Literal["fedavg"] = "fedavg"
 
 
+# Oracle: the true clusters of the data partition, the upper bound every method aims at.
 @dataclass(frozen=True)
 class OracleConfig:
     name: Literal["oracle"] = "oracle"
 
 
+# EMD-CFL (Zhang, Williams, Toni): one-shot clustering after round 1 on the W1 distances W
+# between the silos' embeddings, measured through a secret random projection R per pair.
 @dataclass(frozen=True)
 class EmdCflConfig:
     name: Literal["emdcfl"] = "emdcfl"
+    # rule: neighbourhoods only: silos c and c' are neighbours when W < epsilon both ways.
     epsilon: float = 0.025
+    # dim(R) = ⌊proj_ratio · dim(Z)⌋: the fraction of the embedding's dimensions R keeps.
     proj_ratio: float = 0.9
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
@@ -207,11 +226,13 @@ class EmdCflConfig:
     # it separates what W1 blurs (docs/SMALL_SILOS.md); no τ (it is unbiased), so no
     # validation images needed; needs ground_cost chordal or euclidean.
     distance: Literal["exact", "sinkhorn", "fedwad", "energy"] = "exact"
+    # Entropic regularisation of the Sinkhorn solver (distance: sinkhorn).
     sinkhorn_reg: float = 0.1
     # "chordal": Euclidean cost between L2-normalised embeddings, sqrt(2 * cosine): the cosine
     # geometry in a form FedWaD can interpolate. fedwad takes chordal, euclidean, sqeuclidean.
     ground_cost: Literal["cosine", "chordal", "euclidean", "sqeuclidean"] = "cosine"
-    # FedWaD mode: iterations K, and the support S of ξ (null: the larger of the two clouds).
+    # FedWaD mode: fedwad_iterations K, and fedwad_support, the support S of ξ (null: the
+    # larger of the two clouds).
     fedwad_iterations: int = 20
     fedwad_support: int | None = None
     # Cluster extraction from W (cluster_extraction.py): "robust" cuts average-linkage
@@ -327,7 +348,9 @@ class ParticipationConfig:
     The draw depends on (seed, round) only, so a resumed run draws the same silos.
     """
 
+    # Fraction of the silos present that train in a round (rounded up, at least one).
     fraction: float | None = None
+    # Number of silos that train in a round (all of those present if fewer).
     count: int | None = None
 
 
@@ -345,7 +368,9 @@ class LateSilo:
     """A silo that is absent until `round`: it trains for the first time then and is
     clustered on arrival, without moving the silos already clustered."""
 
+    # Index of the late silo (0 to silos - 1).
     silo: int
+    # The round it first trains in (2 to train.rounds).
     round: int
 
 
@@ -358,12 +383,17 @@ class FaultConfig:
     weights (`huge_weights`), the same update twice (`duplicate_update`), or an update's
     header whose payload never follows (`header_only`)."""
 
+    # Index of the silo that fails (0 to silos - 1).
     silo: int
+    # The round it fails in, or from which it sends hostile updates.
     round: int
+    # What it does: one of the kinds described above.
     kind: Literal["raise", "exit", "hang", "scaled_update", "huge_weights", "duplicate_update",
                   "header_only"] = "raise"
 
 
+# How the MPI job runs: timeouts, checkpoints, silos per rank, injected faults. Not part of the
+# experiment: a resumed run may change it.
 @dataclass(frozen=True)
 class RuntimeConfig:
     # A peer that stays silent this long is treated as dead: the job fails cleanly. A silo
@@ -377,6 +407,7 @@ class RuntimeConfig:
     max_poll_sleep_ms: float = 20.0
     # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
     checkpoint: bool = True
+    # A failure to inject, for tests (runtime.fault); null: none.
     fault: FaultConfig | None = None
     # Silos hosted by each MPI rank after the server's (they share its device and torch):
     # the job then needs 1 + ceil(silos / silos_per_rank) ranks. null: one silo per rank,
@@ -384,14 +415,19 @@ class RuntimeConfig:
     silos_per_rank: int | None = None
 
 
+# A run: the top-level keys of its YAML file and one section per part (data, model, train, ...).
 @dataclass(frozen=True)
 class Config:
+    # Name of the run: printed, in plot titles, and part of the default results folder (out).
     name: str = "run"
+    # Seed of the run's random draws (data split, initial model, batches, participation).
     seed: int = 0
+    # Number of silos (federated clients); data says how they are grouped into true clusters.
     silos: int = 8
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # The federated method, chosen by strategy.name; its other keys depend on that choice.
     strategy: StrategyConfig = field(default_factory=EmdCflConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
