@@ -80,8 +80,9 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
             return None, None, label
         # a silo never measured has no noise yet: the strategy divides its row by 1 (emdcfl._extract)
         noise = np.where(np.isnan(noise), 1.0, np.asarray(noise, dtype=float))
+        measure = "the energy distance" if _get(strategy, "distance") == "energy" else "W1 − τ_c"
         return noise, Cut(multiple, f"cut {multiple:g}"), \
-            "noise units: max(W[c][c'] / noise_c, W[c'][c] / noise_c')\nW[c][c'] = W1 − τ_c; cut: noise_multiple"
+            f"noise units: max(W[c][c'] / noise_c, W[c'][c] / noise_c')\nW[c][c'] = {measure}; cut: noise_multiple"
     if name == "A" and strategy_name == "pacfl":
         beta = _get(strategy, "beta")
         if beta is not None:
