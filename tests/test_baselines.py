@@ -24,7 +24,7 @@ from cfl_mpi.algorithms.base import MODEL, ServerRound
 from cfl_mpi.algorithms.ifca import LOSSES, Ifca
 from cfl_mpi.algorithms.pacfl import Pacfl
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
-from cfl_mpi.compare import markdown_table, run_overrides, summarise
+from cfl_mpi.compare import failure_reason, markdown_table, run_overrides, summarise
 from cfl_mpi.config import CflConfig, ConfigError, IfcaConfig, PacflConfig, load_config
 from cfl_mpi.wire.messages import Expect, ProtocolError
 from jobs import PROJECT_ROOT, simulate_job
@@ -103,6 +103,15 @@ def test_table_is_shaped_like_the_papers():
     assert "| EMD-CFL | 80.00 ± 10.00 | 70.00 ± 10.00 | 0.75 ± 0.25 | 3.0 | 11.0 ± 1.0 | 2 |" in lines
     assert "| FedAvg | 90.00 ± 0.00 | 80.00 ± 0.00 | - | 4.0 | 10.0 ± 0.0 | 1 |" in lines  # no ARI: one cluster
     assert "| IFCA | n/a | n/a | n/a | n/a | n/a | 0 |" in lines
+
+
+def test_a_failed_run_s_reason_is_its_failure_line_else_its_last_error_line(tmp_path):
+    assert failure_reason(tmp_path) == "no output"
+    (tmp_path / "log.txt").write_text("mpirun -n 9 ...\nround 1/2 running\ncfl_mpi: config error: silos: bad\n"
+                                      "[mpiexec@vm] done\n")
+    assert failure_reason(tmp_path) == "cfl_mpi: config error: silos: bad"
+    (tmp_path / "failure.txt").write_text("cfl_mpi: rank 2 (silo 1) failed: ValueError: x\nTraceback ...\n")
+    assert failure_reason(tmp_path) == "cfl_mpi: rank 2 (silo 1) failed: ValueError: x"
 
 
 @pytest.mark.parametrize("args,words", [

@@ -198,3 +198,15 @@ def test_a_fresh_run_refuses_a_folder_holding_a_run_unless_asked_to_overwrite(tm
     assert sorted(p.name for p in out.iterdir()) == ["log.txt"]
     check_results_folder(cfg, resume=False, overwrite=False)  # an empty folder (or one with a log) is free
     check_results_folder(small_config(tmp_path / "new"), resume=False, overwrite=False)
+
+
+def test_a_finished_run_is_not_resumed_and_keeps_its_results(tmp_path):
+    """--resume of a run whose summary is written would only rewrite it (its wall time with
+    the resume's 0.01 s): refused; a run checkpointed after its last round but stopped before
+    its summary still finishes."""
+    out = tmp_path / "run"
+    cfg = write_run(out, round=3)  # SMALL has 3 rounds
+    check_results_folder(cfg, resume=True, overwrite=False)
+    (out / "summary.json").write_text('{"wall_s": 53.3}')
+    refused(cfg, "finished all 3 rounds", "nothing to continue")
+    assert json.loads((out / "summary.json").read_text()) == {"wall_s": 53.3}

@@ -1,6 +1,9 @@
-"""The command line outside MPI: the rank-count helper the launcher uses."""
+"""The command line outside MPI: the rank-count helper the launcher uses, the run options
+that cannot go together, and the commands' help."""
 import subprocess
 import sys
+
+import pytest
 
 from jobs import PROJECT_ROOT
 
@@ -28,3 +31,22 @@ def test_numbers_on_the_command_line_yaml_1_2_floats_and_finite_only():
     proc = run("configs/digits.yaml", "--set", "train.lr=.nan")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "cfl_mpi: config error: train.lr: must be a finite number, got nan"
+
+
+def test_resume_with_another_out_folder_is_a_config_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", "configs/digits.yaml", "--resume",
+                           str(tmp_path / "a"), "--out", str(tmp_path / "b")],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"cfl_mpi: config error: --out: cannot be combined with --resume (the run "
+                                   f"continues in its own folder {tmp_path / 'a'})")
+
+
+@pytest.mark.parametrize("command", ["main", "simulate", "compare", "reproduce", "launch", "prepare", "ranks",
+                                     "srun_mpi"])
+def test_every_command_s_help_says_what_it_does_in_a_sentence(command):
+    proc = subprocess.run([sys.executable, "-m", f"cfl_mpi.{command}", "--help"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    description = proc.stdout.split("\n\n")[1]
+    assert proc.returncode == 0 and description[0].isupper() and description.rstrip().endswith(".")
+    assert "`" not in description, description

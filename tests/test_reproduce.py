@@ -55,3 +55,13 @@ def test_transcribed_figures_spot_checks():
     assert TABLE_3_MNIST.figures["fedavg"] == {"target_clean_acc": (97.19, 0.29), "target_backdoor_acc": (88.49, 1.39)}
     assert TABLE_6[30][1].figures["emdcfl"]["avg_acc"] == (94.55, 0.04)
     assert all(set(f) <= set(TABLE_1_MNIST.columns) for f in TABLE_1_MNIST.figures.values())
+
+
+def test_a_method_whose_runs_all_failed_reads_failed_not_a_dash():
+    block = reproduce.TABLES["1"][0]
+    failed = reproduce.block_table(block, {"emdcfl": []}, block.small, "python -m cfl_mpi.compare ...",
+                                   ran=("emdcfl",))
+    not_run = reproduce.block_table(block, {}, block.small, "")
+    row = next(line for line in failed.splitlines() if line.startswith("| EMD-CFL"))
+    assert row.count("failed") == len(block.paper.columns)
+    assert "failed" not in not_run
