@@ -12,7 +12,7 @@ from .config import Config, ConfigError, load_config
 
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "count", "find_mpirun", "load_run_config", "prepare_results_folder", "run_arguments"]
+__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "count", "find_mpirun", "load_run_config", "prepare_results_folder", "run_arguments"]
 
 
 def run_arguments(prog: str, description: str, *, resume: bool = True) -> argparse.ArgumentParser:
@@ -69,6 +69,13 @@ NO_MPIRUN = "no mpirun next to this Python nor on PATH (activate the virtual env
 def count(n: int, noun: str) -> str:
     """"1 round", "3 rounds": what the console says."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def announce(cfg: Config, hosted: str) -> None:
+    """The job's first line, as soon as its config is valid: the minutes before round 1 ends
+    are not silent. `hosted`: where the silos run, e.g. "on 8 ranks (one per rank)"."""
+    print(f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} {hosted}, "
+          f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}", flush=True)
 
 
 def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:

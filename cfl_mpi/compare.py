@@ -144,9 +144,11 @@ class Interrupts:
 
 
 def failure_reason(run: Path) -> str:
-    """The line that says why a run failed: its failure.txt's first line, else the last line of
+    """The line that says why a run failed: its failure file's first line, else the last line of
     its log that names an error, else the log's last line."""
-    failure = run / "failure.txt"
+    from .results import FAILURE
+
+    failure = run / FAILURE
     if failure.is_file() and (lines := failure.read_text().strip().splitlines()):
         return lines[0]
     lines = [line.strip() for line in (run / "log.txt").read_text(errors="replace").splitlines() if line.strip()] \

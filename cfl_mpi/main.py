@@ -19,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .channel import SERVER, LocalHub, RankLayout, party_name
-from .cli import EXIT_CONFIG, count, load_run_config, prepare_results_folder, run_arguments
+from .cli import EXIT_CONFIG, announce, count, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError, check_world
 from .results import record_failure
 from .runtime.compute import ComputeGate
@@ -135,8 +135,7 @@ def cli(argv: list[str] | None = None) -> None:
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
     if rank == 0:
         per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
-        print(f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank), "
-              f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}", flush=True)
+        announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank)")
     stopped = False  # before the last round (the server's verdict)
     try:
         placement = place(comm, len(here))

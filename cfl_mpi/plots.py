@@ -78,8 +78,9 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
         noise = artifacts.get("noise")
         if noise is None:
             return None, None, label
-        # a silo never measured has no noise yet: the strategy divides its row by 1 (emdcfl._extract)
-        noise = np.where(np.isnan(noise), 1.0, np.asarray(noise, dtype=float))
+        from .algorithms.cluster_extraction import noise_or_one
+
+        noise = noise_or_one(noise)  # the unit the strategy divides by
         measure = "the energy distance" if _get(strategy, "distance") == "energy" else "W1 − τ_c"
         return noise, Cut(multiple, f"cut {multiple:g}"), \
             f"noise units: max(W[c][c'] / noise_c, W[c'][c] / noise_c')\nW[c][c'] = {measure}; cut: noise_multiple"

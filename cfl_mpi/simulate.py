@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
-from .cli import config_error, count, load_run_config, prepare_results_folder, run_arguments
+from .cli import announce, config_error, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError
 from .results import record_failure
 from .runtime.compute import ComputeGate
@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     stop.install()
     try:
         cfg = load_run_config(args)
-        print(f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} in one process, {count(cfg.train.rounds, 'round')}; "
-              f"results in {cfg.results_dir()}", flush=True)
+        announce(cfg, "in one process")
         prepare(cfg)
         prepare_results_folder(cfg, args)
     except ConfigError as err:

@@ -36,6 +36,7 @@ from .labels import relabel_by_first_appearance
 
 __all__ = [
     "LINKAGES",
+    "noise_or_one",
     "RULES",
     "ExtractionReport",
     "extract_clusters",
@@ -189,6 +190,13 @@ def extract_clusters(
 
 _NOISE_FLOOR = 1e-12
 """Zero noise (measured, or identical silos) refuses any positive distance, finitely."""
+
+
+def noise_or_one(noise: np.ndarray) -> np.ndarray:
+    """Each silo's noise, 1 for a silo never measured (NaN): its row of W is all NaN, so the
+    unit only has to be finite for the rules to leave it alone."""
+    noise = np.asarray(noise, dtype=float)
+    return np.where(np.isnan(noise), 1.0, noise)
 
 
 def symmetrised(W: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:

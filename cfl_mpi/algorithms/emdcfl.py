@@ -33,7 +33,8 @@ from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, p
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from . import emdcfl_fedwad
 from .base import ServerRound, SiloProtocol, SiloRound, Strategy, timed
-from .cluster_extraction import ExtractionReport, extract_clusters, partition_report, place_newcomer, symmetrised
+from .cluster_extraction import (ExtractionReport, extract_clusters, noise_or_one, partition_report, place_newcomer,
+                                 symmetrised)
 from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
 from .pairs import partner_lists
@@ -221,8 +222,7 @@ class EmdCfl(Strategy):
                 break
         measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
         self.clusters = relabel_by_first_appearance(self.plan.labels)
-        report = partition_report(self.W, self.clusters, np.where(np.isnan(self.noise), 1.0, self.noise),
-                                  s.noise_multiple)
+        report = partition_report(self.W, self.clusters, noise_or_one(self.noise), s.noise_multiple)
         self.extraction = {**dataclasses.asdict(report), "pair_plan": {"plan": "staged", "pairs": measured,
                                                                        "all_pairs": every, "stages": stages}}
         ctx.facts["pair_plan"] = self.extraction["pair_plan"]
@@ -305,8 +305,7 @@ class EmdCfl(Strategy):
         s: EmdCflConfig = self.cfg.strategy
         late = [x.silo for x in sorted(self.cfg.late_silos, key=lambda x: (x.round, x.silo))]
         base = [c for c in range(self.cfg.silos) if c not in late]
-        # A silo never measured has no noise yet; it stays alone (its row is all NaN).
-        noise = np.where(np.isnan(self.noise), 1.0, self.noise)
+        noise = noise_or_one(self.noise)  # a silo never measured stays alone (its row is all NaN)
         W = self.W[np.ix_(base, base)]
         if s.rule == "neighbourhoods":
             labels, report = extract_clusters(W, rule="neighbourhoods", epsilon=s.epsilon)
