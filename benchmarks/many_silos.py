@@ -1,11 +1,12 @@
 """Many small silos on few ranks: memory and clustering cost, side by side in one run.
 
     python -m benchmarks.many_silos [--before TREE] [--silos 100] [--ranks 3] [--plans all staged]
-                                    [--set key=value ...]
+                                    [--placements one_way both_ways] [--config YAML] [--set key=value ...]
 
-Runs `configs/rotated_mnist_small_silos.yaml` (the MNIST test split; narrow CNN, one round of
-one epoch, seeded keys) through `mpirun -n RANKS` once per pair plan, in this tree and, with
-`--before`, in another checkout (e.g. `git worktree add /tmp/before HEAD~1`), interleaved.
+Runs `configs/rotated_mnist_small_silos.yaml` (or `--config`; the MNIST test split; narrow CNN,
+one round of one epoch, seeded keys) through `mpirun -n RANKS` once per pair plan (the staged
+plan once per placement), in this tree and, with `--before`, in another checkout (e.g.
+`git worktree add /tmp/before HEAD~1`), interleaved.
 Prints per job: ARI, peak PSS summed over ranks and per silo, the training and clustering
 phases of round 1, the pairs measured, and the ratios to the first job.
 """
@@ -37,20 +38,26 @@ def main() -> None:
     parser.add_argument("--silos", type=int, default=100)
     parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--plans", nargs="+", default=["all", "staged"], choices=["all", "staged"])
+    parser.add_argument("--placements", nargs="+", default=["one_way"], choices=["one_way", "both_ways"],
+                        help="the staged plan's strategy.placement, one job each")
+    parser.add_argument("--config", default=CONFIG)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     trees = ([("before", args.before)] if args.before else []) + [("this tree", ROOT)]
     print(machine())
-    print(f"{CONFIG}, C = {args.silos}, mpirun -n {args.ranks}, {' '.join(FIXED[2:])} {' '.join(args.set)}\n")
+    print(f"{args.config}, C = {args.silos}, mpirun -n {args.ranks}, {' '.join(FIXED[2:])} {' '.join(args.set)}\n")
     print("| job | ARI | peak PSS (GiB, all ranks) | MB per silo | training (s) | clustering (s) | pairs | "
           "wall (s) | PSS / clustering vs first |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     first = None
-    for plan in args.plans:
+    jobs = [(plan, placement) for plan in args.plans for placement in (args.placements if plan == "staged" else [""])]
+    for plan, placement in jobs:
         for name, tree in trees:
-            job = run_job(tree, CONFIG, [*FIXED, f"silos={args.silos}", f"strategy.pairs={plan}", *args.set],
+            sets = [f"strategy.placement={placement}"] if placement else []
+            job = run_job(tree, args.config, [*FIXED, f"silos={args.silos}", f"strategy.pairs={plan}", *sets, *args.set],
                           args.ranks)
             first = first or job
-            print(row(f"{name}, pairs: {plan}", job, args.silos, first), flush=True)
+            print(row(f"{name}, pairs: {plan}{f' ({placement})' if placement else ''}", job, args.silos, first),
+                  flush=True)
 
 
 if __name__ == "__main__":

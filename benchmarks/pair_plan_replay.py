@@ -19,6 +19,7 @@ recorded distribution of entries, not a live run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from cfl_mpi.algorithms.staged_pairs import StagedPlan
 RECORDED = Path(__file__).parent / "data" / "recorded_w.npz"
 SETTINGS = ((10, 1), (20, 1), (20, 2), (40, 1), (40, 2))  # (pair_sample, representatives)
 CUT = 3.5
+RETEST = 4  # strategy.retest's default
 
 
 def recorded(runs: list[Path]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -64,41 +66,45 @@ def synthetic(W: np.ndarray, noise: np.ndarray, truth: np.ndarray, size: int, rn
     return big, noise[source], truth[source]
 
 
-def replay(W: np.ndarray, noise: np.ndarray, sample: int, representatives: int, seed: int
-           ) -> tuple[np.ndarray, int, float | None]:
-    """(labels, pairs measured, margin) of one staged plan looking W up."""
+def replay(W: np.ndarray, noise: np.ndarray, sample: int, representatives: int, seed: int, one_way: bool
+           ) -> tuple[np.ndarray, int, int, float | None]:
+    """(labels, pairs measured, directions measured, margin) of one staged plan looking W up."""
     C = len(W)
     plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=CUT,
-                      rng=np.random.default_rng(seed))
+                      rng=np.random.default_rng(seed), retest=RETEST, one_way=one_way)
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
-    pairs = 0
+    directions = 0
     while (wanted := plan.next_pairs(measured, noise)) is not None:
-        a, b = np.array(wanted, dtype=np.int64).reshape(-1, 2).T
-        measured[a, b], measured[b, a] = W[a, b], W[b, a]
-        pairs += len(wanted)
-    return plan.labels, pairs, partition_report(measured, plan.labels, noise, CUT).margin
+        r, c = np.array(wanted, dtype=np.int64).reshape(-1, 2).T
+        measured[r, c] = W[r, c]
+        directions += len(wanted)
+    pairs = sum(stage.pairs for stage in plan.stages)
+    return plan.labels, pairs, directions, partition_report(measured, plan.labels, noise, CUT).margin
 
 
-def rows(name: str, W: np.ndarray, noise: np.ndarray, truth: np.ndarray, seeds: int) -> list[str]:
+def rows(name: str, W: np.ndarray, noise: np.ndarray, truth: np.ndarray, seeds: int,
+         settings: tuple[tuple[int, int], ...], ways: tuple[bool, ...]) -> list[str]:
     C = len(W)
     full, report = extract_clusters(W, rule="robust", noise=noise, noise_multiple=CUT)
     every = C * (C - 1) // 2
     out = [f"| {name} | {C} | all pairs | {adjusted_rand_score(truth, full):.3f} | – | 1.000 | {every} (100 %) | "
-           f"{report.margin:.2f} |"]
-    for sample, reps in SETTINGS:
+           f"{2 * every} (100 %) | {report.margin:.2f} |"]
+    for (sample, reps), one_way in itertools.product(settings, ways):
         if sample >= C:
             continue
         start = time.monotonic()
-        results = [replay(W, noise, sample, reps, seed) for seed in range(seeds)]
-        truth_ari = [adjusted_rand_score(truth, labels) for labels, _, _ in results]
-        full_ari = [adjusted_rand_score(full, labels) for labels, _, _ in results]
-        pairs = np.mean([p for _, p, _ in results])
-        margins = [m for _, _, m in results if m is not None]
+        results = [replay(W, noise, sample, reps, seed, one_way) for seed in range(seeds)]
+        truth_ari = [adjusted_rand_score(truth, labels) for labels, _, _, _ in results]
+        full_ari = [adjusted_rand_score(full, labels) for labels, _, _, _ in results]
+        pairs, directions = (np.mean([r[i] for r in results]) for i in (1, 2))
+        margins = [m for _, _, _, m in results if m is not None]
         margin = f"{np.mean(margins):.2f} (min {np.min(margins):.2f})" if margins else "–"
-        out.append(f"| {name} | {C} | staged {sample}/{reps} | {np.mean(truth_ari):.3f} | {np.min(truth_ari):.3f} | "
-                   f"{np.mean(full_ari):.3f} | {pairs:.0f} ({100 * pairs / every:.2f} %) | {margin} |")
-        print(f"  {name} staged {sample}/{reps}: {time.monotonic() - start:.1f} s", flush=True)
+        plan = f"staged {sample}/{reps}{', one way' if one_way else ''}"
+        out.append(f"| {name} | {C} | {plan} | {np.mean(truth_ari):.3f} | {np.min(truth_ari):.3f} | "
+                   f"{np.mean(full_ari):.3f} | {pairs:.0f} ({100 * pairs / every:.2f} %) | "
+                   f"{directions:.0f} ({50 * directions / every:.2f} %) | {margin} |")
+        print(f"  {name} {plan}: {time.monotonic() - start:.1f} s", flush=True)
     return out
 
 
@@ -107,14 +113,21 @@ def main() -> None:
     parser.add_argument("runs", nargs="*", type=Path, help="run folders (default: the committed matrices)")
     parser.add_argument("--seeds", type=int, default=100, help="sample draws per plan setting")
     parser.add_argument("--scale", type=int, nargs="*", default=[], help="synthetic federation sizes")
+    parser.add_argument("--settings", nargs="*", default=[f"{s}/{r}" for s, r in SETTINGS],
+                        help="plan settings SAMPLE/REPRESENTATIVES (default: %(default)s)")
+    parser.add_argument("--ways", choices=("both", "one", "compare"), default="compare",
+                        help="placing stages measured both ways, one way (the member's model), or each")
     args = parser.parse_args()
+    settings = tuple(tuple(int(x) for x in s.split("/")) for s in args.settings)
+    ways = {"both": (False,), "one": (True,), "compare": (False, True)}[args.ways]
     table = ["| matrix | C | plan (sample/representatives) | ARI vs truth (mean) | min | ARI vs all-pairs "
-             "(mean) | pairs measured (share) | margin (mean, min) |", "|---|---|---|---|---|---|---|---|"]
+             "(mean) | pairs measured (share) | directions (share) | margin (mean, min) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, (W, noise, truth) in recorded(args.runs).items():
-        table += rows(name, W, noise, truth, args.seeds)
+        table += rows(name, W, noise, truth, args.seeds, settings, ways)
         for size in args.scale:
             big = synthetic(W, noise, truth, size, np.random.default_rng(size))
-            table += rows(f"{name} → {size} (synthetic)", *big, max(args.seeds // 10, 5))
+            table += rows(f"{name} → {size} (synthetic)", *big, max(args.seeds // 10, 5), settings, ways)
     print("\n".join(table))
 
 

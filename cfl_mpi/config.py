@@ -258,6 +258,11 @@ class EmdCflConfig:
     pair_sample: int = 40
     representatives: int = 2
     retest: int = 4
+    # How a staged plan measures a silo against the representatives (and retest members) it
+    # is placed by: "one_way", W[r][c] alone (its data under the member's model: the member's
+    # ω fans out and the member embeds nothing, half the work), or "both_ways", as all-pairs
+    # (docs/PAIR_PLAN.md).
+    placement: Literal["one_way", "both_ways"] = "one_way"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from cfl_mpi.algorithms.cluster_extraction import (
     extract_clusters,
     neighbourhood_clusters,
     robust_clusters,
+    symmetrised,
 )
 
 NOISE = 0.003  # spread of W between same-distribution silos, as in the real 16-silo matrix
@@ -124,12 +125,15 @@ def test_unmeasured_pairs_are_judged_by_the_measured_ones() -> None:
     never by the paper's rule, which needs the pair itself."""
     W, truth = _matrix([6, 6])
     W[4, :] = W[:, 4] = np.nan  # silo 4 not measured against anyone yet
-    W[7, 8] = np.nan  # one direction of a pair missing: the pair is unmeasured
+    W[7, 8] = W[8, 7] = np.nan  # a pair never measured
+    W[9, 10] = np.nan  # a pair measured one way (a staged plan's placing stage): it counts
     labels, report = robust_clusters(W)
     assert np.count_nonzero(labels == labels[4]) == 1
     rest = np.arange(12) != 4
     assert adjusted_rand_score(truth[rest], labels[rest]) == 1.0
     assert report.unmeasured_pairs == 11 + 1
+    D = symmetrised(W)
+    assert np.isnan(D[7, 8]) and D[9, 10] == D[10, 9] == W[10, 9]
     paper = neighbourhood_clusters(W, epsilon=4 * NOISE)
     assert np.count_nonzero(paper == paper[4]) == 1 and paper[7] != paper[8]
 

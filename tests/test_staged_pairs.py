@@ -22,33 +22,35 @@ def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.
 
 
 def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0, retest: int = 0,
-           before_stage=None) -> StagedPlan:
-    """Run a plan to the end, filling a NaN matrix from W with the pairs it asks for
-    (`before_stage(plan, pairs)` may edit W before a stage's pairs are read from it)."""
+           before_stage=None, one_way: bool = False) -> StagedPlan:
+    """Run a plan to the end, filling a NaN matrix from W with the directions it asks for
+    (`before_stage(plan, directions)` may edit W before a stage's entries are read from it)."""
     C = len(W)
     plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=3.5,
-                      rng=np.random.default_rng(seed), retest=retest)
+                      rng=np.random.default_rng(seed), retest=retest, one_way=one_way)
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
-    while (pairs := plan.next_pairs(measured, np.ones(C))) is not None:
+    while (directions := plan.next_pairs(measured, np.ones(C))) is not None:
         if before_stage:
-            before_stage(plan, pairs)
-        for a, b in pairs:
-            assert np.isnan(measured[a, b]), f"pair {(a, b)} planned twice"
-            measured[[a, b], [b, a]] = W[[a, b], [b, a]]
+            before_stage(plan, directions)
+        for r, c in directions:
+            assert np.isnan(measured[r, c]), f"direction {(r, c)} planned twice"
+            measured[r, c] = W[r, c]
     return plan
 
 
-def test_well_separated_clusters_are_found_with_a_fraction_of_the_pairs():
+@pytest.mark.parametrize("one_way", [False, True])
+def test_well_separated_clusters_are_found_with_a_fraction_of_the_pairs(one_way):
     W, truth = clustered_W([50, 50, 50, 50])
-    plan = replay(W, sample=20, representatives=2)
+    plan = replay(W, sample=20, representatives=2, one_way=one_way)
     assert adjusted_rand_score(truth, plan.labels) == 1.0
     names = [s.name for s in plan.stages]
     assert names == ["sample", "representatives"]
     assert plan.stages[0].clusters == 4 and plan.stages[1].orphans == 0
     # sample²/2 + representatives · K · (C − sample)
-    assert [len(s.pairs) for s in plan.stages] == [190, 2 * 4 * 180]
-    assert sum(len(s.pairs) for s in plan.stages) < 0.3 * 200 * 199 / 2
+    assert [s.pairs for s in plan.stages] == [190, 2 * 4 * 180]
+    assert [len(s.directions) for s in plan.stages] == [2 * 190, (1 if one_way else 2) * 2 * 4 * 180]
+    assert sum(s.pairs for s in plan.stages) < 0.3 * 200 * 199 / 2
 
 
 def test_a_cluster_the_sample_misses_is_found_among_the_silos_near_no_representative():
@@ -63,26 +65,32 @@ def test_a_cluster_the_sample_misses_is_found_among_the_silos_near_no_representa
     assert missed >= 3  # 10 of 83 silos miss 3 of them with probability ~0.67
 
 
-def test_a_member_just_beyond_its_representatives_cut_joins_its_cluster_on_retest():
+@pytest.mark.parametrize("one_way", [False, True])
+def test_a_member_just_beyond_its_representatives_cut_joins_its_cluster_on_retest(one_way):
     """Silo x's distance to both representatives of its cluster is 3.8 (cut 3.5), to every other
-    member ~0.8: it joins after `retest` more members; with no retest it is a cluster alone."""
+    member ~0.8: it joins after `retest` more members; with no retest it is a cluster alone.
+    One way, x is measured under the members' models only: W[member][x]."""
     W, truth = clustered_W([30, 30], seed=4)
     seen = {}
 
-    def beyond_reps(plan: StagedPlan, pairs: list[tuple[int, int]]) -> None:
+    def beyond_reps(plan: StagedPlan, directions: list[tuple[int, int]]) -> None:
         if plan.stages[-1].name == "representatives":
-            reps = sorted({a for a, _ in pairs})
-            left = sorted({b for _, b in pairs} - set(reps))
+            drawn = {s for d in plan.stages[0].directions for s in d}
+            reps = sorted(drawn & {s for d in directions for s in d})
+            assert not one_way or all(r in reps for r, _ in directions)
+            left = sorted({s for d in directions for s in d} - set(reps))
             x = seen["x"] = next(c for c in left if truth[c] == 0)
             same = [r for r in reps if truth[r] == 0]
             W[x, same] = W[same, x] = 3.8
 
-    plan = replay(W, sample=12, representatives=2, retest=4, before_stage=beyond_reps)
+    plan = replay(W, sample=12, representatives=2, retest=4, before_stage=beyond_reps, one_way=one_way)
     assert [s.name for s in plan.stages] == ["sample", "representatives", "retest"]
-    assert plan.stages[1].orphans == 1 and plan.stages[2].orphans == 0 and len(plan.stages[2].pairs) == 4
-    assert all(a == seen["x"] and truth[b] == 0 for a, b in plan.stages[2].pairs)
+    assert plan.stages[1].orphans == 1 and plan.stages[2].orphans == 0 and plan.stages[2].pairs == 4
+    retest = plan.stages[2].directions
+    assert len(retest) == (4 if one_way else 8) and all(seen["x"] in d and truth[list(d)].tolist() == [0, 0] for d in retest)
+    assert not one_way or all(c == seen["x"] for _, c in retest)
     assert adjusted_rand_score(truth, plan.labels) == 1.0
-    alone = replay(W, sample=12, representatives=2, retest=0, before_stage=beyond_reps)
+    alone = replay(W, sample=12, representatives=2, retest=0, before_stage=beyond_reps, one_way=one_way)
     assert [s.name for s in alone.stages] == ["sample", "representatives", "all"]
     assert len(set(alone.labels)) == 3 and np.sum(alone.labels == alone.labels[seen["x"]]) == 1
 
@@ -94,13 +102,13 @@ def test_a_missed_cluster_is_still_found_after_its_silos_are_retested():
         assert adjusted_rand_score(truth, plan.labels) == 1.0, seed
         if plan.stages[0].clusters == 2:
             assert [s.name for s in plan.stages[1:]] == ["representatives", "retest", "all"]
-            assert plan.stages[2].orphans == 3 and len(plan.stages[2].pairs) == 3 * 4
+            assert plan.stages[2].orphans == 3 and plan.stages[2].pairs == 3 * 4
 
 
 def test_with_no_more_silos_than_the_sample_the_plan_is_all_pairs_and_the_robust_rule():
     W, truth = clustered_W([5, 5, 2], seed=3)
     plan = replay(W, sample=12)
-    assert [s.name for s in plan.stages] == ["all"] and len(plan.stages[0].pairs) == 66
+    assert [s.name for s in plan.stages] == ["all"] and plan.stages[0].pairs == 66
     np.testing.assert_array_equal(plan.labels, extract_clusters(W, noise=np.ones(12))[0])
 
 
@@ -108,21 +116,21 @@ def test_the_representatives_are_the_medoids_not_an_outlying_member():
     W, _ = clustered_W([6, 6], seed=1)
     W[0, 1:6] = W[1:6, 0] = 3.0  # silo 0 is inside its cluster's cut but farther than the rest
     plan = StagedPlan(list(range(12)), 12, sample=8, representatives=1, noise_multiple=3.5,
-                      rng=np.random.default_rng(0))
+                      rng=np.random.default_rng(0), one_way=True)
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
     pairs = plan.next_pairs(measured, np.ones(12))
     drawn = sorted({s for p in pairs for s in p})
     for a, b in pairs:
         measured[[a, b], [b, a]] = W[[a, b], [b, a]]
-    reps = sorted({a for a, _ in plan.next_pairs(measured, np.ones(12))})
+    reps = sorted({r for r, _ in plan.next_pairs(measured, np.ones(12))})  # one way: (representative, silo)
     assert 0 in drawn and 0 not in reps and len(reps) == 2
 
 
 def test_the_plan_is_a_function_of_its_seed():
     W, _ = clustered_W([30, 30, 30], seed=2)
     a, b, c = (replay(W, sample=15, seed=s) for s in (4, 4, 5))
-    assert [s.pairs for s in a.stages] == [s.pairs for s in b.stages] != [s.pairs for s in c.stages]
+    assert [s.directions for s in a.stages] == [s.directions for s in b.stages] != [s.directions for s in c.stages]
 
 
 @pytest.mark.parametrize("override, message", [
@@ -177,3 +185,58 @@ def test_staged_plan_measures_nothing_after_its_round(tmp_path):
     assert_found_with_an_orphan_stage(records[:1], summary)
     assert records[1]["clusters"] == records[0]["clusters"] and "pair_plan" not in records[1]
     assert records[1]["bytes"]["embedding_model"] == records[1]["bytes"]["embeddings"] == 0
+
+
+# ------------------------------------------------------------------ one-way pairs on the wire
+
+def server_with_plan(directions: list[tuple[int, int]]):
+    """An EmdCfl server that has sent 3 silos the plan for `directions`, with their channels."""
+    from cfl_mpi.algorithms.base import ServerRound
+    from cfl_mpi.algorithms.emdcfl import EmdCfl
+    from cfl_mpi.channel import SERVER
+    from cfl_mpi.channel.local import LocalChannel, LocalHub
+
+    cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["silos=3", "data.rotations=[0,90,180]"])
+    hub = LocalHub()
+    server = EmdCfl(cfg, np.zeros(3, dtype=np.int64))
+    ctx = ServerRound(1, LocalChannel(SERVER, hub, 5.0, 0.01), [0, 1, 2], {}, {}, first={0, 1, 2})
+    server._send_plan(ctx, [0, 1, 2], directions, more=False)
+    return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}
+
+
+def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
+    from cfl_mpi.algorithms.emdcfl import EMBEDDINGS, pair_distance
+    from cfl_mpi.algorithms.pairs import MEASURE, SERVE
+
+    server, ctx, silos = server_with_plan([(0, 1), (0, 2), (2, 0)])
+    assert server.partners == {0: [(2, SERVE | MEASURE), (1, SERVE)], 1: [(0, MEASURE)], 2: [(0, SERVE | MEASURE)]}
+    rng = np.random.default_rng(0)
+    dim = int(server.cfg.strategy.proj_ratio * server.cfg.model.embedding_dim)
+    cloud = {k: rng.normal(size=(6, dim)).astype(np.float32) for k in ("0own", "0cross", "1cross", "2own", "2cross")}
+    none = np.zeros((0, dim), np.float32)
+    for silo, partner, own, cross, tau in ((0, 1, cloud["0own"], none, 0.5), (1, 0, none, cloud["1cross"], 0.2),
+                                           (0, 2, cloud["0own"], cloud["0cross"], 0.5),
+                                           (2, 0, cloud["2own"], cloud["2cross"], 0.1)):
+        silos[silo].send(-1, EMBEDDINGS, 1, {"own": own, "cross": cross}, partner=partner, tau=tau, noise=0.01)
+    server._measure(ctx, server.partners)
+    s = server.cfg.strategy
+    assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
+    assert np.isnan(server.W[1, 0])  # silo 1's model embedded nothing
+    assert server.W[0, 2] == pytest.approx(pair_distance(cloud["0own"], cloud["2cross"], s) - 0.5)
+    assert server.W[2, 0] == pytest.approx(pair_distance(cloud["2own"], cloud["0cross"], s) - 0.1)
+    assert np.isnan(server.tau[1])  # τ_1 belongs to no entry measured
+
+
+@pytest.mark.parametrize("own_rows, cross_rows", [(6, 6), (6, 0), (0, 0)])
+def test_a_silo_that_sends_a_cloud_its_role_does_not_ask_for_is_named(own_rows, cross_rows):
+    """Silo 1 only measures with silo 0: its message holds the cross cloud alone."""
+    from cfl_mpi.algorithms.emdcfl import EMBEDDINGS
+    from cfl_mpi.wire.messages import ProtocolError
+
+    server, ctx, silos = server_with_plan([(0, 1)])
+    dim = int(server.cfg.strategy.proj_ratio * server.cfg.model.embedding_dim)
+    silos[1].send(-1, EMBEDDINGS, 1, {"own": np.ones((own_rows, dim), np.float32),
+                                      "cross": np.ones((cross_rows, dim), np.float32)}, partner=0, tau=0.0, noise=0.1)
+    with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 .* {own_rows} \\+ "
+                                            f"{cross_rows} rows"):
+        server._measure(ctx, server.partners)

@@ -201,7 +201,8 @@ def noise_or_one(noise: np.ndarray) -> np.ndarray:
 
 def symmetrised(W: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
     """``max(W[c][c'], W[c'][c])`` with row c first divided by ``noise[c]`` (if given): the
-    distances both rules cut, in the units they cut them."""
+    distances both rules cut, in the units they cut them (one direction where only one is
+    measured)."""
     W = _validated(W)
     if noise is not None:
         W = W / np.maximum(np.asarray(noise, dtype=float), _NOISE_FLOOR)[:, None]
@@ -253,8 +254,9 @@ def _validated(W: np.ndarray) -> np.ndarray:
 
 
 def _symmetrised(W: np.ndarray) -> np.ndarray:
-    """``max(W[c][c'], W[c'][c])``, NaN when either direction is unmeasured; diagonal 0."""
-    D = np.maximum(W, W.T)
+    """``max(W[c][c'], W[c'][c])``, the one measured where a pair was measured one way (a
+    staged plan's placing stages), NaN where neither was; diagonal 0."""
+    D = np.fmax(W, W.T)
     np.fill_diagonal(D, 0.0)
     return D
 
@@ -332,7 +334,7 @@ def _report(
     margin = None
     if noise_scale is not None and min_between is not None:
         margin = min_between / max(max_within if max_within is not None else 1.0, 1.0)
-    unmeasured = np.isnan(W) | np.isnan(W.T)
+    unmeasured = np.isnan(W) & np.isnan(W.T)  # neither direction (a placing stage may measure one)
     return ExtractionReport(
         rule=rule,
         n_clusters=int(labels.max()) + 1 if labels.size else 0,

@@ -37,16 +37,16 @@ from .cluster_extraction import (ExtractionReport, extract_clusters, noise_or_on
                                  symmetrised)
 from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
-from .pairs import partner_lists
-from .staged_pairs import StagedPlan
+from .pairs import MEASURE, SERVE, partner_roles
+from .staged_pairs import Pair, StagedPlan, both_ways
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-PLAN = message_kind("plan")                        # server → silo: the partners to measure this round
+PLAN = message_kind("plan")                        # server → silo: the partners to measure, and its roles
 HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
 EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
-EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R, Z_{c|c'}R, τ_c and noise
+EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and/or Z_{c|c'}R, τ_c, noise
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, emdcfl_fedwad.REFERENCE, *FEDWAD_KINDS)
 
 # ω is offered to at most this many partners at a time: one may lag while the silo works with
@@ -158,7 +158,7 @@ class EmdCfl(Strategy):
         self.tau = np.full((c, c) if cfg.strategy.tau_projection == "pair" else c, np.nan)
         self.noise = np.full(c, np.nan)
         self.extraction: dict = {}
-        self.partners: dict[int, list[int]] = {}  # this round's plan (before_training)
+        self.partners: dict[int, list[tuple[int, int]]] = {}  # this stage's (partner, role) per silo
         self.plan: StagedPlan | None = None       # the round's staged plan (`pairs: staged`)
         self.stated: dict[int, tuple[float, ...]] = {}
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
@@ -180,18 +180,21 @@ class EmdCfl(Strategy):
             if ctx.first:
                 self.plan = StagedPlan(sorted(ctx.first), self.cfg.silos, sample=s.pair_sample,
                                        representatives=s.representatives, noise_multiple=s.noise_multiple,
-                                       rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]), retest=s.retest)
+                                       rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]), retest=s.retest,
+                                       one_way=s.placement == "one_way")
             wanted = (self.plan.next_pairs(self.W, self.noise) or []) if self.plan else []
         else:
-            wanted = [(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])]
+            wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])])
         self._send_plan(ctx, silos, wanted, more=self.plan is not None)
 
-    def _send_plan(self, ctx: ServerRound, silos: list[int], wanted: list[tuple[int, int]], more: bool) -> None:
-        """Each silo's partners among `wanted`; `more`: another plan follows in this round."""
-        self.partners = partner_lists(silos, wanted)
+    def _send_plan(self, ctx: ServerRound, silos: list[int], directions: list[Pair], more: bool) -> None:
+        """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
+        `more`: another plan follows in this round."""
+        self.partners = partner_roles(silos, directions)
         for silo in silos:
-            ctx.channel.send(silo, PLAN, ctx.round, {"partners": np.asarray(self.partners[silo], dtype=np.int64)},
-                             more=int(more))
+            partners, roles = (np.asarray([x[i] for x in self.partners[silo]], dtype=dtype)
+                               for i, dtype in ((0, np.int64), (1, np.uint8)))
+            ctx.channel.send(silo, PLAN, ctx.round, {"partners": partners, "roles": roles}, more=int(more))
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         if self.plan is not None:
@@ -213,7 +216,8 @@ class EmdCfl(Strategy):
                 self._measure(ctx, self.partners)
             wanted = self.plan.next_pairs(self.W, self.noise)
             stage = self.plan.stages[len(stages)]
-            stages.append({"stage": stage.name, "silos": stage.silos, "pairs": len(stage.pairs),
+            stages.append({"stage": stage.name, "silos": stage.silos, "pairs": stage.pairs,
+                           "directions": len(stage.directions),
                            "seconds": round(time.monotonic() - start, 4),
                            **({"orphans": stage.orphans} if stage.name in ("representatives", "retest")
                               else {"clusters": stage.clusters})})
@@ -229,10 +233,11 @@ class EmdCfl(Strategy):
         print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
               f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: "
               + "; ".join(f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
+                          + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
                           + (f"{x['orphans']} near no cluster" if "orphans" in x
                              else f"{x['clusters']} clusters") for x in stages), flush=True)
 
-    def _measure(self, ctx: ServerRound, partners: dict[int, list[int]]) -> None:
+    def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
         s: EmdCflConfig = self.cfg.strategy
         if s.distance == "fedwad":  # the embeddings stay on the silos
@@ -244,7 +249,7 @@ class EmdCfl(Strategy):
                                         f"{ctx.round} with noise and τ {claim}; it stated {self.stated[c]} "
                                         "earlier in this round")
             return
-        todo = {silo: list(p) for silo, p in partners.items() if p}
+        todo = {silo: dict(p) for silo, p in partners.items() if p}  # partner → role, not received yet
         dim_r = projected_dim(self.cfg)
         # The W1 solves of a pair start as soon as both halves are in, on a pool of the
         # server's cores, while later embeddings are still arriving (the assignment solver
@@ -264,11 +269,15 @@ class EmdCfl(Strategy):
                     ctx.step_seconds["w1_solves"] = ctx.step_seconds.get("w1_solves", 0.0) + seconds
         ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
 
-    def _receive_pairs(self, ctx: ServerRound, todo: dict[int, list[int]], dim_r: int, pool: ThreadPoolExecutor,
-                       solves: dict[tuple[int, int], Future[tuple[float, float]]]) -> None:
-        """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves."""
+    def _receive_pairs(self, ctx: ServerRound, todo: dict[int, dict[int, int]], dim_r: int,
+                       pool: ThreadPoolExecutor, solves: dict[Pair, Future[tuple[float, float]]]) -> None:
+        """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves.
+        A silo's message for a partner holds its own cloud if it serves (else 0 rows) and its
+        cross cloud if it measures (else 0 rows), as the plan gave it the roles."""
         s: EmdCflConfig = self.cfg.strategy
-        halves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
+        owns: dict[Pair, np.ndarray] = {}
+        crosses: dict[Pair, np.ndarray] = {}
         per_pair, stated = self.tau.ndim == 2, self.stated
         expect = Expect(EMBEDDINGS, ctx.round,
                         (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
@@ -280,23 +289,29 @@ class EmdCfl(Strategy):
             tau, noise = msg.meta["tau"], msg.meta["noise"]
             # a silo states one noise, and one τ unless τ is per pair, in all its messages
             claim = (noise,) if per_pair else (noise, tau)
-            rows = {len(msg.arrays["own"]), len(msg.arrays["cross"])}
-            if partner not in todo[c] or stated.setdefault(c, claim) != claim or len(rows) != 1 or min(rows) < 2:
+            role = todo[c].get(partner, 0)
+            own, cross = msg.arrays["own"], msg.arrays["cross"]
+            rows = [len(a) if role & bit else 0 for a, bit in ((own, SERVE), (cross, MEASURE))]
+            if not role or stated.setdefault(c, claim) != claim or [len(own), len(cross)] != rows \
+                    or len(set(filter(None, rows))) != 1 or min(filter(None, rows)) < 2:
                 raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
-                                    f"with noise {noise}, τ {tau} and {sorted(rows)} rows; expected a partner "
-                                    f"among {todo[c]} not sent yet, the {'noise' if per_pair else 'noise and τ'} "
-                                    f"{stated[c]} of its first embeddings and as many rows (at least 2) in both")
-            todo[c].remove(partner)
+                                    f"with noise {noise}, τ {tau} and {len(own)} + {len(cross)} rows; expected a "
+                                    f"partner among {sorted(todo[c])} not sent yet, the "
+                                    f"{'noise' if per_pair else 'noise and τ'} {stated[c]} of its first embeddings, "
+                                    "and as many rows (at least 2) in each cloud its role asks for, none in another")
+            del todo[c][partner]
             if not todo[c]:
                 del todo[c]
-            self.tau[(c, partner) if per_pair else c], self.noise[c] = tau, noise
-            halves[(c, partner)] = (msg.arrays["own"], msg.arrays["cross"])
-            if (partner, c) in halves:
-                own_c, cross_c = halves.pop((c, partner))
-                own_p, cross_p = halves.pop((partner, c))
-                # W[c][c'] compares c's data and c''s data, both under c's model.
-                solves[(c, partner)] = pool.submit(self._timed_w1, own_c, cross_p)
-                solves[(partner, c)] = pool.submit(self._timed_w1, own_p, cross_c)
+            self.noise[c] = noise
+            if role & SERVE:  # τ belongs to W[c][partner]
+                self.tau[(c, partner) if per_pair else c] = tau
+                owns[(c, partner)] = own
+            if role & MEASURE:
+                crosses[(partner, c)] = cross
+            # W[r][c] compares r's data and c's data, both under r's model.
+            for d in ((c, partner), (partner, c)):
+                if d in owns and d in crosses:
+                    solves[d] = pool.submit(self._timed_w1, owns.pop(d), crosses.pop(d))
 
     def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
         """Clusters of the silos present from round 1 (re-extracted whenever partial
@@ -346,36 +361,50 @@ class EmdCfl(Strategy):
 
 
 class OmegaSwaps:
-    """A silo's ω swaps of a round: ω offered to its partners in tournament order, at most
-    SWAPS_IN_FLIGHT ahead, and theirs taken in the order they arrive.
+    """A silo's ω swaps of a stage, in tournament order: ω sent to the partners it serves,
+    theirs taken from the partners it measures with in the order they arrive, at most
+    SWAPS_IN_FLIGHT partners unfinished at a time.
 
-    No silo waits forever: the offered partners are always a silo's first unfinished ones in
-    slot order, so the unfinished pair of the earliest tournament slot is offered at both ends
-    and its two messages can always be taken."""
+    A partner is finished once its ω is taken or, if it is only served, once it has taken
+    ours (a representative serving hundreds keeps two copies of its ω in flight, not
+    hundreds). No silo waits forever: the unfinished partners are always a silo's first ones
+    in slot order, so the unfinished pair of the earliest tournament slot is in flight at
+    both ends and its messages can always be taken."""
 
-    def __init__(self, channel: Channel, round: int, partners: list[int], omega: dict[str, np.ndarray]) -> None:
+    def __init__(self, channel: Channel, round: int, partners: list[tuple[int, int]],
+                 omega: dict[str, np.ndarray]) -> None:
         self.channel, self.round, self.omega = channel, round, omega
-        self.queue = list(partners)   # not offered yet
-        self.offered: list[int] = []  # offered, theirs not taken yet
+        self.queue = list(partners)           # (partner, role) not started yet
+        self.awaiting: list[int] = []         # measured with, their ω not taken yet
+        self.serving: dict[int, Pending] = {}  # only served, ours not taken yet
         self.sends: list[Pending] = []
         self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
         self._offer()
 
     def _offer(self) -> None:
-        while self.queue and len(self.offered) < SWAPS_IN_FLIGHT:
-            partner = self.queue.pop(0)
-            self.sends.append(self.channel.isend(partner, EMBEDDING_MODEL, self.round, self.omega))
-            self.offered.append(partner)
+        self.serving = {p: send for p, send in self.serving.items() if not send.done()}
+        while self.queue and len(self.awaiting) + len(self.serving) < SWAPS_IN_FLIGHT:
+            partner, role = self.queue.pop(0)
+            if role & SERVE:
+                self.sends.append(self.channel.isend(partner, EMBEDDING_MODEL, self.round, self.omega))
+            if role & MEASURE:
+                self.awaiting.append(partner)
+            else:
+                self.serving[partner] = self.sends[-1]
 
     def take(self) -> tuple[int, dict[str, np.ndarray]] | None:
-        """(partner, its ω) of the first offered partner whose ω is here; None when all are
-        taken and every offer has left."""
-        if not self.offered:
+        """(partner, its ω) of the first partner measured with whose ω is here; None when all
+        are taken and every send has left."""
+        while not self.awaiting and self.serving:
+            names = ", ".join(self.channel.describe(p) for p in self.serving)
+            self.channel.wait_any(self.serving.values(), f"{names} to take ω of round {self.round}")
+            self._offer()
+        if not self.awaiting:
             for pending in self.sends:
                 pending.wait()
             return None
-        msg = self.channel.recv_any(self.offered, lambda _: self.expect)
-        self.offered.remove(msg.sender)
+        msg = self.channel.recv_any(self.awaiting, lambda _: self.expect)
+        self.awaiting.remove(msg.sender)
         self._offer()
         return msg.sender, msg.arrays
 
@@ -400,8 +429,8 @@ class EmdCflSilo(SiloProtocol):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__(cfg)
-        self.partners: list[int] = []  # this round's first plan (before_training)
-        self.more = False              # whether the server sends another plan after it
+        self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
+        self.more = False                          # whether the server sends another plan after it
 
     def before_training(self, ctx: SiloRound) -> None:
         with timed(ctx.step_seconds, "plan"):
@@ -418,16 +447,17 @@ class EmdCflSilo(SiloProtocol):
         while True:
             if partners:
                 # the key and ω go out first, so that partners can go on while this silo embeds
+                names = [p for p, _ in partners]
                 with timed(ctx.step_seconds, "handshake"):
                     key = key or self._round_key(ctx)
-                    key_sends = self._offer_key(ctx, partners, key)
+                    key_sends = self._offer_key(ctx, names, key)
                 with timed(ctx.step_seconds, "swap"):
                     omega = omega or state_arrays(ctx.model.embedding)
                     swaps = OmegaSwaps(ctx.channel, ctx.round, partners, omega)
                 own = own or self._own_sample(ctx)
                 with timed(ctx.step_seconds, "handshake"):
-                    seeds = self._pair_seeds(ctx, partners, key, key_sends)
-                self._report(ctx, own, self._project(ctx, swaps, seeds, own))
+                    seeds = self._pair_seeds(ctx, names, key, key_sends)
+                self._report(ctx, own, self._project(ctx, swaps, seeds, own, dict(partners)))
             if not more:
                 return
             with timed(ctx.step_seconds, "plan"):
@@ -454,30 +484,41 @@ class EmdCflSilo(SiloProtocol):
         return OwnSample(x_cross, z_own, z_val, tau, noise, embed_as_set)
 
     def _report(self, ctx: SiloRound, own: OwnSample,
-                projected: Iterator[tuple[int, np.ndarray, np.ndarray, float]]) -> None:
+                projected: Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]) -> None:
         """Each pair's projected embeddings to the server as soon as they exist (it measures
-        meanwhile); in FedWaD mode they stay here and the server gets W1 by FedWaD."""
+        meanwhile), the cloud a role does not ask for as 0 rows; in FedWaD mode they stay here
+        and the server gets W1 by FedWaD."""
         if self.cfg.strategy.distance == "fedwad":  # τ: one per silo
             zr_own, zr_cross = {}, {}
             for p, a, b, _ in projected:
-                zr_own[p], zr_cross[p] = a, b
+                if a is not None:
+                    zr_own[p] = a
+                if b is not None:
+                    zr_cross[p] = b
             emdcfl_fedwad.serve_pairs(ctx, self.cfg, zr_own, zr_cross, own.tau, own.noise)
             return
-        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, {"own": a, "cross": b},
+        none = np.zeros((0, projected_dim(self.cfg)), dtype=np.float32)
+        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round,
+                                     {"own": none if a is None else a, "cross": none if b is None else b},
                                      partner=p, tau=pair_tau, noise=own.noise) for p, a, b, pair_tau in projected]
         with timed(ctx.step_seconds, "send"):
             for p in pending:
                 p.wait()
 
-    def _plan(self, ctx: SiloRound) -> tuple[list[int], bool]:
-        """The partners the server asks this silo to measure, in tournament order, and whether
-        another plan follows in this round."""
-        plan = ctx.channel.recv(SERVER, Expect(PLAN, ctx.round, (ArraySpec("partners", "int64", (None,)),),
+    def _plan(self, ctx: SiloRound) -> tuple[list[tuple[int, int]], bool]:
+        """The (partner, role) the server asks this silo to measure with, in tournament order,
+        and whether another plan follows in this round."""
+        plan = ctx.channel.recv(SERVER, Expect(PLAN, ctx.round, (ArraySpec("partners", "int64", (None,)),
+                                                                 ArraySpec("roles", "uint8", (None,))),
                                                {"more": int}, bounds={"more": (0, 1)}))
         partners = [int(p) for p in plan.arrays["partners"]]
-        if len(set(partners)) != len(partners) or not all(0 <= p < ctx.silos and p != ctx.silo for p in partners):
-            raise ProtocolError(f"{plan.who} sent an invalid plan {partners} to silo {ctx.silo} in round {ctx.round}")
-        return partners, bool(plan.meta["more"])
+        roles = [int(r) for r in plan.arrays["roles"]]
+        if len(set(partners)) != len(partners) or len(roles) != len(partners) \
+                or not all(0 <= p < ctx.silos and p != ctx.silo for p in partners) \
+                or not all(r in (SERVE, MEASURE, SERVE | MEASURE) for r in roles):
+            raise ProtocolError(f"{plan.who} sent an invalid plan {partners} (roles {roles}) to silo {ctx.silo} "
+                                f"in round {ctx.round}")
+        return list(zip(partners, roles)), bool(plan.meta["more"])
 
     def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
         """This round's X25519 key: one per silo and round serves all its partners."""
@@ -499,16 +540,28 @@ class EmdCflSilo(SiloProtocol):
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
-    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample
-                 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, float]]:
-        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c' as its ω arrives: own data
-        (`own.x_cross`: the training or the validation sample) embedded with c''s model in the
-        mode and batches of z_own, both projected by the pair's R; τ the silo's, or the pair's
-        own through R (`tau_projection: pair`)."""
+    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
+                 roles: dict[int, int]) -> Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]:
+        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c', both projected by the pair's R:
+        Z_{c|c}R where this silo serves c' (at once where it only serves), Z_{c|c'}R — own
+        data (`own.x_cross`: the training or the validation sample) embedded with c''s model in
+        the mode and batches of z_own — where it measures, as c''s ω arrives; None for the
+        other. τ the silo's, or the pair's own through R (`tau_projection: pair`; 0 where it
+        only measures: τ belongs to W[c][c'])."""
         from ..models import load_arrays
 
-        borrowed = copy.deepcopy(ctx.model.embedding)
         dim_z, dim_r = own.z_own.shape[1], projected_dim(self.cfg)
+
+        def projected(p: int, z_cross: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None, float]:
+            r = projection_matrix(seeds[p], dim_z, dim_r)
+            zr_own = own.z_own @ r if roles[p] & SERVE else None
+            tau = own.tau if own.tau is not None else \
+                pair_reference(zr_own, own.z_val, r, self.cfg.strategy) if zr_own is not None else 0.0
+            return p, zr_own, None if z_cross is None else z_cross @ r, tau
+
+        for p in [p for p, role in roles.items() if role == SERVE]:
+            yield projected(p, None)
+        borrowed = copy.deepcopy(ctx.model.embedding) if any(role & MEASURE for role in roles.values()) else None
         while True:
             with timed(ctx.step_seconds, "swap"):
                 swapped = swaps.take()
@@ -518,7 +571,4 @@ class EmdCflSilo(SiloProtocol):
             with timed(ctx.step_seconds, "embedding"), ctx.compute:
                 load_arrays(borrowed, theirs)
                 z_cross = own.embed_as_set(borrowed, own.x_cross)  # Z_{c|c'}: own data, partner's model
-            r = projection_matrix(seeds[p], dim_z, dim_r)
-            zr_own = own.z_own @ r
-            tau = pair_reference(zr_own, own.z_val, r, self.cfg.strategy) if own.tau is None else own.tau
-            yield p, zr_own, z_cross @ r, tau
+            yield projected(p, z_cross)

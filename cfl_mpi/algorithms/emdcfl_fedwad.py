@@ -23,6 +23,7 @@ from ..ot.fedwad import Measure, uniform_measure
 from ..wire.messages import Expect, message_kind
 from .base import ServerRound, SiloRound
 from .fedwad_exchange import FedWaDParams, Job, job_key, run_jobs, serve
+from .pairs import SERVE
 
 __all__ = ["REFERENCE", "measure", "serve_pairs", "silo_measure"]
 
@@ -49,21 +50,20 @@ def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
 
 def serve_pairs(ctx: SiloRound, cfg: Config, own: dict[int, np.ndarray], cross: dict[int, np.ndarray],
                 tau: float, noise: float) -> None:
-    """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for jobs c>p and ν = Z_{c|p}R for p>c."""
+    """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for the jobs c>p of the partners
+    it serves and ν = Z_{c|p}R for the jobs p>c of those it measures with."""
     s: EmdCflConfig = cfg.strategy
-    n = next(iter(own.values())).shape[0]
+    n, dim = next(iter({**own, **cross}.values())).shape
     ctx.channel.send(SERVER, REFERENCE, ctx.round, None, tau=tau, noise=noise, n_samples=n)
-    measures = {}
-    for p in own:
-        measures[job_key(ctx.silo, p)] = silo_measure(own[p], s)
-        measures[job_key(p, ctx.silo)] = silo_measure(cross[p], s)
-    dim = next(iter(own.values())).shape[1]
+    measures = {job_key(ctx.silo, p): silo_measure(z, s) for p, z in own.items()}
+    measures |= {job_key(p, ctx.silo): silo_measure(z, s) for p, z in cross.items()}
     serve(ctx.channel, ctx.round, measures, fedwad_params(cfg, dim), cfg.seed)
 
 
-def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[int]], dim: int,
+def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[tuple[int, int]]], dim: int,
             tau: np.ndarray, noise: np.ndarray, W: np.ndarray) -> None:
-    """Server: gather τ and noise of every silo with partners, run both jobs of each pair, fill W."""
+    """Server: gather τ and noise of every silo with partners, run the job of each direction
+    (c, p) the plan asks for (c serves p: pairs.py), fill W."""
     s: EmdCflConfig = cfg.strategy
     busy = sorted(c for c, p in partners.items() if p)
     sizes = {}
@@ -72,7 +72,8 @@ def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[int]], dim: 
     for msg in ctx.channel.recv_each(busy, lambda _: expect):
         c = msg.sender
         tau[c], noise[c], sizes[c] = msg.meta["tau"], msg.meta["noise"], msg.meta["n_samples"]
-    jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p in partners[c]]
+    jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c]
+            if role & SERVE]
     params = fedwad_params(cfg, dim)
     estimates = run_jobs(ctx.channel, ctx.round, jobs, params, cfg.seed, ctx.cores)
     for job in jobs:

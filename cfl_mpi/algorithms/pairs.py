@@ -3,10 +3,16 @@
 All pairs of a clustering round proceed concurrently: in slot s every silo has at most one
 partner, and each silo works through its partners in slot order, so no two silos ever wait
 on each other in a cycle.
+
+A pair is measured in one direction or both. The direction (r, c) is W[r][c], silo c's data
+and r's own under r's model: r *serves* (sends c its ω and the server its own cloud), c
+*measures* (embeds its data under ω and sends the server that cloud).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+SERVE, MEASURE = 1, 2  # a silo's role towards a partner, as bits: both ways is SERVE | MEASURE
 
 
 def tournament(silos: list[int]) -> list[list[tuple[int, int]]]:
@@ -21,13 +27,17 @@ def tournament(silos: list[int]) -> list[list[tuple[int, int]]]:
     return slots
 
 
-def partner_lists(silos: list[int], wanted: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
-    """Each silo's partners among the `wanted` pairs, in tournament-slot order."""
-    wanted = {tuple(sorted(p)) for p in wanted}
-    partners: dict[int, list[int]] = {s: [] for s in silos}
+def partner_roles(silos: list[int], directions: Iterable[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Each silo's (partner, role) for the pairs of the wanted `directions` (r, c), in
+    tournament-slot order: SERVE for r, MEASURE for c, both where both directions are wanted."""
+    roles: dict[tuple[int, int], int] = {}
+    for r, c in directions:
+        roles[(r, c)] = roles.get((r, c), 0) | SERVE
+        roles[(c, r)] = roles.get((c, r), 0) | MEASURE
+    partners: dict[int, list[tuple[int, int]]] = {s: [] for s in silos}
     for slot in tournament(sorted(silos)):
         for a, b in slot:
-            if (a, b) in wanted:
-                partners[a].append(b)
-                partners[b].append(a)
+            if (a, b) in roles:
+                partners[a].append((b, roles[(a, b)]))
+                partners[b].append((a, roles[(b, a)]))
     return partners

@@ -9,11 +9,13 @@ measured one-vs-all recover a well-separated clustering (Voevodski et al., JMLR 
    clustered by the robust rule (`extract_clusters`) exactly as all-pairs clusters all C;
 2. **representatives**: the `representatives` medoids of each cluster found (the members
    with the smallest mean distance to the rest of their cluster) are measured against every
-   silo not placed yet, both directions, each pair with its own handshake and projection;
+   silo not placed yet, each pair with its own handshake and projection: one way (`one_way`),
+   W[r][c] alone — silo c's data under representative r's model, so r's ω fans out and r
+   embeds nothing — or both ways, as all-pairs;
 3. each such silo joins the cluster whose representatives are on average within the cut
    (`place_newcomer`, the rule late silos follow);
 4. **retest**: a silo near no representative is measured against `retest` more members of
-   the cluster nearest to it, drawn at random, and joins it if its mean distance to all the
+   the cluster nearest to it, drawn at random (one way: the member's model), and joins it if its mean distance to all the
    members measured is within the cut: a decision on 2 pairs sits on W's noise, and an
    unusual representative leaves an honest member just beyond the cut (C = 400 at 90 images,
    docs/SMALL_SILOS.md); re-testing disagreements is step 4 of the scale issue's plan;
@@ -24,8 +26,11 @@ When `sample` or fewer silos are left, all their pairs are measured and the plan
 C ≤ `sample` it is all-pairs. The pairs measured are about sample²/2 + representatives·K·C
 (+ retest per silo near no representative).
 
-Decisions read the symmetrised distance in noise units (`symmetrised(W, noise)`), the unit
-the robust rule cuts in, so a plan is a function of W, the noise and the seed.
+A plan asks for *directions*: (r, c) is W[r][c], silo c's data and r's own under r's model
+(r sends c its ω). The sample and the last silos are measured both ways, as all-pairs.
+Decisions read the symmetrised distance in noise units (`symmetrised(W, noise)`: the larger
+direction where both are measured, else the one there), the unit the robust rule cuts in, so
+a plan is a function of W, the noise and the seed.
 """
 from __future__ import annotations
 
@@ -36,7 +41,12 @@ import numpy as np
 
 from .cluster_extraction import extract_clusters, nearest_cluster, place_newcomer, symmetrised
 
-Pair = tuple[int, int]
+Pair = tuple[int, int]  # a direction (r, c): W[r][c], measured under r's model
+
+
+def both_ways(pairs: list[Pair]) -> list[Pair]:
+    """Each unordered pair (a, b) as its two directions."""
+    return [d for a, b in pairs for d in ((a, b), (b, a))]
 
 
 @dataclass
@@ -45,9 +55,14 @@ class Stage:
 
     name: str            # "sample", "representatives", "retest" or "all" (the last few silos)
     silos: int           # silos it concerned
-    pairs: list[Pair] = field(default_factory=list)
+    directions: list[Pair] = field(default_factory=list)
     clusters: int = 0    # sample, all: the clusters found among its silos
     orphans: int = 0     # representatives, retest: the silos near no cluster after it
+
+    @property
+    def pairs(self) -> int:
+        """The silo pairs it measured, one way or both."""
+        return len({(min(d), max(d)) for d in self.directions})
 
 
 class StagedPlan:
@@ -56,12 +71,12 @@ class StagedPlan:
     (then `labels` holds the clusters)."""
 
     def __init__(self, silos: list[int], size: int, *, sample: int, representatives: int,
-                 noise_multiple: float, rng: np.random.Generator, retest: int = 0) -> None:
+                 noise_multiple: float, rng: np.random.Generator, retest: int = 0, one_way: bool = False) -> None:
         if sample < 2 or representatives < 1 or retest < 0:
             raise ValueError(f"sample must be >= 2, representatives >= 1 and retest >= 0, got {sample}, "
                              f"{representatives}, {retest}")
         self.sample, self.representatives, self.cut, self.rng = sample, representatives, noise_multiple, rng
-        self.retest = retest
+        self.retest, self.one_way = retest, one_way
         self.labels = np.full(size, -1, dtype=np.int64)  # -1: not placed yet (or not taking part)
         self.stages: list[Stage] = []
         self._left = sorted(silos)         # silos not placed yet
@@ -71,8 +86,8 @@ class StagedPlan:
         self._done = not silos
 
     def next_pairs(self, W: np.ndarray, noise: np.ndarray) -> list[Pair] | None:
-        """The next stage's pairs (each unordered, both directions to be measured), given W and
-        the per-silo noise with every earlier stage's pairs filled in."""
+        """The next stage's directions (r, c) to measure, given W and the per-silo noise with
+        every earlier stage's directions filled in."""
         if self._done:
             return None
         if self._retesting:
@@ -83,27 +98,32 @@ class StagedPlan:
             self._place_left(D)
             if self._left and self.retest and (pairs := self._retest_pairs(D)):
                 self._retesting = True
-                return self._stage("retest", pairs)
+                return self._stage("retest", self._placing(pairs))
         elif self._drawn:
             self._cluster_sample(W, noise)
             self._reps = self._medoids(symmetrised(W, noise))
             if self._left:
-                return self._stage("representatives", [(r, c) for r in self._reps for c in self._left])
+                return self._stage("representatives", self._placing([(r, c) for r in self._reps for c in self._left]))
             self._reps = []
         if not self._left:
             self._done = True
             return None
         if len(self._left) <= self.sample:
             self._drawn, self._left = self._left, []
-            return self._stage("all", list(combinations(self._drawn, 2)))
+            return self._stage("all", both_ways(list(combinations(self._drawn, 2))))
         picked = set(self.rng.choice(len(self._left), self.sample, replace=False).tolist())
         self._drawn = [s for i, s in enumerate(self._left) if i in picked]
         self._left = [s for i, s in enumerate(self._left) if i not in picked]
-        return self._stage("sample", list(combinations(self._drawn, 2)))
+        return self._stage("sample", both_ways(list(combinations(self._drawn, 2))))
 
-    def _stage(self, name: str, pairs: list[Pair]) -> list[Pair]:
-        self.stages.append(Stage(name, len({s for p in pairs for s in p}), pairs))
-        return pairs
+    def _placing(self, pairs: list[Pair]) -> list[Pair]:
+        """A placing stage's pairs (member, silo placed) as directions: the member's model
+        alone with `one_way`, else both."""
+        return pairs if self.one_way else both_ways(pairs)
+
+    def _stage(self, name: str, directions: list[Pair]) -> list[Pair]:
+        self.stages.append(Stage(name, len({s for d in directions for s in d}), directions))
+        return directions
 
     def _cluster_sample(self, W: np.ndarray, noise: np.ndarray) -> None:
         """The robust rule on the sample's own W; its clusters get labels after the existing ones."""
@@ -149,5 +169,5 @@ class StagedPlan:
             if nearest is None:
                 continue
             fresh = np.flatnonzero((self.labels == nearest) & np.isnan(D[c]))
-            pairs += [(c, int(m)) for m in sorted(self.rng.choice(fresh, min(self.retest, len(fresh)), replace=False))]
+            pairs += [(int(m), c) for m in sorted(self.rng.choice(fresh, min(self.retest, len(fresh)), replace=False))]
         return pairs

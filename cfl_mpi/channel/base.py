@@ -55,7 +55,8 @@ class Pending(ABC):
 
     @abstractmethod
     def done(self) -> bool:
-        """Whether the message has left (its buffers are then released); never waits."""
+        """Whether the message has left (its buffers are then released; in-process, whether the
+        receiver has taken its copy); never waits."""
 
 
 class Channel(ABC):
@@ -114,6 +115,12 @@ class Channel(ABC):
             message = self.recv_any(sorted(pending), expect)
             pending.remove(message.sender)
             yield message
+
+    def wait_any(self, sends: Iterable[Pending], what: str) -> None:
+        """Wait until one of `sends` is done (taken by its receiver, in-process); `what` names
+        them for the timeout's error."""
+        sends = list(sends)
+        self._wait(lambda: any(p.done() for p in sends), lambda: what)
 
     def ready(self, sources: Iterable[int]) -> int | None:
         """The first of `sources` with a message waiting for this party, or None; never waits

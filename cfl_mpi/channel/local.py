@@ -8,7 +8,7 @@ reuse its buffers at once and never shares memory with another.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +41,8 @@ class LocalHub:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queues: dict[tuple[int, int], deque[Frame]] = defaultdict(deque)
+        self._posted: Counter[tuple[int, int]] = Counter()  # frames queued, per (src, dest)
+        self._taken: Counter[tuple[int, int]] = Counter()   # frames taken by the receiver
         self._bells: dict[int, threading.Event] = {}
         self.failure: str | None = None
 
@@ -49,22 +51,35 @@ class LocalHub:
         with self._lock:
             return self._bells.setdefault(address, threading.Event())
 
-    def post(self, src: int, dest: int, header: bytes, arrays: list[np.ndarray]) -> None:
-        self.deliver(src, dest, (header, tuple(np.array(a, copy=True) for a in arrays)))
+    def post(self, src: int, dest: int, header: bytes, arrays: list[np.ndarray]) -> int:
+        """Queue a copy of a message for `dest`; its number among those from `src` to `dest`."""
+        return self.deliver(src, dest, (header, tuple(np.array(a, copy=True) for a in arrays)))
 
-    def deliver(self, src: int, dest: int, frame: Frame) -> None:
-        """Queue a frame for `dest` and ring its bell."""
+    def deliver(self, src: int, dest: int, frame: Frame) -> int:
+        """Queue a frame for `dest` and ring its bell; the frame's number (see `taken`)."""
         with self._lock:
             self._queues[(src, dest)].append(frame)
+            number = self._posted[(src, dest)]
+            self._posted[(src, dest)] += 1
         self.bell(dest).set()
+        return number
 
     def waiting(self, src: int, dest: int) -> bool:
         with self._lock:
             return bool(self._queues.get((src, dest)))
 
     def take(self, src: int, dest: int) -> Frame:
+        """The next frame from `src` to `dest`; rings the sender's bell (it may wait for this)."""
         with self._lock:
-            return self._queues[(src, dest)].popleft()
+            frame = self._queues[(src, dest)].popleft()
+            self._taken[(src, dest)] += 1
+        self.bell(src).set()
+        return frame
+
+    def taken(self, src: int, dest: int, number: int) -> bool:
+        """Whether `dest` has taken the frame `number` from `src`."""
+        with self._lock:
+            return self._taken[(src, dest)] > number
 
     def receive(self, src: int, dest: int, who: str, expect: Expect,
                 fetch_payload: Callable[[list], dict[str, np.ndarray]] | None = None) -> Message:
@@ -99,14 +114,22 @@ class LocalHub:
             bell.set()
 
 
-class _Delivered(Pending):
-    """An in-process send is complete as soon as it is queued."""
+@dataclass(frozen=True)
+class _Queued(Pending):
+    """An in-process send: its arrays were copied into the queue, so `wait` returns at once;
+    `done` once the receiver has taken it (a sender that bounds what it has in flight waits
+    for that: the copies live until then)."""
+
+    hub: LocalHub
+    src: int
+    dest: int
+    number: int
 
     def wait(self) -> None:
         return None
 
     def done(self) -> bool:
-        return True
+        return self.hub.taken(self.src, self.dest, self.number)
 
 
 class LocalChannel(Channel):
@@ -118,8 +141,7 @@ class LocalChannel(Channel):
         self._bell = hub.bell(me)
 
     def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
-        self.hub.post(self.me, dest, header, arrays)
-        return _Delivered()
+        return _Queued(self.hub, self.me, dest, self.hub.post(self.me, dest, header, arrays))
 
     def _arrived(self, source: int) -> bool:
         return self.hub.waiting(source, self.me)
