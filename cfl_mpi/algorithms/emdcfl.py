@@ -49,9 +49,13 @@ EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embeddin
 EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and/or Z_{c|c'}R, τ_c, noise
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, emdcfl_fedwad.REFERENCE, *FEDWAD_KINDS)
 
-# ω is offered to at most this many partners at a time: one may lag while the silo works with
+# ω is taken from at most this many partners at a time: one may lag while the silo works with
 # the next, and no process holds more than this many in-process copies of a silo's ω.
 SWAPS_IN_FLIGHT = 2
+# A silo keeps at most this many bytes of ω copies in flight to partners it only serves (at
+# least SWAPS_IN_FLIGHT copies): a representative serving hundreds is paced by how soon each
+# takes its ω, so a window of two made it the stage's bottleneck (docs/PAIR_PLAN.md).
+SERVING_BYTES_IN_FLIGHT = 64 * 2**20
 
 
 def projected_dim(cfg: Config) -> int:
@@ -363,13 +367,13 @@ class EmdCfl(Strategy):
 class OmegaSwaps:
     """A silo's ω swaps of a stage, in tournament order: ω sent to the partners it serves,
     theirs taken from the partners it measures with in the order they arrive, at most
-    SWAPS_IN_FLIGHT partners unfinished at a time.
+    SWAPS_IN_FLIGHT of those at a time, and SERVING_BYTES_IN_FLIGHT of copies to partners
+    it only serves.
 
     A partner is finished once its ω is taken or, if it is only served, once it has taken
-    ours (a representative serving hundreds keeps two copies of its ω in flight, not
-    hundreds). No silo waits forever: the unfinished partners are always a silo's first ones
-    in slot order, so the unfinished pair of the earliest tournament slot is in flight at
-    both ends and its messages can always be taken."""
+    ours. No silo waits forever: partners start in slot order and only finished ones leave,
+    so the first unfinished one is always under way, and the unfinished pair of the earliest
+    tournament slot is in flight at both ends: its messages can always be taken."""
 
     def __init__(self, channel: Channel, round: int, partners: list[tuple[int, int]],
                  omega: dict[str, np.ndarray]) -> None:
@@ -377,14 +381,18 @@ class OmegaSwaps:
         self.queue = list(partners)           # (partner, role) not started yet
         self.awaiting: list[int] = []         # measured with, their ω not taken yet
         self.serving: dict[int, Pending] = {}  # only served, ours not taken yet
+        self.serving_window = max(SWAPS_IN_FLIGHT, SERVING_BYTES_IN_FLIGHT // max(1, sum(a.nbytes for a in omega.values())))
         self.sends: list[Pending] = []
         self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
         self._offer()
 
     def _offer(self) -> None:
         self.serving = {p: send for p, send in self.serving.items() if not send.done()}
-        while self.queue and len(self.awaiting) + len(self.serving) < SWAPS_IN_FLIGHT:
-            partner, role = self.queue.pop(0)
+        while self.queue:  # in slot order: the first unfinished partner is always under way
+            partner, role = self.queue[0]
+            if len(self.awaiting) >= SWAPS_IN_FLIGHT if role & MEASURE else len(self.serving) >= self.serving_window:
+                return
+            self.queue.pop(0)
             if role & SERVE:
                 self.sends.append(self.channel.isend(partner, EMBEDDING_MODEL, self.round, self.omega))
             if role & MEASURE:
