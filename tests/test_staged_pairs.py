@@ -161,6 +161,8 @@ def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> Non
     assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [("sample", 6), ("representatives", 12),
                                                                   ("retest", 2), ("all", 1)]
     assert plan["stages"][0]["clusters"] == 3 and plan["stages"][1]["orphans"] == plan["stages"][2]["orphans"] == 2
+    # the sample and the last silos both ways, the placing stages one way (placement: one_way)
+    assert [s["directions"] for s in plan["stages"]] == [12, 12, 2, 2]
     assert plan["pairs"] == 21 and plan["all_pairs"] == 28
     assert summary["extraction"]["pair_plan"] == plan and summary["extraction"]["unmeasured_pairs"] == 28 - 21
 
@@ -169,6 +171,7 @@ def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> Non
 def test_staged_plan_through_mpirun_finds_the_rotations_and_the_cluster_its_sample_missed(tmp_path):
     proc, summary, records = run_job("configs/digits.yaml", tmp_path, *STAGED, n=3)
     assert "staged pair plan measured 21 of 28 pairs" in proc.stdout
+    assert "representatives: 12 pairs of 7 silos, one way, 2 near no cluster" in proc.stdout
     assert_found_with_an_orphan_stage(records, summary)
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..channel import SERVER, Channel, Pending
+from ..channel import SERVER, Channel, Pending, wait_all
 from ..config import Config, EmdCflConfig
 from ..ot.energy import energy_distance
 from ..ot.wasserstein import w1
@@ -195,10 +195,9 @@ class EmdCfl(Strategy):
         """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
         `more`: another plan follows in this round."""
         self.partners = partner_roles(silos, directions)
-        for silo in silos:
-            partners, roles = (np.asarray([x[i] for x in self.partners[silo]], dtype=dtype)
-                               for i, dtype in ((0, np.int64), (1, np.uint8)))
-            ctx.channel.send(silo, PLAN, ctx.round, {"partners": partners, "roles": roles}, more=int(more))
+        plans = {silo: {"partners": np.asarray([p for p, _ in self.partners[silo]], dtype=np.int64),
+                        "roles": np.asarray([r for _, r in self.partners[silo]], dtype=np.uint8)} for silo in silos}
+        wait_all([ctx.channel.isend(silo, PLAN, ctx.round, plan, more=int(more)) for silo, plan in plans.items()])
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         if self.plan is not None:
@@ -408,8 +407,7 @@ class OmegaSwaps:
             self.channel.wait_any(self.serving.values(), f"{names} to take ω of round {self.round}")
             self._offer()
         if not self.awaiting:
-            for pending in self.sends:
-                pending.wait()
+            wait_all(self.sends)
             return None
         msg = self.channel.recv_any(self.awaiting, lambda _: self.expect)
         self.awaiting.remove(msg.sender)
@@ -510,8 +508,7 @@ class EmdCflSilo(SiloProtocol):
                                      {"own": none if a is None else a, "cross": none if b is None else b},
                                      partner=p, tau=pair_tau, noise=own.noise) for p, a, b, pair_tau in projected]
         with timed(ctx.step_seconds, "send"):
-            for p in pending:
-                p.wait()
+            wait_all(pending)
 
     def _plan(self, ctx: SiloRound) -> tuple[list[tuple[int, int]], bool]:
         """The (partner, role) the server asks this silo to measure with, in tournament order,
@@ -543,8 +540,7 @@ class EmdCflSilo(SiloProtocol):
         """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
         key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
         peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
-        for pending in sends:
-            pending.wait()
+        wait_all(sends)
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 

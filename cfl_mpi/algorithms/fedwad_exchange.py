@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..channel import SERVER, Channel
+from ..channel import SERVER, Channel, wait_all
 from ..ot.fedwad import Measure, client_distance, client_step, gaussian_measure, server_step
 from ..wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 
@@ -217,8 +217,7 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
         pending.append(channel.isend(silo, FEDWAD_MEASURE, round,
                                        {"points": np.zeros((0, params.dim)), "weights": np.zeros(0)},
                                        op=DONE, job="", k=0, t=0.0))
-    for p in pending:
-        p.wait()
+    wait_all(pending)
     return results
 
 

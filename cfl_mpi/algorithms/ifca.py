@@ -26,7 +26,7 @@ import copy
 
 import numpy as np
 
-from ..channel import SERVER
+from ..channel import SERVER, wait_all
 from ..config import Config, IfcaConfig
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from .base import MODEL, Model, ServerRound, SiloProtocol, SiloRound, Strategy
@@ -101,8 +101,7 @@ class Ifca(Strategy):
         for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect):
             c = msg.sender
             self.losses[c], chosen[c] = msg.arrays["losses"], msg.meta["cluster"]
-        for p in pending:
-            p.wait()
+        wait_all(pending)
         here = ctx.participants  # the others keep their cluster until they train again
         self.clusters[here] = ifca_assign(self.losses[here])
         for c in here:
@@ -127,8 +126,7 @@ class Ifca(Strategy):
                     raise ProtocolError(f"{msg.who} sent losses of round {ctx.round} for candidate "
                                         f"{msg.meta['candidate']}, expected candidate {k}")
                 self.losses[msg.sender, k] = msg.arrays["losses"][0]
-            for p in pending:
-                p.wait()
+            wait_all(pending)
             if k + 1 < self.k:
                 served = self.losses[here, :k + 1].min(axis=1)
                 served[[here.index(c) for c in picked]] = -np.inf

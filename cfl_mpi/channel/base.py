@@ -59,6 +59,13 @@ class Pending(ABC):
         receiver has taken its copy); never waits."""
 
 
+def wait_all(sends: Iterable[Pending]) -> None:
+    """Wait for every send of a fan-out started together: posting them all before waiting on
+    any lets them move at once (a blocking send per silo waits on each receiver in turn)."""
+    for pending in list(sends):
+        pending.wait()
+
+
 class Channel(ABC):
     """Sends and receives `Message`s for the party at address `me`; counts bytes per kind."""
 

@@ -14,7 +14,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from ..algorithms import REGISTRY
 from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
-from ..channel import Channel
+from ..channel import Channel, wait_all
 from ..config import Config, config_digest
 from ..data import backdoor_targets, num_classes, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
@@ -91,8 +91,7 @@ class Server:
     def run(self) -> dict | None:
         start = time.monotonic()
         recorder = RunRecorder(self.out, self.cfg, self.records)
-        for c in range(self.cfg.silos):
-            self.channel.send(c, CONTROL, 0, next_round=self.next_round)
+        wait_all([self.channel.isend(c, CONTROL, 0, next_round=self.next_round) for c in range(self.cfg.silos)])
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
         if t < self.cfg.train.rounds and not self.stop.requested:  # the first round's line can be minutes away
@@ -107,8 +106,7 @@ class Server:
                 size, seconds = self.checkpoint(t)
                 record["checkpoint"] = {"bytes": size, "seconds": round(seconds, 4)}
             recorder.write(record)
-        for c in range(self.cfg.silos):
-            self.channel.send(c, CONTROL, t + 1, action=STOP, model=0, first=0)
+        wait_all([self.channel.isend(c, CONTROL, t + 1, action=STOP, model=0, first=0) for c in range(self.cfg.silos)])
         if t < self.cfg.train.rounds:
             then = f"continue with --resume {self.out}" if t else f"nothing to resume: start again with --overwrite"
             print(f"stopped after round {t} ({self.stop.reason}); {then}", flush=True)
@@ -121,11 +119,9 @@ class Server:
         training = participants(cfg, t)
         needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
         first = {c for c in training if c not in self.trained}
-        for c in range(cfg.silos):
-            action = TRAIN if c in training else EVALUATE if c in here else WAIT
-            channel.send(c, CONTROL, t, action=action, model=int(c in needs_model), first=int(c in first))
-        for pending in [channel.isend(c, MODEL, t - 1, self.start_models[c], cluster=-1) for c in sorted(needs_model)]:
-            pending.wait()
+        wait_all([channel.isend(c, CONTROL, t, action=TRAIN if c in training else EVALUATE if c in here else WAIT,
+                                model=int(c in needs_model), first=int(c in first)) for c in range(cfg.silos)])
+        wait_all([channel.isend(c, MODEL, t - 1, self.start_models[c], cluster=-1) for c in sorted(needs_model)])
 
         phases: dict[str, float] = {}
         updates, n_samples = {}, {}
@@ -160,8 +156,7 @@ class Server:
         # second update, say) may be blocked until it is taken, and would never take its
         # model; receiving first turns that deadlock into a ProtocolError naming it.
         record = self.evaluations(t, here)
-        for pending in sends:
-            pending.wait()
+        wait_all(sends)
         phases["evaluation"] = time.monotonic() - t0
         record.update({
             "participants": training,
