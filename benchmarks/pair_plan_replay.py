@@ -1,13 +1,15 @@
 """The staged pair plan replayed on recorded all-pairs W (algorithms/staged_pairs.py).
 
-    python -m benchmarks.pair_plan_replay [--seeds 100] [--scale 2400] [RUN_DIR ...]
+    python -m benchmarks.pair_plan_replay [RUN_DIR ...] [--seeds 100] [--scale 2400]
+                                          [--settings 40/2 ...] [--ways both|one|compare]
 
 Each recorded matrix (benchmarks/data/recorded_w.npz, or the W.npy, noise.npy and
 clusters.json of the given run folders) is clustered twice: by the robust rule on all pairs,
 as the run did, and by the staged plan, which looks up only the pairs it asks for, over
-`--seeds` draws of its sample. Printed per plan setting: ARI against the truth and against
-the all-pairs partition (mean and min over seeds), the pairs it measured (share of all pairs)
-and the margin over those pairs (closest pair across clusters over the loosest inside one,
+`--seeds` draws of its sample, its placing stages measured both ways, one way
+(`strategy.placement`), or each (`--ways compare`). Printed per plan setting: ARI against the truth and against
+the all-pairs partition (mean and min over seeds), the pairs and the directions (W entries)
+it measured (share of all) and the margin over those pairs (closest pair across clusters over the loosest inside one,
 noise units; the robust rule's report).
 
 `--scale C` also replays on a synthetic C-silo federation built from each recorded matrix:
