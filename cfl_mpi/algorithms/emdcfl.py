@@ -37,8 +37,8 @@ from .cluster_extraction import (ExtractionReport, extract_clusters, noise_or_on
                                  symmetrised)
 from .fedwad_exchange import FEDWAD_KINDS
 from .labels import relabel_by_first_appearance
-from .pairs import MEASURE, SERVE, partner_roles
-from .staged_pairs import Pair, StagedPlan, both_ways
+from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
+from .staged_pairs import StagedPlan
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -294,9 +294,11 @@ class EmdCfl(Strategy):
             claim = (noise,) if per_pair else (noise, tau)
             role = todo[c].get(partner, 0)
             own, cross = msg.arrays["own"], msg.arrays["cross"]
-            rows = [len(a) if role & bit else 0 for a, bit in ((own, SERVE), (cross, MEASURE))]
-            if not role or stated.setdefault(c, claim) != claim or [len(own), len(cross)] != rows \
-                    or len(set(filter(None, rows))) != 1 or min(filter(None, rows)) < 2:
+            clouds = ((len(own), SERVE), (len(cross), MEASURE))
+            asked = {rows for rows, bit in clouds if role & bit}        # one size, at least 2 rows
+            unasked = [rows for rows, bit in clouds if not role & bit]  # 0 rows
+            if not role or stated.setdefault(c, claim) != claim or any(unasked) \
+                    or len(asked) != 1 or min(asked) < 2:
                 raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
                                     f"with noise {noise}, τ {tau} and {len(own)} + {len(cross)} rows; expected a "
                                     f"partner among {sorted(todo[c])} not sent yet, the "
@@ -380,7 +382,8 @@ class OmegaSwaps:
         self.queue = list(partners)           # (partner, role) not started yet
         self.awaiting: list[int] = []         # measured with, their ω not taken yet
         self.serving: dict[int, Pending] = {}  # only served, ours not taken yet
-        self.serving_window = max(SWAPS_IN_FLIGHT, SERVING_BYTES_IN_FLIGHT // max(1, sum(a.nbytes for a in omega.values())))
+        omega_bytes = sum(a.nbytes for a in omega.values())
+        self.serving_window = max(SWAPS_IN_FLIGHT, SERVING_BYTES_IN_FLIGHT // max(1, omega_bytes))
         self.sends: list[Pending] = []
         self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
         self._offer()
@@ -389,7 +392,8 @@ class OmegaSwaps:
         self.serving = {p: send for p, send in self.serving.items() if not send.done()}
         while self.queue:  # in slot order: the first unfinished partner is always under way
             partner, role = self.queue[0]
-            if len(self.awaiting) >= SWAPS_IN_FLIGHT if role & MEASURE else len(self.serving) >= self.serving_window:
+            full = len(self.awaiting) >= SWAPS_IN_FLIGHT if role & MEASURE else len(self.serving) >= self.serving_window
+            if full:
                 return
             self.queue.pop(0)
             if role & SERVE:

@@ -13,6 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 SERVE, MEASURE = 1, 2  # a silo's role towards a partner, as bits: both ways is SERVE | MEASURE
+Pair = tuple[int, int]  # a direction (r, c): W[r][c], measured under r's model
+
+
+def both_ways(pairs: list[Pair]) -> list[Pair]:
+    """Each unordered pair (a, b) as its two directions."""
+    return [d for a, b in pairs for d in ((a, b), (b, a))]
 
 
 def tournament(silos: list[int]) -> list[list[tuple[int, int]]]:
@@ -27,10 +33,10 @@ def tournament(silos: list[int]) -> list[list[tuple[int, int]]]:
     return slots
 
 
-def partner_roles(silos: list[int], directions: Iterable[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+def partner_roles(silos: list[int], directions: Iterable[Pair]) -> dict[int, list[tuple[int, int]]]:
     """Each silo's (partner, role) for the pairs of the wanted `directions` (r, c), in
     tournament-slot order: SERVE for r, MEASURE for c, both where both directions are wanted."""
-    roles: dict[tuple[int, int], int] = {}
+    roles: dict[Pair, int] = {}
     for r, c in directions:
         roles[(r, c)] = roles.get((r, c), 0) | SERVE
         roles[(c, r)] = roles.get((c, r), 0) | MEASURE

@@ -15,8 +15,8 @@ measured one-vs-all recover a well-separated clustering (Voevodski et al., JMLR 
 3. each such silo joins the cluster whose representatives are on average within the cut
    (`place_newcomer`, the rule late silos follow);
 4. **retest**: a silo near no representative is measured against `retest` more members of
-   the cluster nearest to it, drawn at random (one way: the member's model), and joins it if its mean distance to all the
-   members measured is within the cut: a decision on 2 pairs sits on W's noise, and an
+   the cluster nearest to it, drawn at random (one way: under the member's model), and joins
+   it if its mean distance to all the members measured is within the cut: a decision on 2 pairs sits on W's noise, and an
    unusual representative leaves an honest member just beyond the cut (C = 400 at 90 images,
    docs/SMALL_SILOS.md); re-testing disagreements is step 4 of the scale issue's plan;
 5. the silos still near no cluster — of a cluster the sample missed — start again at 1
@@ -40,13 +40,7 @@ from itertools import combinations
 import numpy as np
 
 from .cluster_extraction import extract_clusters, nearest_cluster, place_newcomer, symmetrised
-
-Pair = tuple[int, int]  # a direction (r, c): W[r][c], measured under r's model
-
-
-def both_ways(pairs: list[Pair]) -> list[Pair]:
-    """Each unordered pair (a, b) as its two directions."""
-    return [d for a, b in pairs for d in ((a, b), (b, a))]
+from .pairs import Pair, both_ways
 
 
 @dataclass
