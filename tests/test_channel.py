@@ -34,6 +34,35 @@ def test_a_good_message_arrives_as_a_copy_with_its_meta_and_counted_bytes():
     assert silo.sent_bytes["test_ping"] > 6 * 4 + 8
 
 
+def test_a_message_to_several_silos_is_one_read_only_copy_they_share_counted_once():
+    hub = LocalHub()
+    server, *silos = (LocalChannel(a, hub, 5.0, 0.02) for a in (SERVER, 0, 1, 2))
+    arrays = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    sent = server.isend_all([0, 1, 2], PING, 4, arrays, n_samples=10)
+    arrays["w"][:] = -1  # the sender may reuse its buffers at once
+    expect = Expect.like(PING, 4, GOOD, {"n_samples": int})
+    got = [silo.recv(SERVER, expect) for silo in silos[:2]]
+    assert not sent.done()  # silo 2 has not taken it
+    got.append(silos[2].recv(SERVER, expect))
+    assert sent.done()
+    for msg in got:
+        np.testing.assert_array_equal(msg.arrays["w"], np.arange(6).reshape(2, 3))
+        assert msg.meta["n_samples"] == 10 and not msg.arrays["w"].flags.writeable
+    assert np.shares_memory(got[0].arrays["w"], got[2].arrays["w"])
+    one = len(encode_header(PING, 4, SERVER, arrays, {"n_samples": 10})) + 6 * 4
+    assert server.sent_bytes["test_ping"] == one  # once for the process, not once per receiver
+
+
+def test_a_message_to_several_silos_is_checked_by_each_receiver():
+    hub = LocalHub()
+    server, silo = LocalChannel(SERVER, hub, 5.0, 0.02), LocalChannel(0, hub, 5.0, 0.02)
+    silo.isend_all([SERVER], PING, 4, {"w": np.full((2, 3), np.nan, np.float32)}, n_samples=1)
+    with pytest.raises(ProtocolError, match="silo 0.*non-finite"):
+        server.recv(0, EXPECT)
+    with pytest.raises(ValueError, match="repeated or itself"):
+        silo.isend_all([1, 1], PING, 4, GOOD, n_samples=1)
+
+
 def bad_frames():
     """(case, header bytes, payload arrays, words the error must hold) as a hostile silo 0 sends them."""
     header = encode_header(PING, 4, 0, GOOD, {"n_samples": 10})

@@ -1,10 +1,14 @@
 """The MPI channel under a real 2-rank job: malformed messages are rejected with the sender,
 kind and round named; waiting does not burn CPU; a silent peer times out; silos sharing a
-rank reach each other and the server. (The same checks in-process: test_channel.py.)"""
+rank reach each other and the server; a message to several parties travels once per rank.
+(The same checks in-process: test_channel.py.)"""
 import json
 
+import numpy as np
 import pytest
 
+from cfl_mpi.channel import SERVER
+from cfl_mpi.wire.messages import encode_header, message_kind
 from jobs import run_mpi
 
 pytestmark = pytest.mark.mpi
@@ -60,6 +64,28 @@ def test_silos_sharing_a_rank_reach_each_other_and_the_server(report):
     shared = report["shared_rank"]
     assert shared["server_got"] == {"0": 0, "1": 1, "2": 2}
     assert shared["silos_heard"] == [[2, 0], [0, 1], [1, 2]]  # (left neighbour, server's echo) per silo
+
+
+def test_a_message_to_several_silos_of_a_rank_arrives_once_shared_read_only(report):
+    assert report["to_several"]["server_got"] == 30.0
+    one = len(encode_header(message_kind("test_model"), 1, SERVER, {"w": np.zeros((2, 3), np.float32)}, {})) + 24
+    assert report["to_several"]["server_bytes"] == one  # one rank: counted once
+    # per silo: sum from the server, writeable, shares silo 0's copy, sum from silo 0
+    assert report["to_several_silos"] == [[15, 0, 1, -1], [15, 0, 1, 30], [15, 0, 1, 30]]
+
+
+@pytest.mark.parametrize("case,words", [
+    ("envelope_bad_receiver", "receivers [3]"),
+    ("envelope_repeated_receiver", "for 2 receivers"),
+    ("envelope_short_payload", "does not fit its header"),
+    ("envelope_wrong_kind", "kind 'test_eval'"),
+    ("envelope_without_payload", "did not follow within 2 s"),
+    ("payload_without_envelope", "without an envelope"),
+])
+def test_bad_messages_to_several_parties_end_the_wait_naming_the_sender(report, case, words):
+    result = report[case]
+    assert result["ok"] is False and "silo 0 (rank 1)" in result["error"], result
+    assert words in result["error"], result["error"]
 
 
 def test_placement_counts_silos_per_node_when_ranks_span_two_nodes():

@@ -49,14 +49,6 @@ EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embeddin
 EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and/or Z_{c|c'}R, τ_c, noise
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, emdcfl_fedwad.REFERENCE, *FEDWAD_KINDS)
 
-# ω is taken from at most this many partners at a time: one may lag while the silo works with
-# the next, and no process holds more than this many in-process copies of a silo's ω.
-SWAPS_IN_FLIGHT = 2
-# A silo keeps at most this many bytes of ω copies in flight to partners it only serves (at
-# least SWAPS_IN_FLIGHT copies): a representative serving hundreds is paced by how soon each
-# takes its ω, so a window of two made it the stage's bottleneck (docs/PAIR_PLAN.md).
-SERVING_BYTES_IN_FLIGHT = 64 * 2**20
-
 
 def projected_dim(cfg: Config) -> int:
     """dim(R) = ⌊proj_ratio · dim(Z)⌋ (SPEC §1)."""
@@ -366,56 +358,28 @@ class EmdCfl(Strategy):
 
 
 class OmegaSwaps:
-    """A silo's ω swaps of a stage, in tournament order: ω sent to the partners it serves,
-    theirs taken from the partners it measures with in the order they arrive, at most
-    SWAPS_IN_FLIGHT of those at a time, and SERVING_BYTES_IN_FLIGHT of copies to partners
-    it only serves.
-
-    A partner is finished once its ω is taken or, if it is only served, once it has taken
-    ours. No silo waits forever: partners start in slot order and only finished ones leave,
-    so the first unfinished one is always under way, and the unfinished pair of the earliest
-    tournament slot is in flight at both ends: its messages can always be taken."""
+    """A silo's ω swaps of a stage: its ω to every partner it serves as one message, which
+    travels once per rank and is held there once (`Channel.isend_all`); theirs taken from the
+    partners it measures with in the order they arrive, one at a time. Every send is posted
+    before the first take, so no silo waits on another's taking."""
 
     def __init__(self, channel: Channel, round: int, partners: list[tuple[int, int]],
                  omega: dict[str, np.ndarray]) -> None:
-        self.channel, self.round, self.omega = channel, round, omega
-        self.queue = list(partners)           # (partner, role) not started yet
-        self.awaiting: list[int] = []         # measured with, their ω not taken yet
-        self.serving: dict[int, Pending] = {}  # only served, ours not taken yet
-        omega_bytes = sum(a.nbytes for a in omega.values())
-        self.serving_window = max(SWAPS_IN_FLIGHT, SERVING_BYTES_IN_FLIGHT // max(1, omega_bytes))
-        self.sends: list[Pending] = []
+        self.channel, self.round = channel, round
+        served = [p for p, role in partners if role & SERVE]
+        self.sent = channel.isend_all(served, EMBEDDING_MODEL, round, omega) if served else None
+        self.awaiting = [p for p, role in partners if role & MEASURE]  # their ω not taken yet
         self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
-        self._offer()
-
-    def _offer(self) -> None:
-        self.serving = {p: send for p, send in self.serving.items() if not send.done()}
-        while self.queue:  # in slot order: the first unfinished partner is always under way
-            partner, role = self.queue[0]
-            full = len(self.awaiting) >= SWAPS_IN_FLIGHT if role & MEASURE else len(self.serving) >= self.serving_window
-            if full:
-                return
-            self.queue.pop(0)
-            if role & SERVE:
-                self.sends.append(self.channel.isend(partner, EMBEDDING_MODEL, self.round, self.omega))
-            if role & MEASURE:
-                self.awaiting.append(partner)
-            else:
-                self.serving[partner] = self.sends[-1]
 
     def take(self) -> tuple[int, dict[str, np.ndarray]] | None:
-        """(partner, its ω) of the first partner measured with whose ω is here; None when all
-        are taken and every send has left."""
-        while not self.awaiting and self.serving:
-            names = ", ".join(self.channel.describe(p) for p in self.serving)
-            self.channel.wait_any(self.serving.values(), f"{names} to take ω of round {self.round}")
-            self._offer()
+        """(partner, its ω, read-only) of the first partner measured with whose ω is here; None
+        when all are taken and ours has left."""
         if not self.awaiting:
-            wait_all(self.sends)
+            if self.sent is not None:
+                self.sent.wait()
             return None
         msg = self.channel.recv_any(self.awaiting, lambda _: self.expect)
         self.awaiting.remove(msg.sender)
-        self._offer()
         return msg.sender, msg.arrays
 
 
@@ -534,17 +498,16 @@ class EmdCflSilo(SiloProtocol):
         s: EmdCflConfig = self.cfg.strategy
         return new_private_key(f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None)
 
-    def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> list[Pending]:
-        """The key's public half on its way to every partner (directly)."""
-        mine = public_bytes(key)
-        return [ctx.channel.isend(p, HANDSHAKE, ctx.round, {"public_key": mine}) for p in partners]
+    def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> Pending:
+        """The key's public half on its way to every partner (directly; once per rank)."""
+        return ctx.channel.isend_all(partners, HANDSHAKE, ctx.round, {"public_key": public_bytes(key)})
 
     def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey,
-                    sends: list[Pending]) -> dict[int, bytes]:
+                    sent: Pending) -> dict[int, bytes]:
         """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
         key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
         peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
-        wait_all(sends)
+        sent.wait()
         context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
@@ -569,7 +532,6 @@ class EmdCflSilo(SiloProtocol):
 
         for p in [p for p, role in roles.items() if role == SERVE]:
             yield projected(p, None)
-        borrowed = copy.deepcopy(ctx.model.embedding) if any(role & MEASURE for role in roles.values()) else None
         while True:
             with timed(ctx.step_seconds, "swap"):
                 swapped = swaps.take()
@@ -577,6 +539,10 @@ class EmdCflSilo(SiloProtocol):
                 return
             p, theirs = swapped
             with timed(ctx.step_seconds, "embedding"), ctx.compute:
+                # a model to hold the partner's ω only while it embeds: at most the gate's
+                # slots of them exist in the process, not one per silo
+                borrowed = copy.deepcopy(ctx.model.embedding)
                 load_arrays(borrowed, theirs)
                 z_cross = own.embed_as_set(borrowed, own.x_cross)  # Z_{c|c'}: own data, partner's model
+                del borrowed, theirs, swapped
             yield projected(p, z_cross)

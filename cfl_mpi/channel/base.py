@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -85,6 +85,22 @@ class Channel(ABC):
         header = encode_header(kind, round, self.me, arrays, meta)
         self.sent_bytes[kind.name] += len(header) + sum(a.nbytes for a in arrays.values())
         return self._post(dest, header, list(arrays.values()))
+
+    def isend_all(self, dests: Sequence[int], kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
+                  **meta: object) -> Pending:
+        """Start sending one message to every party in `dests`, each receiving it as if it were
+        sent to it alone. It travels once per receiving process (once per MPI rank), and the
+        receivers of a process share its arrays, read-only: a representative's ω for its
+        hundreds of partners is one copy per rank, not one per partner. Its bytes count once
+        per receiving process."""
+        dests = list(dests)
+        if len(set(dests)) != len(dests) or self.me in dests:
+            raise ValueError(f"{party_name(self.me)} cannot send to {dests}: repeated or itself")
+        arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}
+        header = encode_header(kind, round, self.me, arrays, meta)
+        size = len(header) + sum(a.nbytes for a in arrays.values())
+        self.sent_bytes[kind.name] += size * self._processes(dests)
+        return self._post_all(dests, header, list(arrays.values()))
 
     def send(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
              **meta: object) -> None:
@@ -161,6 +177,14 @@ class Channel(ABC):
     @abstractmethod
     def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
         """Start moving one encoded message to `dest`."""
+
+    @abstractmethod
+    def _post_all(self, dests: list[int], header: bytes, arrays: list[np.ndarray]) -> Pending:
+        """Start moving one encoded message to every party in `dests`, once per process."""
+
+    @abstractmethod
+    def _processes(self, dests: list[int]) -> int:
+        """How many processes host `dests` (what a message to all of them costs)."""
 
     @abstractmethod
     def _arrived(self, source: int) -> bool:

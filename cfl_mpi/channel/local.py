@@ -17,11 +17,12 @@ import numpy as np
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError, check_payload, decode_header
 from .base import Channel, ChannelClosed, Pending
 
-__all__ = ["LocalChannel", "LocalHub", "OversizedHeader"]
+__all__ = ["LocalChannel", "LocalHub", "OversizedHeader", "SharedFrame"]
 
-# What a pair's queue holds: a message posted in-process (header, arrays); or, filed by a
-# rank's MPI inbox (mpi.py), a header from another rank (bytes) whose payloads follow as
-# frames of their own, a payload, or an `OversizedHeader`.
+# What a pair's queue holds: a message posted in-process (header, arrays); a `SharedFrame`
+# (one message for several receivers); or, filed by a rank's MPI inbox (mpi.py), a header
+# from another rank (bytes) whose payloads follow as frames of their own, a payload, or an
+# `OversizedHeader`.
 Frame = object
 
 
@@ -33,6 +34,47 @@ class OversizedHeader:
     """A header of `size` bytes, over MAX_HEADER_BYTES: refused without being read."""
 
     size: int
+
+
+class SharedFrame:
+    """One message for several receivers of this process (`Channel.isend_all`), the same
+    object in each receiver's queue. Its arrays exist once, read-only: copied when posted
+    in-process; from another rank, fetched by the first receiver to take it (until then they
+    stay with the sender, as a unicast payload does) from the `payloads` the MPI inbox files."""
+
+    def __init__(self, header: bytes, payloads: int, arrays: tuple[np.ndarray, ...] | None = None) -> None:
+        self.header = header
+        self.expected_payloads = payloads
+        self.payloads: list[object] = []  # the MPI inbox's handles, in order
+        self.complete = threading.Event()  # every payload handle is filed
+        if arrays is not None or not payloads:
+            self.complete.set()
+        self._arrays = arrays
+        self._error: ProtocolError | None = None
+        self._lock = threading.Lock()
+
+    def arrays(self, fetch: Callable[["SharedFrame"], tuple[np.ndarray, ...]] | None, who: str,
+               what: str) -> tuple[np.ndarray, ...]:
+        """The message's arrays, fetched once by `fetch` (the receivers after the first wait for
+        it, or get its error)."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._arrays is None:
+                if fetch is None:
+                    raise ProtocolError(f"{who} sent {what} whose payload cannot be fetched here")
+                try:
+                    self._arrays = tuple(read_only(a) for a in fetch(self))
+                except ProtocolError as err:
+                    self._error = err
+                    raise
+            return self._arrays
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """`a`, no longer writeable: arrays that several receivers share."""
+    a.flags.writeable = False
+    return a
 
 
 class LocalHub:
@@ -82,9 +124,11 @@ class LocalHub:
             return self._taken[(src, dest)] > number
 
     def receive(self, src: int, dest: int, who: str, expect: Expect,
-                fetch_payload: Callable[[list], dict[str, np.ndarray]] | None = None) -> Message:
+                fetch_payload: Callable[[list], dict[str, np.ndarray]] | None = None,
+                fetch_shared: Callable[[SharedFrame, list], tuple[np.ndarray, ...]] | None = None) -> Message:
         """The next message from `src` to `dest`, checked against `expect`. A header that came
-        over MPI has its payload fetched by `fetch_payload(layout)`."""
+        over MPI has its payload fetched by `fetch_payload(layout)`, a shared one from another
+        rank by `fetch_shared(frame, layout)`."""
         frame = self.take(src, dest)
         what = f"{expect.kind} (round {expect.round})"
         if isinstance(frame, OversizedHeader):
@@ -93,9 +137,11 @@ class LocalHub:
         if isinstance(frame, bytes) and fetch_payload is not None:
             layout, meta = decode_header(frame, src, who, expect)
             arrays = fetch_payload(layout)
-        elif isinstance(frame, tuple):
-            header, payload = frame
+        elif isinstance(frame, (tuple, SharedFrame)):
+            header = frame.header if isinstance(frame, SharedFrame) else frame[0]
             layout, meta = decode_header(header, src, who, expect)
+            payload = frame.arrays(fetch_shared and (lambda f: fetch_shared(f, layout)), who, what) \
+                if isinstance(frame, SharedFrame) else frame[1]
             if len(payload) != len(layout) or any(str(a.dtype) != dtype or a.shape != shape
                                                    for (_, dtype, shape), a in zip(layout, payload)):
                 raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header")
@@ -117,19 +163,18 @@ class LocalHub:
 @dataclass(frozen=True)
 class _Queued(Pending):
     """An in-process send: its arrays were copied into the queue, so `wait` returns at once;
-    `done` once the receiver has taken it (a sender that bounds what it has in flight waits
+    `done` once every receiver has taken it (a sender that bounds what it has in flight waits
     for that: the copies live until then)."""
 
     hub: LocalHub
     src: int
-    dest: int
-    number: int
+    numbers: tuple[tuple[int, int], ...]  # (receiver, the frame's number from src to it)
 
     def wait(self) -> None:
         return None
 
     def done(self) -> bool:
-        return self.hub.taken(self.src, self.dest, self.number)
+        return all(self.hub.taken(self.src, dest, number) for dest, number in self.numbers)
 
 
 class LocalChannel(Channel):
@@ -141,7 +186,14 @@ class LocalChannel(Channel):
         self._bell = hub.bell(me)
 
     def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
-        return _Queued(self.hub, self.me, dest, self.hub.post(self.me, dest, header, arrays))
+        return _Queued(self.hub, self.me, ((dest, self.hub.post(self.me, dest, header, arrays)),))
+
+    def _post_all(self, dests: list[int], header: bytes, arrays: list[np.ndarray]) -> Pending:
+        frame = SharedFrame(header, len(arrays), tuple(read_only(np.array(a, copy=True)) for a in arrays))
+        return _Queued(self.hub, self.me, tuple((dest, self.hub.deliver(self.me, dest, frame)) for dest in dests))
+
+    def _processes(self, dests: list[int]) -> int:
+        return 1 if dests else 0
 
     def _arrived(self, source: int) -> bool:
         return self.hub.waiting(source, self.me)

@@ -11,12 +11,15 @@ queue of its (sender, receiver) pair, and rings the receiver's bell. So a rank's
 parties sleep on their bells instead of each polling MPI: 500 waiting silos on one rank
 polled MPI for 0.8 of a core (benchmarks/wire.py, "waiting parties"); the inbox alone
 polls, with the same back-off. MPI's non-overtaking rule keeps every payload right behind its
-header in the pair's queue. MPI calls of the threads of one rank go through one lock
+header in the pair's queue. A message to several parties of a rank (`isend_all`) travels
+once, on its sender's multicast tags: an envelope (the receivers, the payload count, the
+header), then its payloads; the inbox files one `SharedFrame` in each receiver's queue. MPI calls of the threads of one rank go through one lock
 (MPI_THREAD_SERIALIZED suffices), and none of them blocks.
 """
 from __future__ import annotations
 
 import threading
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,7 +29,7 @@ from mpi4py import MPI
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
 from .base import SERVER, Pending, PeerTimeout
 from .layout import RankLayout
-from .local import LocalChannel, LocalHub, OversizedHeader
+from .local import LocalChannel, LocalHub, OversizedHeader, SharedFrame
 
 __all__ = ["MpiChannel", "MpiInbox"]
 
@@ -44,6 +47,8 @@ PAYLOAD_MAX_SLEEP_S = 1e-3
 # replies polled every runtime.max_poll_sleep_ms and its 1,600 IFCA model messages of 420 KB
 # to 400 silos took 239 s a round.
 SENDING_MAX_SLEEP_S = 1e-3
+ENVELOPE_FIXED = 8            # a multicast envelope's receiver count and payload count (uint32 each)
+MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
 
 
 @dataclass(frozen=True)
@@ -66,13 +71,14 @@ class MpiInbox:
         self.rank = comm.Get_rank()
         if layout.world_size != comm.Get_size():
             raise ValueError(f"the layout has {layout.world_size} ranks, the communicator {comm.Get_size()}")
-        highest = 2 * layout.slots * layout.slots - 1
+        highest = self.multicast_tag(layout.slots - 1) + 1
         if highest > comm.Get_attr(MPI.TAG_UB):
             raise ValueError(f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
                              f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
         self._stop = threading.Event()
         self._nudged = threading.Event()
         self._sends: list[list[MPI.Request]] = []  # the rank's sends in flight (under mpi_lock)
+        self._filling: dict[int, deque[SharedFrame]] = defaultdict(deque)  # by sender: payloads to come
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
         self._thread.start()
 
@@ -96,6 +102,11 @@ class MpiInbox:
     def tag_of(self, src: int, dest: int) -> int:
         """The header tag of messages from `src` to `dest`; their payloads travel on tag + 1."""
         return 2 * (self.layout.slot_of(src) * self.layout.slots + self.layout.slot_of(dest))
+
+    def multicast_tag(self, src_slot: int) -> int:
+        """The envelope tag of messages from the party in slot `src_slot` to several parties of
+        a rank (after every pair's tags); their payloads travel on tag + 1."""
+        return 2 * (self.layout.slots * self.layout.slots + src_slot)
 
     def track(self, requests: list[MPI.Request]) -> None:
         """A send just posted (`mpi_lock` held): the inbox keeps MPI progressing it."""
@@ -132,17 +143,61 @@ class MpiInbox:
             if handle is None:
                 return False
             size, rank, tag = status.Get_count(MPI.BYTE), status.Get_source(), status.Get_tag()
-            src, dest = self._parties(rank, tag)
-            if tag % 2:
-                frame: object = RemotePayload(handle, size)
-            elif size > MAX_HEADER_BYTES:  # never read; the job fails on it
-                frame = OversizedHeader(size)
-            else:
-                raw = bytearray(size)
-                handle.Recv([raw, MPI.BYTE])
-                frame = bytes(raw)
-        self.hub.deliver(src, dest, frame)
+            deliveries = self._file_multicast(handle, size, rank, tag) if tag >= self.multicast_tag(0) \
+                else [(*self._parties(rank, tag), self._frame(handle, size, tag))]
+        for src, dest, frame in deliveries:
+            self.hub.deliver(src, dest, frame)
         return True
+
+    @staticmethod
+    def _frame(handle: MPI.Message, size: int, tag: int) -> object:
+        """What a pair's queue holds for a matched message (`mpi_lock` held): a payload's handle,
+        a header's bytes, or an `OversizedHeader`, never read."""
+        if tag % 2:
+            return RemotePayload(handle, size)
+        if size > MAX_HEADER_BYTES:  # the job fails on it
+            return OversizedHeader(size)
+        raw = bytearray(size)
+        handle.Recv([raw, MPI.BYTE])
+        return bytes(raw)
+
+    def _file_multicast(self, handle: MPI.Message, size: int, rank: int, tag: int) -> list[tuple[int, int, object]]:
+        """A payload: filed with the sender's oldest `SharedFrame` still missing some. An
+        envelope: its frame, and the (sender, receiver, frame) to deliver, one per receiver it
+        names (`mpi_lock` held). A malformed one fails the rank's inbox, naming the sender:
+        its receivers cannot be known."""
+        src_slot = (tag - self.multicast_tag(0)) // 2
+        senders = [SERVER] if rank == 0 else self.layout.silos_on(rank)
+        if src_slot >= len(senders):
+            raise ProtocolError(f"rank {rank} sent a message with tag {tag}, which names none of its parties")
+        src, who = senders[src_slot], self.layout.describe(senders[src_slot])
+        if tag % 2:
+            filling = self._filling[src]
+            if not filling:
+                raise ProtocolError(f"{who} sent a payload to several parties of rank {self.rank} without an envelope")
+            frame = filling[0]
+            frame.payloads.append(RemotePayload(handle, size))
+            if len(frame.payloads) == frame.expected_payloads:
+                filling.popleft()
+                frame.complete.set()
+            return []
+        receivers = [SERVER] if self.rank == 0 else self.layout.silos_on(self.rank)
+        if not ENVELOPE_FIXED <= size <= ENVELOPE_FIXED + 4 * len(receivers) + MAX_HEADER_BYTES:
+            raise ProtocolError(f"{who} sent an envelope of {size} bytes to rank {self.rank}")
+        raw = bytearray(size)
+        handle.Recv([raw, MPI.BYTE])
+        count, payloads = (int(x) for x in np.frombuffer(raw, dtype="<u4", count=2))
+        fits = 1 <= count <= len(receivers) and size >= ENVELOPE_FIXED + 4 * count
+        slots = np.frombuffer(raw, dtype="<u4", count=count, offset=ENVELOPE_FIXED) if fits else np.zeros(0)
+        if not (fits and payloads <= MAX_ENVELOPE_PAYLOADS and len(np.unique(slots)) == count
+                and slots.max() < len(receivers)):
+            raise ProtocolError(f"{who} sent an envelope of {size} bytes to rank {self.rank} for {count} receivers "
+                                f"{slots[:8].tolist()} with {payloads} payloads; expected 1 to {len(receivers)} "
+                                f"distinct slots below {len(receivers)} and at most {MAX_ENVELOPE_PAYLOADS} payloads")
+        frame = SharedFrame(bytes(raw[ENVELOPE_FIXED + 4 * count:]), payloads)
+        if payloads:
+            self._filling[src].append(frame)
+        return [(src, receivers[slot], frame) for slot in slots]
 
     def _parties(self, rank: int, tag: int) -> tuple[int, int]:
         """(sender, receiver) of a message from `rank` with `tag`; an error if none is."""
@@ -154,6 +209,27 @@ class MpiInbox:
             raise ProtocolError(f"rank {rank} sent a message with tag {tag}, which names no pair of its parties "
                                 f"and rank {self.rank}'s")
         return senders[src_slot], receivers[dest_slot]
+
+
+def envelope(receiver_slots: list[int], payloads: int, header: bytes) -> np.ndarray:
+    """A multicast's first buffer: receiver count and payload count (uint32, little-endian),
+    each receiver's slot on the rank, then the header."""
+    head = np.array([len(receiver_slots), payloads, *receiver_slots], dtype="<u4").view(np.uint8)
+    return np.concatenate([head, np.frombuffer(header, dtype=np.uint8)])
+
+
+class _AllSent(Pending):
+    """The parts of one message to several processes."""
+
+    def __init__(self, parts: list[Pending]) -> None:
+        self.parts = parts
+
+    def wait(self) -> None:
+        for part in self.parts:
+            part.wait()
+
+    def done(self) -> bool:
+        return all(part.done() for part in self.parts)
 
 
 class _MpiPending(Pending):
@@ -206,6 +282,27 @@ class MpiChannel(LocalChannel):
             self.inbox.track(requests)
         return _MpiPending(self, requests, buffers)
 
+    def _post_all(self, dests: list[int], header: bytes, arrays: list[np.ndarray]) -> Pending:
+        here = [d for d in dests if not self._remote(d)]
+        parts = [super()._post_all(here, header, arrays)] if here else []
+        by_rank: dict[int, list[int]] = defaultdict(list)
+        for d in dests:
+            if self._remote(d):
+                by_rank[self.layout.rank_of(d)].append(self.layout.slot_of(d))
+        tag = self.inbox.multicast_tag(self.layout.slot_of(self.me))
+        payloads = [a.reshape(-1).view(np.uint8) for a in arrays]
+        for rank, slots in by_rank.items():
+            buffers = [envelope(slots, len(arrays), header), *payloads]
+            with self.mpi_lock:
+                requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
+                requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in payloads]
+                self.inbox.track(requests)
+            parts.append(_MpiPending(self, requests, buffers))
+        return _AllSent(parts)
+
+    def _processes(self, dests: list[int]) -> int:
+        return len({self.layout.rank_of(d) for d in dests})
+
     def _awaiting(self, sources: list[int]) -> None:
         if any(self._remote(s) for s in sources):
             self.inbox.nudge()
@@ -214,7 +311,38 @@ class MpiChannel(LocalChannel):
         """From the hub either way: an in-process frame carries its arrays, a header from
         another rank has them fetched from MPI."""
         return self.hub.receive(source, self.me, self.describe(source), expect,
-                                lambda layout: self._payload(source, expect, layout))
+                                lambda layout: self._payload(source, expect, layout),
+                                lambda frame, layout: self._shared_payload(source, expect, frame, layout))
+
+    def _shared_payload(self, source: int, expect: Expect, frame: SharedFrame,
+                        layout: list[tuple[str, str, tuple[int, ...]]]) -> tuple[np.ndarray, ...]:
+        """The arrays of a message to several parties of this rank, fetched once: its payloads,
+        filed by the inbox behind its envelope, each checked against its declared size."""
+        who = self.describe(source)
+        what = f"{expect.kind} (round {expect.round})"
+        self._await_payload(frame.complete.is_set, who, what)
+        arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
+        if len(frame.payloads) != len(arrays) or any(p.size != a.nbytes for p, a in zip(frame.payloads, arrays)):
+            raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
+                                f"{[p.size for p in frame.payloads]} bytes, header declared {[a.nbytes for a in arrays]}")
+        with self.mpi_lock:
+            requests = [p.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]) for p, a in zip(frame.payloads, arrays)]
+
+        def arrived() -> bool:
+            with self.mpi_lock:
+                return MPI.Request.Testall(requests)
+
+        self._await_payload(arrived, who, what)
+        return tuple(arrays)
+
+    def _await_payload(self, ready: Callable[[], bool], who: str, what: str) -> None:
+        """Wait for a payload that an honest peer posted right behind its header."""
+        try:
+            self._wait(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s,
+                       min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
+        except PeerTimeout:
+            raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "
+                                f"{self.payload_timeout_s:g} s") from None
 
     def _payload(self, source: int, expect: Expect, layout: list[tuple[str, str, tuple[int, ...]]]
                  ) -> dict[str, np.ndarray]:
@@ -226,12 +354,7 @@ class MpiChannel(LocalChannel):
         requests: list[MPI.Request] = []
 
         def wait(ready: Callable[[], bool]) -> None:
-            try:
-                self._wait(ready, lambda: f"the payload of {expect.kind} from {who}", self.payload_timeout_s,
-                           min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
-            except PeerTimeout:  # an honest peer posts the payload right behind the header
-                raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "
-                                    f"{self.payload_timeout_s:g} s") from None
+            self._await_payload(ready, who, what)
 
         def arrived() -> bool:
             with self.mpi_lock:

@@ -110,6 +110,9 @@ def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:
 
 
 def load_arrays(module: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    """Load received arrays into the module (names and shapes were checked on receipt)."""
+    """Load received arrays into the module (names and shapes were checked on receipt). Arrays
+    that several silos share are read-only: torch takes those as a copy (it has no read-only
+    tensors), the others as they are."""
     device = next(module.parameters()).device
-    module.load_state_dict({k: torch.from_numpy(v).to(device) for k, v in arrays.items()}, strict=True)
+    module.load_state_dict({k: (torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)).to(device)
+                            for k, v in arrays.items()}, strict=True)

@@ -1,8 +1,9 @@
 """Run under `mpirun -n 2`. Part 1 (rank 1 hosts silo 0): silo 0 sends malformed raw messages
 on the MPI wire, the server must reject each one with an error naming the sender, the kind
 and the round. Part 2 (rank 1 hosts silos 0-2, one thread each): co-located silos and the
-server exchange messages concurrently and every one reaches the right party. Rank 0 prints
-a JSON report."""
+server exchange messages concurrently and every one reaches the right party. Part 3: messages
+to several parties (`isend_all`) arrive once per rank, shared read-only, and malformed
+envelopes end the wait with an error naming the sender. Rank 0 prints a JSON report."""
 import json
 import threading
 import time
@@ -10,8 +11,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from cfl_mpi.channel import SERVER, LocalHub, PeerTimeout, RankLayout
-from cfl_mpi.channel.mpi import MpiChannel, MpiInbox
+from cfl_mpi.channel import SERVER, ChannelClosed, LocalHub, PeerTimeout, RankLayout
+from cfl_mpi.channel.mpi import MpiChannel, MpiInbox, envelope
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 
 world = MPI.COMM_WORLD
@@ -138,11 +139,91 @@ def silos_sharing_a_rank(report):
     world.Barrier()
 
 
+def gather_to_server(report, key, rows):
+    """Rank 1's (n, k) int64 rows into report[key] on rank 0 (on `world`: no inbox there)."""
+    if world.Get_rank() == 1:
+        world.Send([np.asarray(rows, dtype=np.int64), MPI.INT64_T], dest=0, tag=998)
+    else:
+        buf = np.empty(np.shape(rows), dtype=np.int64)
+        world.Recv([buf, MPI.INT64_T], source=1, tag=998)
+        report[key] = buf.tolist()
+    world.Barrier()
+
+
+def to_several(report):
+    """The server sends silos 0-2 (all on rank 1) one message; silo 0 sends the server and
+    silos 1-2 one. Per silo: (sum received from the server, writeable, shares memory with silo
+    0's copy, sum received from silo 0)."""
+    layout, comm = RankLayout(3, 1), world.Dup()
+    w = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    rows = [[0, 0, 0, 0]] * 3
+    with inbox(layout, comm) as box:
+        if world.Get_rank() == 0:
+            server = channel(SERVER, box)
+            server.isend_all([0, 1, 2], MODEL, 1, w).wait()
+            msg = server.recv(0, Expect.like(EVAL, 1, w))
+            report["to_several"] = {"server_got": float(msg.arrays["w"].sum()),
+                                    "server_bytes": server.sent_bytes["test_model"]}
+        else:
+            channels = {c: channel(c, box) for c in range(3)}
+            got = {}
+
+            def silo(c):
+                ch = channels[c]
+                if c == 0:
+                    ch.isend_all([SERVER, 1, 2], EVAL, 1, {"w": 2 * w["w"]}).wait()
+                got[c] = ch.recv(SERVER, Expect.like(MODEL, 1, w)).arrays["w"]
+                if c:
+                    got[(c, 0)] = ch.recv(0, Expect.like(EVAL, 1, w)).arrays["w"]
+
+            threads = [threading.Thread(target=silo, args=(c,)) for c in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            rows = [[int(got[c].sum()), int(got[c].flags.writeable), int(np.shares_memory(got[c], got[0])),
+                     int(got[(c, 0)].sum()) if c else -1] for c in range(3)]
+        comm.Barrier()
+    gather_to_server(report, "to_several_silos", rows)
+
+
+def bad_envelopes(report):
+    """Silo 0 (rank 1) sends malformed messages on its multicast tags to the server."""
+    layout = RankLayout(1, 1)
+    good = encode_header(UPDATE, 4, 0, GOOD, {"n_samples": 10})
+    cases = {
+        "envelope_bad_receiver": ([3], 1, good, [GOOD["w"]]),
+        "envelope_repeated_receiver": ([0, 0], 1, good, [GOOD["w"]]),
+        "envelope_short_payload": ([0], 1, good, [np.ones(4, np.float32)]),
+        "envelope_wrong_kind": ([0], 1, encode_header(EVAL, 4, 0, GOOD, {"n_samples": 10}), [GOOD["w"]]),
+        "envelope_without_payload": ([0], 1, good, []),
+        "payload_without_envelope": (None, 0, b"", [GOOD["w"]]),
+    }
+    for name, (slots, payloads, header, arrays) in cases.items():
+        comm = world.Dup()
+        with inbox(layout, comm) as box:
+            if world.Get_rank() == 1:
+                tag = box.multicast_tag(0)
+                if slots is not None:
+                    comm.Send([envelope(slots, payloads, header), MPI.BYTE], dest=0, tag=tag)
+                for a in arrays:
+                    comm.Send([a.view(np.uint8), MPI.BYTE], dest=0, tag=tag + 1)
+            else:
+                try:
+                    channel(SERVER, box, timeout_s=10.0).recv(0, EXPECT)
+                    report[name] = {"ok": True}
+                except (ProtocolError, ChannelClosed) as err:
+                    report[name] = {"ok": False, "error": str(err)}
+            comm.Barrier()
+
+
 def main():
     report = {}
     bad_messages(report)
     idle_wait_and_timeout(report)
     silos_sharing_a_rank(report)
+    to_several(report)
+    bad_envelopes(report)
     if world.Get_rank() == 0:
         print(json.dumps(report), flush=True)
 
