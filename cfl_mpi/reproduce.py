@@ -8,9 +8,10 @@ the paper's figures (cfl_mpi/paper_figures.py) beside ours, mean ± std over the
 and `accuracy_per_round.png`: every method's average accuracy per round, one panel per
 data set, all methods on the same axes.
 
-`--scale small` runs here, in minutes: the rotated sets on the real MNIST test split (the
-configs' `data/mnist`, fetched on first use, or --set data.root=...), backdoor MNIST on the same split, fewer
-silos and rounds; CIFAR-10 blocks are listed as not run. `--scale paper` is the paper's
+`--scale small` runs here (5 to 50 minutes a table and seed on 2 cores): the rotated sets on
+the real MNIST test split (the configs' `data/mnist`, fetched on first use, or --set
+data.root=...), backdoor MNIST on the same split, fewer silos and rounds; CIFAR-10 blocks are
+listed as not run. `--scale paper` is the paper's
 configs (configs/*.yaml: 40/30/15 silos, T = 10, E = 10) for a GPU cluster: it prints the
 sbatch line, and runs only with `--run` (inside that allocation).
 """
@@ -113,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cfl_mpi.reproduce", description=DESCRIPTION)
     parser.add_argument("table", help=f"paper table: {', '.join(TABLES)} (E4 = 6)")
     parser.add_argument("--scale", choices=("small", "paper"), default="small",
-                        help="small: minutes on this machine (MNIST test split, fewer silos and rounds); paper: the "
+                        help="small: 5 to 50 minutes a seed on 2 cores (MNIST test split, fewer silos and rounds); paper: the "
                              "paper's configs, for a GPU cluster (prints the sbatch line; runs with --run)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder (default: runs/reproduce_<TABLE>_<scale>)")
