@@ -22,7 +22,7 @@ from .channel import SERVER, LocalHub, RankLayout, party_name
 from .cli import EXIT_CONFIG, announce, count, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError, check_world
 from .results import record_failure
-from .runtime.compute import ComputeGate
+from .runtime.compute import ComputePool
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement, wait_quietly
 from .runtime.stop import StopRequest, defer_stop_signals, ignore_stop_signals, release_stop_signals
@@ -99,15 +99,15 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) 
 
     torch.set_num_threads(placement.threads)
     device = select_device(placement)
-    gate = ComputeGate.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos)
-    if len(channels) == 1:
-        (silo, channel), = channels.items()
-        run_silo(cfg, channel, device, silo, gate)
-        return
-    threads = PartyThreads(hub)
-    for silo, channel in channels.items():
-        threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo, gate))
-    threads.join()
+    with ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos) as compute:
+        if len(channels) == 1:
+            (silo, channel), = channels.items()
+            run_silo(cfg, channel, device, silo, compute)
+            return
+        threads = PartyThreads(hub)
+        for silo, channel in channels.items():
+            threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo, compute))
+        threads.join()
 
 
 def cli(argv: list[str] | None = None) -> None:

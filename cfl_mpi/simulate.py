@@ -16,7 +16,7 @@ from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
 from .cli import announce, config_error, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError
 from .results import record_failure
-from .runtime.compute import ComputeGate
+from .runtime.compute import ComputePool
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.stop import StopRequest
 
@@ -41,20 +41,19 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     cores = usable_cores()
     threads = max(1, cores // cfg.silos)
     torch.set_num_threads(threads)
-    gate = ComputeGate.for_share(cores, threads, cfg.silos, cfg.silos)
     device = device_for(0)
     hub = LocalHub()
 
     def channel(address: int) -> LocalChannel:
         return LocalChannel(address, hub, cfg.runtime.message_timeout_s, cfg.runtime.max_poll_sleep_ms / 1000)
 
-    with threadpool_limits(threads):
+    with threadpool_limits(threads), ComputePool.for_share(cores, threads, cfg.silos, cfg.silos) as compute:
         # the server first: θ(0) is drawn before any silo thread exists
         server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume,
                               cores)
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
-            parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, gate))
+            parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, compute))
         try:
             summary = server.run()
         except ChannelClosed:

@@ -50,6 +50,7 @@ def train_local(model: nn.Module, x: Array, y: Array, cfg: TrainConfig,
             loss = loss_fn(model(xs[idx].to(device, non_blocking=True)), ys[idx].to(device, non_blocking=True))
             loss.backward()
             optimiser.step()
+    optimiser.zero_grad(set_to_none=True)  # a model's worth of gradients per silo, kept for nothing
 
 
 @torch.no_grad()

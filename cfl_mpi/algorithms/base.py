@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # torch-side types; the server half never needs them
     from ..data import SiloData
 
 Model = dict[str, np.ndarray]
+T = TypeVar("T")
 
 # The kinds every round exchanges, whatever the strategy (SPEC's table; the runtime sends them).
 CONTROL = message_kind("control")  # server → silo: what to do in a round (train, evaluate, wait, stop)
@@ -62,6 +63,11 @@ class ServerRound:
     facts: dict[str, Any] = field(default_factory=dict)  # JSON facts of the strategy's round, recorded (e.g. a pair plan)
 
 
+def compute_inline(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+    """`SiloRound.compute` of a silo that computes in its own thread (unit tests)."""
+    return fn(*args, **kwargs)
+
+
 @dataclass
 class SiloRound:
     """What a silo offers its half of a strategy: its model, data and a line to its peers."""
@@ -74,9 +80,9 @@ class SiloRound:
     device: Any
     silos: int            # silos in the run: peers are 0..silos-1
     first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
-    # entered around a torch computation (never around a wait): the silos of a process take
-    # turns at the cores, so that peak memory is a few silos' activations (runtime/compute.py)
-    compute: AbstractContextManager[Any] = field(default_factory=nullcontext)
+    # `compute(fn, *args)` runs a torch computation (never a wait) and returns its result: on
+    # the process's few compute workers, which its silos share (runtime/compute.py)
+    compute: Callable[..., Any] = field(default=compute_inline)
     # wall seconds of the protocol's `steps` this round, reported to the server with the evaluation
     step_seconds: dict[str, float] = field(default_factory=dict)
 

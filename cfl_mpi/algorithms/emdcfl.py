@@ -388,10 +388,11 @@ class OwnSample:
     """What a silo measures every pair of a round with: its own sample embedded by its own
     model, the data its partners' models embed, and its reference and noise."""
 
-    x_cross: np.ndarray   # what partners' models embed: the training sample, or a validation sample
-    z_own: np.ndarray     # Z_{c|c}
-    z_val: np.ndarray     # Z^val_{c|c}
-    tau: float | None     # τ_c, or None when it is taken per pair (`tau_projection: pair`)
+    images: np.ndarray      # the silo's training or validation images ...
+    cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
+    z_own: np.ndarray       # Z_{c|c}
+    z_val: np.ndarray       # Z^val_{c|c}
+    tau: float | None       # τ_c, or None when it is taken per pair (`tau_projection: pair`)
     noise: float
     embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
 
@@ -446,16 +447,18 @@ class EmdCflSilo(SiloProtocol):
         d = ctx.data
         n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
             min(sample_size(s, len(d.y_train)), len(d.y_val))
-        x_sample = d.x_train[np.sort(rng.choice(len(d.y_train), n, replace=False))]
-        x_cross = x_sample if s.partner_sample == "train" else d.x_val[np.sort(rng.choice(len(d.y_val), n, False))]
+        rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
+        x_sample = d.x_train[rows]
+        images, cross_rows = (d.x_train, rows) if s.partner_sample == "train" else \
+            (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
                                batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
-        with timed(ctx.step_seconds, "embedding"), ctx.compute:
-            z_own = embed_as_set(ctx.model.embedding, x_sample)
-            z_val = embed_as_set(ctx.model.embedding, d.x_val[: s.sample_cap])
+        with timed(ctx.step_seconds, "embedding"):
+            z_own = ctx.compute(embed_as_set, ctx.model.embedding, x_sample)
+            z_val = ctx.compute(embed_as_set, ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
             tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
-        return OwnSample(x_cross, z_own, z_val, tau, noise, embed_as_set)
+        return OwnSample(images, cross_rows, z_own, z_val, tau, noise, embed_as_set)
 
     def _report(self, ctx: SiloRound, own: OwnSample,
                 projected: Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]) -> None:
@@ -515,7 +518,7 @@ class EmdCflSilo(SiloProtocol):
                  roles: dict[int, int]) -> Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]:
         """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c', both projected by the pair's R:
         Z_{c|c}R where this silo serves c' (at once where it only serves), Z_{c|c'}R — own
-        data (`own.x_cross`: the training or the validation sample) embedded with c''s model in
+        data (`own.cross_rows`: of the training or the validation sample) embedded with c''s model in
         the mode and batches of z_own — where it measures, as c''s ω arrives; None for the
         other. τ the silo's, or the pair's own through R (`tau_projection: pair`; 0 where it
         only measures: τ belongs to W[c][c'])."""
@@ -530,6 +533,13 @@ class EmdCflSilo(SiloProtocol):
                 pair_reference(zr_own, own.z_val, r, self.cfg.strategy) if zr_own is not None else 0.0
             return p, zr_own, None if z_cross is None else z_cross @ r, tau
 
+        def embed_under(omega: dict[str, np.ndarray]) -> np.ndarray:
+            """Own data embedded by a model holding the partner's ω, which exists only while it
+            embeds: as many in the process as it has compute workers, not one per silo."""
+            borrowed = copy.deepcopy(ctx.model.embedding)
+            load_arrays(borrowed, omega)
+            return own.embed_as_set(borrowed, own.images[own.cross_rows])
+
         for p in [p for p, role in roles.items() if role == SERVE]:
             yield projected(p, None)
         while True:
@@ -538,11 +548,7 @@ class EmdCflSilo(SiloProtocol):
             if swapped is None:
                 return
             p, theirs = swapped
-            with timed(ctx.step_seconds, "embedding"), ctx.compute:
-                # a model to hold the partner's ω only while it embeds: at most the gate's
-                # slots of them exist in the process, not one per silo
-                borrowed = copy.deepcopy(ctx.model.embedding)
-                load_arrays(borrowed, theirs)
-                z_cross = own.embed_as_set(borrowed, own.x_cross)  # Z_{c|c'}: own data, partner's model
-                del borrowed, theirs, swapped
+            with timed(ctx.step_seconds, "embedding"):
+                z_cross = ctx.compute(embed_under, theirs)  # Z_{c|c'}: own data, partner's model
+            del theirs, swapped
             yield projected(p, z_cross)

@@ -107,8 +107,7 @@ class FedWaDClusteringSilo(SiloProtocol):
         if s.space == "embedding":
             from ..training import embed  # torch: silo side only
 
-            with ctx.compute:
-                points = embed(ctx.model.embedding, sample, ctx.device)  # g of θ(0): nothing trained yet
+            points = ctx.compute(embed, ctx.model.embedding, sample, ctx.device)  # g of θ(0): nothing trained yet
         else:
             points = sample.reshape(len(sample), -1)
         mine = uniform_measure(points)

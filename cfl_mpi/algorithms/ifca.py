@@ -91,7 +91,8 @@ class Ifca(Strategy):
         return models
 
     def _broadcast(self, ctx: ServerRound, model: Model, k: int) -> list:
-        return [ctx.channel.isend(c, MODEL, ctx.round, model, cluster=k, clusters=self.k) for c in ctx.participants]
+        """Model k to every participant: once per rank, shared there (Channel.isend_all)."""
+        return [ctx.channel.isend_all(ctx.participants, MODEL, ctx.round, model, cluster=k, clusters=self.k)]
 
     def _assign(self, ctx: ServerRound) -> None:
         """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
@@ -157,10 +158,6 @@ class Ifca(Strategy):
 class IfcaSilo(SiloProtocol):
     """Silo half: evaluates the cluster models on its training data, trains the best one."""
 
-    def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg)
-        self._scratch = None
-
     def _models(self, ctx: SiloRound, what: str):
         """Receive the round's models 0..K-1 in order, yielding (k, arrays)."""
         from ..models import state_arrays
@@ -182,11 +179,14 @@ class IfcaSilo(SiloProtocol):
         from ..models import load_arrays
         from ..training import evaluate
 
-        if self._scratch is None:
-            self._scratch = copy.deepcopy(ctx.model)
-        with ctx.compute:
-            load_arrays(self._scratch, arrays)
-            loss = evaluate(self._scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
+        def loss_of_model() -> float:
+            """On a model that exists only while it evaluates: as many in the process as it has
+            compute workers, not one per silo."""
+            scratch = copy.deepcopy(ctx.model)
+            load_arrays(scratch, arrays)
+            return evaluate(scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
+
+        loss = ctx.compute(loss_of_model)
         return loss if np.isfinite(loss) else HUGE_LOSS
 
     def _seeding_round(self, ctx: SiloRound) -> bool:
@@ -204,7 +204,7 @@ class IfcaSilo(SiloProtocol):
         table = np.asarray(losses, dtype=np.float64)
         choice = int(ifca_assign(table[None, :])[0])
         ctx.channel.send(SERVER, LOSSES, ctx.round, {"losses": table}, cluster=choice)
-        load_arrays(ctx.model, models[choice])  # train the chosen cluster's model
+        ctx.compute(load_arrays, ctx.model, models[choice])  # train the chosen cluster's model
 
     def after_training(self, ctx: SiloRound) -> None:
         if not self._seeding_round(ctx):

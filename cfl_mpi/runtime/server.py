@@ -6,6 +6,7 @@ and in the in-process simulator."""
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from ..algorithms import REGISTRY
 from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
-from ..channel import Channel, wait_all
+from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..data import backdoor_targets, num_classes, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
@@ -121,7 +122,7 @@ class Server:
         first = {c for c in training if c not in self.trained}
         wait_all([channel.isend(c, CONTROL, t, action=TRAIN if c in training else EVALUATE if c in here else WAIT,
                                 model=int(c in needs_model), first=int(c in first)) for c in range(cfg.silos)])
-        wait_all([channel.isend(c, MODEL, t - 1, self.start_models[c], cluster=-1) for c in sorted(needs_model)])
+        wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
 
         phases: dict[str, float] = {}
         updates, n_samples = {}, {}
@@ -148,7 +149,7 @@ class Server:
         flagged = [d for d in ctx.decisions if d.action != "accepted"]
         for d in flagged:
             print(f"round {t}: {d.action} the update of {channel.describe(d.silo)}: {d.reason}", flush=True)
-        sends = [channel.isend(c, MODEL, t, self.start_models[c], cluster=int(clusters[c])) for c in here]
+        sends = self.send_models(t, here, clusters)
         phases["aggregation"] = time.monotonic() - t0
 
         t0 = time.monotonic()
@@ -173,6 +174,15 @@ class Server:
               f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
               + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
         return record
+
+    def send_models(self, t: int, silos: list[int], clusters: np.ndarray) -> list[Pending]:
+        """Each silo's start model of round t + 1 and its cluster: one message per distinct model
+        and cluster, which travels once per rank and is shared there (Channel.isend_all)."""
+        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for c in silos:
+            groups[(id(self.start_models[c]), int(clusters[c]))].append(c)
+        return [self.channel.isend_all(members, MODEL, t, self.start_models[members[0]], cluster=k)
+                for (_, k), members in groups.items()]
 
     def evaluations(self, t: int, here: list[int]) -> dict:
         """Every present silo's accuracy on its test set, and the bytes every party sent."""

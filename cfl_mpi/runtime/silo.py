@@ -15,7 +15,7 @@ from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import build_silo_data, num_classes
 from ..wire.messages import Expect, ProtocolError
-from .compute import ComputeGate
+from .compute import ComputePool
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 
 __all__ = ["InjectedExit", "InjectedFault", "run_silo"]
@@ -58,27 +58,28 @@ def inject_fault(cfg: Config, silo: int, round: int, channel: Channel) -> None:
     raise InjectedFault(f"silo {silo} fails in round {round} (runtime.fault)")
 
 
-def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, gate: ComputeGate) -> None:
-    """The silo's rounds until the server says stop; its computations pass `gate` (compute.py)."""
+def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool) -> None:
+    """The silo's rounds until the server says stop; it computes on `compute` (compute.py)."""
     import torch
 
     from ..models import build_model, load_arrays, state_arrays
     from ..training import evaluate, to_device, train_local
 
     data = build_silo_data(cfg, silo)
-    model = build_model(cfg, num_classes(cfg), load_weights=False).to(device)  # weights come from the server
+    # weights come from the server; torch runs on the compute workers only (compute.py)
+    model = compute(lambda: build_model(cfg, num_classes(cfg), load_weights=False).to(device))
     # the sets training and evaluation use every round, on the device once (where they fit)
-    x_train, y_train, x_test, y_test = (to_device(a, device)
+    x_train, y_train, x_test, y_test = (compute(to_device, a, device)
                                         for a in (data.x_train, data.y_train, data.x_test, data.y_test))
-    backdoor_set = None if data.x_backdoor is None else (to_device(data.x_backdoor, device),
-                                                         to_device(data.y_backdoor, device))
+    backdoor_set = None if data.x_backdoor is None else (compute(to_device, data.x_backdoor, device),
+                                                         compute(to_device, data.y_backdoor, device))
     spec = REGISTRY[cfg.strategy.name]
     protocol = spec.silo(cfg)
     template = state_arrays(model)
 
     def receive_model(round: int) -> None:
         msg = channel.recv(SERVER, Expect.like(MODEL, round, template, {"cluster": int}))
-        load_arrays(model, protocol.decode_model(msg.arrays, round))
+        compute(load_arrays, model, protocol.decode_model(msg.arrays, round))
 
     t = channel.recv(SERVER, hello_expect()).meta["next_round"]
     reported: Counter[str] = Counter()
@@ -95,22 +96,20 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, gate: Comput
                 receive_model(t - 1)
         if action == TRAIN:
             ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.meta["first"]),
-                            compute=gate)
+                            compute=compute)
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
             fault = fault_of(cfg, silo, t)
             start = {k: v.copy() for k, v in state_arrays(model).items()} if fault == "scaled_update" else {}
-            with gate:
-                train_local(model, x_train, y_train, cfg.train, torch.Generator().manual_seed(seed), device)
+            compute(train_local, model, x_train, y_train, cfg.train, torch.Generator().manual_seed(seed), device)
             trained, n_samples = hostile_update(state_arrays(model), len(data.y_train), fault, start)
             send_update(channel, t, protocol.encode_update(trained, t), n_samples, fault)
             protocol.after_training(ctx)
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
-            with gate:
-                accuracy, loss = evaluate(model, x_test, y_test, device)
-                backdoor = {} if backdoor_set is None else {"backdoor_acc": evaluate(model, *backdoor_set, device)[0]}
+            accuracy, loss = compute(evaluate, model, x_test, y_test, device)
+            backdoor = {} if backdoor_set is None else {"backdoor_acc": compute(evaluate, model, *backdoor_set, device)[0]}
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in spec.all_kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
             timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}
