@@ -13,7 +13,6 @@ soon as it has trained rather than when the slowest silo has; and a silo takes i
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
@@ -522,7 +521,7 @@ class EmdCflSilo(SiloProtocol):
         the mode and batches of z_own — where it measures, as c''s ω arrives; None for the
         other. τ the silo's, or the pair's own through R (`tau_projection: pair`; 0 where it
         only measures: τ belongs to W[c][c'])."""
-        from ..models import load_arrays
+        from ..models import load_arrays, scratch_copy
 
         dim_z, dim_r = own.z_own.shape[1], projected_dim(self.cfg)
 
@@ -534,9 +533,9 @@ class EmdCflSilo(SiloProtocol):
             return p, zr_own, None if z_cross is None else z_cross @ r, tau
 
         def embed_under(omega: dict[str, np.ndarray]) -> np.ndarray:
-            """Own data embedded by a model holding the partner's ω, which exists only while it
-            embeds: as many in the process as it has compute workers, not one per silo."""
-            borrowed = copy.deepcopy(ctx.model.embedding)
+            """Own data embedded by a model holding the partner's ω: the compute worker's own
+            scratch copy, so there are as many in the process as workers, not one per silo."""
+            borrowed = scratch_copy(ctx.model.embedding)
             load_arrays(borrowed, omega)
             return own.embed_as_set(borrowed, own.images[own.cross_rows])
 

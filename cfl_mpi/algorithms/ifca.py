@@ -22,7 +22,6 @@ Initialisation (`strategy.init`):
 """
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 
@@ -176,13 +175,13 @@ class IfcaSilo(SiloProtocol):
             k += 1
 
     def _loss(self, ctx: SiloRound, arrays: dict[str, np.ndarray]) -> float:
-        from ..models import load_arrays
+        from ..models import load_arrays, scratch_copy
         from ..training import evaluate
 
         def loss_of_model() -> float:
-            """On a model that exists only while it evaluates: as many in the process as it has
-            compute workers, not one per silo."""
-            scratch = copy.deepcopy(ctx.model)
+            """On the compute worker's own scratch model: as many in the process as workers,
+            not one per silo."""
+            scratch = scratch_copy(ctx.model)
             load_arrays(scratch, arrays)
             return evaluate(scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
 

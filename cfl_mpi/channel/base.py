@@ -122,7 +122,8 @@ class Channel(ABC):
         found: list[int] = []
 
         def any_ready() -> bool:
-            found[:] = [s for s in sources if self._arrived(s)][:1]
+            first = self.ready(sources)
+            found[:] = [] if first is None else [first]
             return bool(found)
 
         names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")

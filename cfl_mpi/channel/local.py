@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,7 @@ class LocalHub:
         self._queues: dict[tuple[int, int], deque[Frame]] = defaultdict(deque)
         self._posted: Counter[tuple[int, int]] = Counter()  # frames queued, per (src, dest)
         self._taken: Counter[tuple[int, int]] = Counter()   # frames taken by the receiver
+        self._senders: dict[int, set[int]] = defaultdict(set)  # per receiver: whose queues hold frames
         self._bells: dict[int, threading.Event] = {}
         self.failure: str | None = None
 
@@ -101,10 +102,17 @@ class LocalHub:
         """Queue a frame for `dest` and ring its bell; the frame's number (see `taken`)."""
         with self._lock:
             self._queues[(src, dest)].append(frame)
+            self._senders[dest].add(src)
             number = self._posted[(src, dest)]
             self._posted[(src, dest)] += 1
         self.bell(dest).set()
         return number
+
+    def senders(self, dest: int) -> frozenset[int]:
+        """Whose frames wait for `dest` (a server waiting on thousands of silos looks here once,
+        not once per silo)."""
+        with self._lock:
+            return frozenset(self._senders.get(dest, ()))
 
     def waiting(self, src: int, dest: int) -> bool:
         with self._lock:
@@ -113,7 +121,10 @@ class LocalHub:
     def take(self, src: int, dest: int) -> Frame:
         """The next frame from `src` to `dest`; rings the sender's bell (it may wait for this)."""
         with self._lock:
-            frame = self._queues[(src, dest)].popleft()
+            queue = self._queues[(src, dest)]
+            frame = queue.popleft()
+            if not queue:
+                self._senders[dest].discard(src)
             self._taken[(src, dest)] += 1
         self.bell(src).set()
         return frame
@@ -197,6 +208,10 @@ class LocalChannel(Channel):
 
     def _arrived(self, source: int) -> bool:
         return self.hub.waiting(source, self.me)
+
+    def ready(self, sources: Iterable[int]) -> int | None:
+        senders = self.hub.senders(self.me)
+        return next((s for s in sources if s in senders), None) if senders else None
 
     def _receive(self, source: int, expect: Expect) -> Message:
         return self.hub.receive(source, self.me, self.describe(source), expect)

@@ -77,7 +77,7 @@ class MpiInbox:
                              f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
         self._stop = threading.Event()
         self._nudged = threading.Event()
-        self._sends: list[list[MPI.Request]] = []  # the rank's sends in flight (under mpi_lock)
+        self._sends: list[MPI.Request] = []  # the rank's sends in flight (under mpi_lock)
         self._filling: dict[int, deque[SharedFrame]] = defaultdict(deque)  # by sender: payloads to come
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
         self._thread.start()
@@ -110,13 +110,16 @@ class MpiInbox:
 
     def track(self, requests: list[MPI.Request]) -> None:
         """A send just posted (`mpi_lock` held): the inbox keeps MPI progressing it."""
-        self._sends.append(requests)
+        self._sends.extend(requests)
         self._nudged.set()
 
     def _sending(self) -> bool:
-        """Whether a send of the rank is still in flight (testing them progresses them)."""
+        """Whether a send of the rank is still in flight (testing them progresses them). One
+        Testsome for all: a Testall per message cost 13 ms a poll with 2,000 sends in flight."""
         with self.mpi_lock:
-            self._sends = [r for r in self._sends if not MPI.Request.Testall(r)]
+            if self._sends:
+                MPI.Request.Testsome(self._sends)  # completed ones become null
+                self._sends = [r for r in self._sends if r]
             return bool(self._sends)
 
     def _run(self) -> None:
