@@ -74,6 +74,11 @@ def test_a_message_to_several_silos_of_a_rank_arrives_once_shared_read_only(repo
     assert report["to_several_silos"] == [[15, 0, 1, -1], [15, 0, 1, 30], [15, 0, 1, 30]]
 
 
+def test_large_payloads_arrive_intact_directly_and_to_several(report):
+    direct, shared, sent = report["large"]
+    assert direct == shared == sent
+
+
 @pytest.mark.parametrize("case,words", [
     ("envelope_bad_receiver", "receivers [3]"),
     ("envelope_repeated_receiver", "for 2 receivers"),

@@ -217,6 +217,24 @@ def bad_envelopes(report):
             comm.Barrier()
 
 
+def large_payloads(report):
+    """Payloads over EAGER_PAYLOAD_BYTES stay in MPI until their receiver takes them: silo 0
+    sends the server a 360 KB array directly and as a message to several parties."""
+    layout, comm = RankLayout(1, 1), world.Dup()
+    big = {"w": np.arange(300 * 300, dtype=np.float32).reshape(300, 300)}
+    with inbox(layout, comm) as box:
+        if world.Get_rank() == 1:
+            ch = channel(0, box)
+            ch.send(SERVER, UPDATE, 4, big)
+            ch.isend_all([SERVER], EVAL, 4, big).wait()
+        else:
+            server = channel(SERVER, box)
+            direct = server.recv(0, Expect.like(UPDATE, 4, big)).arrays["w"]
+            shared = server.recv(0, Expect.like(EVAL, 4, big)).arrays["w"]
+            report["large"] = [float(direct.sum()), float(shared.sum()), float(big["w"].sum())]
+        comm.Barrier()
+
+
 def main():
     report = {}
     bad_messages(report)
@@ -224,6 +242,7 @@ def main():
     silos_sharing_a_rank(report)
     to_several(report)
     bad_envelopes(report)
+    large_payloads(report)
     if world.Get_rank() == 0:
         print(json.dumps(report), flush=True)
 
