@@ -49,39 +49,14 @@ PAYLOAD_MAX_SLEEP_S = 1e-3
 SENDING_MAX_SLEEP_S = 1e-3
 ENVELOPE_FIXED = 8            # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
-# Payloads up to this size are received by the inbox as it matches them (as headers are: the
-# bound is the same), larger ones when their receiver has checked the header.
-EAGER_PAYLOAD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
 class RemotePayload:
-    """A payload matched by the inbox: `size` bytes, received already (`data`: a small one) or
-    still in MPI (taken with `handle.Irecv`)."""
+    """A payload matched by the inbox, still in MPI: `size` bytes, taken with `handle.Irecv`."""
 
-    handle: MPI.Message | None
+    handle: MPI.Message
     size: int
-    data: bytearray | None = None
-
-    @staticmethod
-    def matched(handle: MPI.Message, size: int) -> "RemotePayload":
-        """A matched payload (`mpi_lock` held), received at once if small: a small message's
-        receiver then copies it instead of polling MPI for it. At C = 2,400 the silos of a
-        rank, all fetching their plan's few bytes at once, polled for them in turn and waited
-        204 s on average."""
-        if size > EAGER_PAYLOAD_BYTES:
-            return RemotePayload(handle, size)
-        data = bytearray(size)
-        handle.Recv([data, MPI.BYTE])
-        return RemotePayload(None, size, data)
-
-    def start(self, into: np.ndarray) -> list[MPI.Request]:
-        """Fill `into` (exactly `size` bytes, `mpi_lock` held): at once, or the request to wait
-        for."""
-        if self.data is not None:
-            into.reshape(-1).view(np.uint8)[:] = np.frombuffer(self.data, dtype=np.uint8)
-            return []
-        return [self.handle.Irecv([into.reshape(-1).view(np.uint8), MPI.BYTE])]
 
 
 class MpiInbox:
@@ -182,7 +157,7 @@ class MpiInbox:
         """What a pair's queue holds for a matched message (`mpi_lock` held): a payload's handle,
         a header's bytes, or an `OversizedHeader`, never read."""
         if tag % 2:
-            return RemotePayload.matched(handle, size)
+            return RemotePayload(handle, size)
         if size > MAX_HEADER_BYTES:  # the job fails on it
             return OversizedHeader(size)
         raw = bytearray(size)
@@ -204,7 +179,7 @@ class MpiInbox:
             if not filling:
                 raise ProtocolError(f"{who} sent a payload to several parties of rank {self.rank} without an envelope")
             frame = filling[0]
-            frame.payloads.append(RemotePayload.matched(handle, size))
+            frame.payloads.append(RemotePayload(handle, size))
             if len(frame.payloads) == frame.expected_payloads:
                 filling.popleft()
                 frame.complete.set()
@@ -354,7 +329,7 @@ class MpiChannel(LocalChannel):
             raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
                                 f"{[p.size for p in frame.payloads]} bytes, header declared {[a.nbytes for a in arrays]}")
         with self.mpi_lock:
-            requests = [r for p, a in zip(frame.payloads, arrays) for r in p.start(a)]
+            requests = [p.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]) for p, a in zip(frame.payloads, arrays)]
 
         def arrived() -> bool:
             with self.mpi_lock:
@@ -397,6 +372,6 @@ class MpiChannel(LocalChannel):
                 raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
                                     f"{frame.size} bytes for array {name!r}, header declared {a.nbytes}")
             with self.mpi_lock:
-                requests += frame.start(a)
+                requests.append(frame.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]))
         wait(arrived)
         return arrays
