@@ -63,7 +63,7 @@ def test_message_accounting(emdcfl8):
     assert first["handshake"] > 0 and first["embedding_model"] > 0 and first["embeddings"] > 0
     assert later["handshake"] == later["embedding_model"] == later["embeddings"] == 0
     assert later["update"] > 0 and later["model"] > 0
-    # 28 pairs, each swapping ω both ways: 56 embedding-model transfers of equal size.
+    # one silo per rank: each sends its ω once to each of the 7 other ranks, 56 equal transfers.
     assert first["embedding_model"] % 56 == 0
 
 
