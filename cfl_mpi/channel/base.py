@@ -80,11 +80,8 @@ class Channel(ABC):
     def isend(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
               **meta: object) -> Pending:
         """Start sending a message; call `.wait()` on the result before reusing the arrays."""
-        # np.require keeps 0-d arrays (e.g. BatchNorm's step counter) 0-d; ascontiguousarray would not.
-        arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}
-        header = encode_header(kind, round, self.me, arrays, meta)
-        self.sent_bytes[kind.name] += len(header) + sum(a.nbytes for a in arrays.values())
-        return self._post(dest, header, list(arrays.values()))
+        header, payload = self._encode(kind, round, arrays, meta, copies=1)
+        return self._post(dest, header, payload)
 
     def isend_all(self, dests: Sequence[int], kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
                   **meta: object) -> Pending:
@@ -96,11 +93,17 @@ class Channel(ABC):
         dests = list(dests)
         if len(set(dests)) != len(dests) or self.me in dests:
             raise ValueError(f"{party_name(self.me)} cannot send to {dests}: repeated or itself")
+        header, payload = self._encode(kind, round, arrays, meta, copies=self._processes(dests))
+        return self._post_all(dests, header, payload)
+
+    def _encode(self, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None, meta: dict[str, object],
+                copies: int) -> tuple[bytes, list[np.ndarray]]:
+        """The header and contiguous payload of a message, its bytes counted `copies` times."""
+        # np.require keeps 0-d arrays (e.g. BatchNorm's step counter) 0-d; ascontiguousarray would not.
         arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}
         header = encode_header(kind, round, self.me, arrays, meta)
-        size = len(header) + sum(a.nbytes for a in arrays.values())
-        self.sent_bytes[kind.name] += size * self._processes(dests)
-        return self._post_all(dests, header, list(arrays.values()))
+        self.sent_bytes[kind.name] += copies * (len(header) + sum(a.nbytes for a in arrays.values()))
+        return header, list(arrays.values())
 
     def send(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
              **meta: object) -> None:
@@ -140,16 +143,10 @@ class Channel(ABC):
             pending.remove(message.sender)
             yield message
 
-    def wait_any(self, sends: Iterable[Pending], what: str) -> None:
-        """Wait until one of `sends` is done (taken by its receiver, in-process); `what` names
-        them for the timeout's error."""
-        sends = list(sends)
-        self._wait(lambda: any(p.done() for p in sends), lambda: what)
-
+    @abstractmethod
     def ready(self, sources: Iterable[int]) -> int | None:
         """The first of `sources` with a message waiting for this party, or None; never waits
         (for a party that also waits on other work, e.g. computations on a pool)."""
-        return next((s for s in sources if self._arrived(s)), None)
 
     def _patience(self, sources: list[int]) -> float:
         """The message timeout, doubled for a silo waiting on the server alone. The server's
@@ -186,10 +183,6 @@ class Channel(ABC):
     @abstractmethod
     def _processes(self, dests: list[int]) -> int:
         """How many processes host `dests` (what a message to all of them costs)."""
-
-    @abstractmethod
-    def _arrived(self, source: int) -> bool:
-        """Whether a message from `source` to this party is waiting; never blocks."""
 
     @abstractmethod
     def _receive(self, source: int, expect: Expect) -> Message:

@@ -174,8 +174,7 @@ class LocalHub:
 @dataclass(frozen=True)
 class _Queued(Pending):
     """An in-process send: its arrays were copied into the queue, so `wait` returns at once;
-    `done` once every receiver has taken it (a sender that bounds what it has in flight waits
-    for that: the copies live until then)."""
+    `done` once every receiver has taken it (the copies live until then)."""
 
     hub: LocalHub
     src: int
@@ -205,9 +204,6 @@ class LocalChannel(Channel):
 
     def _processes(self, dests: list[int]) -> int:
         return 1 if dests else 0
-
-    def _arrived(self, source: int) -> bool:
-        return self.hub.waiting(source, self.me)
 
     def ready(self, sources: Iterable[int]) -> int | None:
         senders = self.hub.senders(self.me)

@@ -13,8 +13,9 @@ polled MPI for 0.8 of a core (benchmarks/wire.py, "waiting parties"); the inbox 
 polls, with the same back-off. MPI's non-overtaking rule keeps every payload right behind its
 header in the pair's queue. A message to several parties of a rank (`isend_all`) travels
 once, on its sender's multicast tags: an envelope (the receivers, the payload count, the
-header), then its payloads; the inbox files one `SharedFrame` in each receiver's queue. MPI calls of the threads of one rank go through one lock
-(MPI_THREAD_SERIALIZED suffices), and none of them blocks.
+header), then its payloads; the inbox files one `SharedFrame` in each receiver's queue. MPI
+calls of the threads of one rank go through one lock (MPI_THREAD_SERIALIZED suffices), and
+none of them blocks.
 """
 from __future__ import annotations
 
@@ -277,8 +278,12 @@ class MpiChannel(LocalChannel):
     def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
         if not self._remote(dest):
             return super()._post(dest, header, arrays)
-        rank, tag = self.layout.rank_of(dest), self.tag_of(self.me, dest)
-        buffers = [np.frombuffer(header, dtype=np.uint8), *(a.reshape(-1).view(np.uint8) for a in arrays)]
+        return self._isend(self.layout.rank_of(dest), self.tag_of(self.me, dest), np.frombuffer(header, np.uint8),
+                           arrays)
+
+    def _isend(self, rank: int, tag: int, first: np.ndarray, arrays: list[np.ndarray]) -> Pending:
+        """Post `first` (a header or an envelope) on `tag` and each array's bytes on tag + 1."""
+        buffers = [first, *(a.reshape(-1).view(np.uint8) for a in arrays)]
         with self.mpi_lock:
             requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
             requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in buffers[1:]]
@@ -293,14 +298,8 @@ class MpiChannel(LocalChannel):
             if self._remote(d):
                 by_rank[self.layout.rank_of(d)].append(self.layout.slot_of(d))
         tag = self.inbox.multicast_tag(self.layout.slot_of(self.me))
-        payloads = [a.reshape(-1).view(np.uint8) for a in arrays]
-        for rank, slots in by_rank.items():
-            buffers = [envelope(slots, len(arrays), header), *payloads]
-            with self.mpi_lock:
-                requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
-                requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in payloads]
-                self.inbox.track(requests)
-            parts.append(_MpiPending(self, requests, buffers))
+        parts += [self._isend(rank, tag, envelope(slots, len(arrays), header), arrays)
+                  for rank, slots in by_rank.items()]
         return _AllSent(parts)
 
     def _processes(self, dests: list[int]) -> int:
@@ -327,16 +326,21 @@ class MpiChannel(LocalChannel):
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
         if len(frame.payloads) != len(arrays) or any(p.size != a.nbytes for p, a in zip(frame.payloads, arrays)):
             raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
-                                f"{[p.size for p in frame.payloads]} bytes, header declared {[a.nbytes for a in arrays]}")
+                                f"{[p.size for p in frame.payloads]} bytes, header declared "
+                                f"{[a.nbytes for a in arrays]}")
+        self._fill(list(zip(frame.payloads, arrays)), who, what)
+        return tuple(arrays)
+
+    def _fill(self, payloads: list[tuple[RemotePayload, np.ndarray]], who: str, what: str) -> None:
+        """Receive each matched payload into its array (sizes checked) and wait for all."""
         with self.mpi_lock:
-            requests = [p.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]) for p, a in zip(frame.payloads, arrays)]
+            requests = [p.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]) for p, a in payloads]
 
         def arrived() -> bool:
             with self.mpi_lock:
                 return MPI.Request.Testall(requests)
 
         self._await_payload(arrived, who, what)
-        return tuple(arrays)
 
     def _await_payload(self, ready: Callable[[], bool], who: str, what: str) -> None:
         """Wait for a payload that an honest peer posted right behind its header."""
@@ -354,24 +358,15 @@ class MpiChannel(LocalChannel):
         who = self.describe(source)
         what = f"{expect.kind} (round {expect.round})"
         arrays = {name: np.empty(shape, dtype=dtype) for name, dtype, shape in layout}
-        requests: list[MPI.Request] = []
-
-        def wait(ready: Callable[[], bool]) -> None:
-            self._await_payload(ready, who, what)
-
-        def arrived() -> bool:
-            with self.mpi_lock:
-                return MPI.Request.Testall(requests)
-
+        payloads: list[tuple[RemotePayload, np.ndarray]] = []
         for name, a in arrays.items():
-            wait(lambda: self.hub.waiting(source, self.me))
+            self._await_payload(lambda: self.hub.waiting(source, self.me), who, what)
             frame = self.hub.take(source, self.me)
             if not isinstance(frame, RemotePayload):
                 raise ProtocolError(f"{who} sent a header where the payload of {what} belongs")
             if frame.size != a.nbytes:
                 raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
                                     f"{frame.size} bytes for array {name!r}, header declared {a.nbytes}")
-            with self.mpi_lock:
-                requests.append(frame.handle.Irecv([a.reshape(-1).view(np.uint8), MPI.BYTE]))
-        wait(arrived)
+            payloads.append((frame, a))
+        self._fill(payloads, who, what)
         return arrays

@@ -109,7 +109,8 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
             accuracy, loss = compute(evaluate, model, x_test, y_test, device)
-            backdoor = {} if backdoor_set is None else {"backdoor_acc": compute(evaluate, model, *backdoor_set, device)[0]}
+            backdoor = {} if backdoor_set is None else \
+                {"backdoor_acc": compute(evaluate, model, *backdoor_set, device)[0]}
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in spec.all_kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
             timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}
