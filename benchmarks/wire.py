@@ -14,6 +14,9 @@ and how much waiting ranks slow a working one.
    silos): the slowdown is what the channel's polling costs the ranks that work.
 3. 1, 100 and 500 silos on one rank, each waiting in `recv` on its thread for 5 s: the
    rank's CPU seconds per second (one rank of a many-silo run while others compute).
+4. The server sends each of 100 and 1,200 silos on each of two ranks one message of two
+   small arrays (EMD-CFL's plan at C = 2,400), all waiting in `recv`: seconds until every
+   silo holds its own.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import numpy as np
 SIZES_MB = (1, 3.5, 14, 45)
 WAITING = 8
 PARTIES = (1, 100, 500)  # silos waiting on one rank
+FAN_OUT = (100, 1200)  # silos on each of two ranks, each sent one message (a staged plan's shape)
 WAIT_S = 5.0
 PATHS = ("channel", "raw, reused buffer", "raw, fresh buffer")
 
@@ -111,7 +115,8 @@ def worker(mode: str, repeats: int, parties: int) -> None:
     if size == 1:  # the baseline: no rank waits beside the working one
         print(f"{work(repeats):.4f}", flush=True)
         return
-    layout = RankLayout(parties, 1) if mode == "parties" else RankLayout(size - 1, size - 1)
+    layout = RankLayout(parties, 1) if mode == "parties" else \
+        RankLayout(parties * (size - 1), size - 1) if mode == "fanout" else RankLayout(size - 1, size - 1)
     here = [SERVER] if rank == 0 else list(layout.silos_on(rank))
     rt = RuntimeConfig()  # the runtime's default polling
     blob, ack = message_kind("bench_blob"), message_kind("bench_ack")
@@ -134,6 +139,26 @@ def worker(mode: str, repeats: int, parties: int) -> None:
                 for t in threads:
                     t.join()
                 print(f"{(time.process_time() - cpu) / (time.monotonic() - start):.3f}", flush=True)
+        elif mode == "fanout":  # the server sends each silo a plan-sized message; all wait in recv
+            plan = {"partners": np.arange(4, dtype=np.int64), "roles": np.ones(4, dtype=np.uint8)}
+            comm.Barrier()
+            start = time.perf_counter()
+            if rank == 0:
+                sends = [channels[0].isend(silo, blob, 0, plan, more=1) for silo in range(layout.silos)]
+                for pending in sends:
+                    pending.wait()
+            else:
+                expect = Expect.like(blob, 0, plan, {"more": int})
+                threads = [threading.Thread(target=c.recv, args=(SERVER, expect)) for c in channels]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            done = np.array([time.perf_counter() - start])
+            slowest = np.empty(1)
+            comm.Reduce(done, slowest, op=MPI.MAX, root=0)
+            if rank == 0:
+                print(f"{slowest[0]:.3f}", flush=True)
         elif rank == 0:  # waiting: rank 0 works; every other rank waits in recv until it is done
             seconds = work(repeats)
             for silo in range(size - 1):
@@ -146,7 +171,7 @@ def worker(mode: str, repeats: int, parties: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", choices=["transfer", "waiting", "parties"])
+    parser.add_argument("--worker", choices=["transfer", "waiting", "parties", "fanout"])
     parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -173,6 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     print("\n| silos waiting in recv on one rank | that rank's CPU seconds per second |\n|---|---|")
     for parties in PARTIES:
         print(f"| {parties} | {launch(2, 'parties', 1, parties).strip()} |", flush=True)
+    print("\n| silos on each of 2 ranks | seconds until each holds its message from the server (median of "
+          f"{repeats}) |\n|---|---|")
+    for parties in FAN_OUT:
+        seconds = [float(launch(3, "fanout", 1, parties)) for _ in range(repeats)]
+        print(f"| {parties} | {np.median(seconds):.2f} |", flush=True)
 
 
 if __name__ == "__main__":

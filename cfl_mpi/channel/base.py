@@ -132,7 +132,8 @@ class Channel(ABC):
         names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")
         if not any_ready():
             self._awaiting(sources)
-        self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources), self._arrival_max_sleep())
+        first, longest = self._arrival_sleeps()
+        self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources), longest, first_sleep_s=first)
         return self._receive(found[0], expect(found[0]))
 
     def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
@@ -158,10 +159,10 @@ class Channel(ABC):
     def _awaiting(self, sources: list[int]) -> None:
         """Called when this party starts waiting for a message from one of `sources`."""
 
-    def _arrival_max_sleep(self) -> float:
-        """Longest sleep between two looks for a message: the back-off cap, unless the backend
-        wakes a waiting party when a message arrives."""
-        return self.max_sleep_s
+    def _arrival_sleeps(self) -> tuple[float, float]:
+        """(first, longest) sleep between two looks for a message: the back-off, unless the
+        backend wakes a waiting party when a message arrives."""
+        return 5e-5, self.max_sleep_s
 
     def describe(self, address: int) -> str:
         """How errors name a party ("silo 3", or with its rank where there are ranks)."""
@@ -196,16 +197,17 @@ class Channel(ABC):
 
     # ------------------------------------------------------------------ waiting
     def _wait(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
-              max_sleep_s: float | None = None, spin_s: float = 0.0) -> None:
+              max_sleep_s: float | None = None, spin_s: float = 0.0, first_sleep_s: float = 5e-5) -> None:
         """Poll `ready` until true or the timeout (default: the message timeout) expires: for
         the first `spin_s` seconds without sleeping (only yielding to other threads), then with
-        exponential back-off capped at `max_sleep_s` (default: the channel's)."""
+        exponential back-off from `first_sleep_s` capped at `max_sleep_s` (default: the
+        channel's)."""
         if ready():
             return
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         max_sleep_s = self.max_sleep_s if max_sleep_s is None else max_sleep_s
         start, cpu0 = time.monotonic(), time.thread_time()
-        sleep = min(5e-5, max_sleep_s)
+        sleep = min(first_sleep_s, max_sleep_s)
         try:
             while True:
                 self._before_poll()

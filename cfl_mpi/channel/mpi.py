@@ -34,7 +34,8 @@ from .local import LocalChannel, LocalHub, OversizedHeader, SharedFrame
 
 __all__ = ["MpiChannel", "MpiInbox"]
 
-# Polling a payload whose header has arrived. An honest peer posts the payload right behind
+# Polling MPI for a payload being received (until then the receiver sleeps on its bell, which
+# the inbox rings when it files the payload). An honest peer posts the payload right behind
 # its header, so the wait is as long as the copy (45 MB: ~7 ms here, 3.5 MB: 0.3 ms); the
 # doubling back-off alone would overshoot it by up to the time already waited (a 45 MB payload
 # was taken 12.7 ms after its header, benchmarks/wire.py). So the receiver polls without
@@ -79,7 +80,8 @@ class MpiInbox:
         self._stop = threading.Event()
         self._nudged = threading.Event()
         self._sends: list[MPI.Request] = []  # the rank's sends in flight (under mpi_lock)
-        self._filling: dict[int, deque[SharedFrame]] = defaultdict(deque)  # by sender: payloads to come
+        # by sender: frames whose payloads are to come, with their receivers
+        self._filling: dict[int, deque[tuple[SharedFrame, list[int]]]] = defaultdict(deque)
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
         self._thread.start()
 
@@ -147,10 +149,12 @@ class MpiInbox:
             if handle is None:
                 return False
             size, rank, tag = status.Get_count(MPI.BYTE), status.Get_source(), status.Get_tag()
-            deliveries = self._file_multicast(handle, size, rank, tag) if tag >= self.multicast_tag(0) \
-                else [(*self._parties(rank, tag), self._frame(handle, size, tag))]
+            deliveries, completed = self._file_multicast(handle, size, rank, tag) if tag >= self.multicast_tag(0) \
+                else ([(*self._parties(rank, tag), self._frame(handle, size, tag))], [])
         for src, dest, frame in deliveries:
             self.hub.deliver(src, dest, frame)
+        for dest in completed:  # they may wait for the payloads of a frame they took
+            self.hub.bell(dest).set()
         return True
 
     @staticmethod
@@ -165,11 +169,12 @@ class MpiInbox:
         handle.Recv([raw, MPI.BYTE])
         return bytes(raw)
 
-    def _file_multicast(self, handle: MPI.Message, size: int, rank: int, tag: int) -> list[tuple[int, int, object]]:
-        """A payload: filed with the sender's oldest `SharedFrame` still missing some. An
-        envelope: its frame, and the (sender, receiver, frame) to deliver, one per receiver it
-        names (`mpi_lock` held). A malformed one fails the rank's inbox, naming the sender:
-        its receivers cannot be known."""
+    def _file_multicast(self, handle: MPI.Message, size: int, rank: int, tag: int
+                        ) -> tuple[list[tuple[int, int, object]], list[int]]:
+        """A payload: filed with the sender's oldest `SharedFrame` still missing some; its
+        receivers, if that completes it. An envelope: the (sender, receiver, frame) to deliver,
+        one per receiver it names (`mpi_lock` held). A malformed one fails the rank's inbox,
+        naming the sender: its receivers cannot be known."""
         src_slot = (tag - self.multicast_tag(0)) // 2
         senders = [SERVER] if rank == 0 else self.layout.silos_on(rank)
         if src_slot >= len(senders):
@@ -179,12 +184,13 @@ class MpiInbox:
             filling = self._filling[src]
             if not filling:
                 raise ProtocolError(f"{who} sent a payload to several parties of rank {self.rank} without an envelope")
-            frame = filling[0]
+            frame, frame_receivers = filling[0]
             frame.payloads.append(RemotePayload(handle, size))
-            if len(frame.payloads) == frame.expected_payloads:
-                filling.popleft()
-                frame.complete.set()
-            return []
+            if len(frame.payloads) < frame.expected_payloads:
+                return [], []
+            filling.popleft()
+            frame.complete.set()
+            return [], frame_receivers
         receivers = [SERVER] if self.rank == 0 else self.layout.silos_on(self.rank)
         if not ENVELOPE_FIXED <= size <= ENVELOPE_FIXED + 4 * len(receivers) + MAX_HEADER_BYTES:
             raise ProtocolError(f"{who} sent an envelope of {size} bytes to rank {self.rank}")
@@ -199,9 +205,10 @@ class MpiInbox:
                                 f"{slots[:8].tolist()} with {payloads} payloads; expected 1 to {len(receivers)} "
                                 f"distinct slots below {len(receivers)} and at most {MAX_ENVELOPE_PAYLOADS} payloads")
         frame = SharedFrame(bytes(raw[ENVELOPE_FIXED + 4 * count:]), payloads)
+        named = [receivers[slot] for slot in slots]
         if payloads:
-            self._filling[src].append(frame)
-        return [(src, receivers[slot], frame) for slot in slots]
+            self._filling[src].append((frame, named))
+        return [(src, dest, frame) for dest in named], []
 
     def _parties(self, rank: int, tag: int) -> tuple[int, int]:
         """(sender, receiver) of a message from `rank` with `tag`; an error if none is."""
@@ -322,7 +329,7 @@ class MpiChannel(LocalChannel):
         filed by the inbox behind its envelope, each checked against its declared size."""
         who = self.describe(source)
         what = f"{expect.kind} (round {expect.round})"
-        self._await_payload(frame.complete.is_set, who, what)
+        self._await_payload(frame.complete.is_set, who, what, rung=True)
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
         if len(frame.payloads) != len(arrays) or any(p.size != a.nbytes for p, a in zip(frame.payloads, arrays)):
             raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
@@ -342,11 +349,15 @@ class MpiChannel(LocalChannel):
 
         self._await_payload(arrived, who, what)
 
-    def _await_payload(self, ready: Callable[[], bool], who: str, what: str) -> None:
-        """Wait for a payload that an honest peer posted right behind its header."""
+    def _await_payload(self, ready: Callable[[], bool], who: str, what: str, rung: bool = False) -> None:
+        """Wait for a payload that an honest peer posted right behind its header: until the
+        inbox has filed it (`rung`: it rings this party's bell then), or MPI has received it
+        (polled, as MPI progresses it only when called)."""
+        first, longest, spin = (*self._arrival_sleeps(), 0.0) if rung else \
+            (5e-5, min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
         try:
-            self._wait(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s,
-                       min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
+            self._wait(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest, spin,
+                       first)
         except PeerTimeout:
             raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "
                                 f"{self.payload_timeout_s:g} s") from None
@@ -360,7 +371,7 @@ class MpiChannel(LocalChannel):
         arrays = {name: np.empty(shape, dtype=dtype) for name, dtype, shape in layout}
         payloads: list[tuple[RemotePayload, np.ndarray]] = []
         for name, a in arrays.items():
-            self._await_payload(lambda: self.hub.waiting(source, self.me), who, what)
+            self._await_payload(lambda: self.hub.waiting(source, self.me), who, what, rung=True)
             frame = self.hub.take(source, self.me)
             if not isinstance(frame, RemotePayload):
                 raise ProtocolError(f"{who} sent a header where the payload of {what} belongs")
