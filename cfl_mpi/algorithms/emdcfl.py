@@ -25,7 +25,7 @@ import numpy as np
 
 from ..channel import SERVER, Channel, Pending, wait_all
 from ..config import Config, EmdCflConfig
-from ..ot.energy import energy_distance
+from ..ot.energy import energy_distance, energy_distances
 from ..ot.wasserstein import w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                  random_projection)
@@ -115,11 +115,12 @@ def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.
     n, h = len(z_own), len(z_own) // 2
     if h < 2:
         return 0.0
-    null = []
+    halves = []
     for _ in range(s.noise_splits):
         order = rng.permutation(n)
         r = random_projection(rng, z_own.shape[1], dim_r)
-        null.append(energy_distance(z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r, s.ground_cost))
+        halves.append((z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r))
+    null = energy_distances(*(np.stack(side) for side in zip(*halves)), s.ground_cost)
     return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
 
 
