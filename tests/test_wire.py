@@ -79,6 +79,11 @@ def test_large_payloads_arrive_intact_directly_and_to_several(report):
     assert direct == shared == sent
 
 
+def test_empty_arrays_arrive_from_their_header_directly_and_to_several(report):
+    one = [[0, 1, 2], [0, 4], [1, 1], [0]]
+    assert report["empty_arrays"] == [one, one, 6.0]
+
+
 @pytest.mark.parametrize("case,words", [
     ("envelope_bad_receiver", "receivers [3]"),
     ("envelope_repeated_receiver", "for 2 receivers"),

@@ -289,8 +289,10 @@ class MpiChannel(LocalChannel):
                            arrays)
 
     def _isend(self, rank: int, tag: int, first: np.ndarray, arrays: list[np.ndarray]) -> Pending:
-        """Post `first` (a header or an envelope) on `tag` and each array's bytes on tag + 1."""
-        buffers = [first, *(a.reshape(-1).view(np.uint8) for a in arrays)]
+        """Post `first` (a header or an envelope) on `tag` and the bytes of each array that has
+        any on tag + 1 (the header declares an empty one: at C = 2,400 most plans are empty, and
+        half of a one-way pair's clouds)."""
+        buffers = [first, *(a.reshape(-1).view(np.uint8) for a in arrays if a.nbytes)]
         with self.mpi_lock:
             requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
             requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in buffers[1:]]
@@ -305,7 +307,7 @@ class MpiChannel(LocalChannel):
             if self._remote(d):
                 by_rank[self.layout.rank_of(d)].append(self.layout.slot_of(d))
         tag = self.inbox.multicast_tag(self.layout.slot_of(self.me))
-        parts += [self._isend(rank, tag, envelope(slots, len(arrays), header), arrays)
+        parts += [self._isend(rank, tag, envelope(slots, sum(1 for a in arrays if a.nbytes), header), arrays)
                   for rank, slots in by_rank.items()]
         return _AllSent(parts)
 
@@ -331,11 +333,12 @@ class MpiChannel(LocalChannel):
         what = f"{expect.kind} (round {expect.round})"
         self._await_payload(frame.complete.is_set, who, what, rung=True)
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
-        if len(frame.payloads) != len(arrays) or any(p.size != a.nbytes for p, a in zip(frame.payloads, arrays)):
+        sent = [a for a in arrays if a.nbytes]
+        if len(frame.payloads) != len(sent) or any(p.size != a.nbytes for p, a in zip(frame.payloads, sent)):
             raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
                                 f"{[p.size for p in frame.payloads]} bytes, header declared "
-                                f"{[a.nbytes for a in arrays]}")
-        self._fill(list(zip(frame.payloads, arrays)), who, what)
+                                f"{[a.nbytes for a in sent]}")
+        self._fill(list(zip(frame.payloads, sent)), who, what)
         return tuple(arrays)
 
     def _fill(self, payloads: list[tuple[RemotePayload, np.ndarray]], who: str, what: str) -> None:
@@ -365,12 +368,13 @@ class MpiChannel(LocalChannel):
     def _payload(self, source: int, expect: Expect, layout: list[tuple[str, str, tuple[int, ...]]]
                  ) -> dict[str, np.ndarray]:
         """The arrays of a header from another rank: each payload the inbox filed behind it,
-        checked against its declared size, then received into a fresh array."""
+        checked against its declared size, then received into a fresh array (an empty array
+        has no payload)."""
         who = self.describe(source)
         what = f"{expect.kind} (round {expect.round})"
         arrays = {name: np.empty(shape, dtype=dtype) for name, dtype, shape in layout}
         payloads: list[tuple[RemotePayload, np.ndarray]] = []
-        for name, a in arrays.items():
+        for name, a in ((name, a) for name, a in arrays.items() if a.nbytes):
             self._await_payload(lambda: self.hub.waiting(source, self.me), who, what, rung=True)
             frame = self.hub.take(source, self.me)
             if not isinstance(frame, RemotePayload):

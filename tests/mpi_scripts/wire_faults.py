@@ -218,8 +218,8 @@ def bad_envelopes(report):
 
 
 def large_payloads(report):
-    """Payloads over EAGER_PAYLOAD_BYTES stay in MPI until their receiver takes them: silo 0
-    sends the server a 360 KB array directly and as a message to several parties."""
+    """Payloads larger than MPI's eager messages: silo 0 sends the server a 360 KB array
+    directly and as a message to several parties."""
     layout, comm = RankLayout(1, 1), world.Dup()
     big = {"w": np.arange(300 * 300, dtype=np.float32).reshape(300, 300)}
     with inbox(layout, comm) as box:
@@ -235,6 +235,32 @@ def large_payloads(report):
         comm.Barrier()
 
 
+def empty_arrays(report):
+    """Arrays of 0 bytes travel in their header alone: silo 0 sends the server, directly and
+    to several parties, a message with an empty array between two others, then one whose
+    only array is empty, then a good one (nothing is left over between them)."""
+    layout, comm = RankLayout(1, 1), world.Dup()
+    mixed = {"a": np.arange(3, dtype=np.int64), "none": np.zeros((0, 4), np.float32), "b": np.ones(2, np.uint8)}
+    empty = {"none": np.zeros(0, np.int64)}
+    with inbox(layout, comm) as box:
+        if world.Get_rank() == 1:
+            ch = channel(0, box)
+            ch.send(SERVER, EVAL, 4, mixed)
+            ch.send(SERVER, MODEL, 4, empty)
+            ch.isend_all([SERVER], EVAL, 4, mixed).wait()
+            ch.isend_all([SERVER], MODEL, 4, empty).wait()
+            ch.send(SERVER, UPDATE, 4, GOOD, n_samples=10)
+        else:
+            server, got = channel(SERVER, box), []
+            for _ in range(2):
+                m = server.recv(0, Expect.like(EVAL, 4, mixed)).arrays
+                e = server.recv(0, Expect.like(MODEL, 4, empty)).arrays
+                got.append([m["a"].tolist(), list(m["none"].shape), m["b"].tolist(), list(e["none"].shape)])
+            got.append(float(server.recv(0, EXPECT).arrays["w"].sum()))
+            report["empty_arrays"] = got
+        comm.Barrier()
+
+
 def main():
     report = {}
     bad_messages(report)
@@ -243,6 +269,7 @@ def main():
     to_several(report)
     bad_envelopes(report)
     large_payloads(report)
+    empty_arrays(report)
     if world.Get_rank() == 0:
         print(json.dumps(report), flush=True)
 
