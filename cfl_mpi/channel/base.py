@@ -201,7 +201,7 @@ class Channel(ABC):
         """Poll `ready` until true or the timeout (default: the message timeout) expires: for
         the first `spin_s` seconds without sleeping (only yielding to other threads), then with
         exponential back-off from `first_sleep_s` capped at `max_sleep_s` (default: the
-        channel's)."""
+        channel's), and never past the timeout."""
         if ready():
             return
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
@@ -219,7 +219,7 @@ class Channel(ABC):
                 if waited < spin_s:
                     time.sleep(0)
                     continue
-                self._sleep(sleep)
+                self._sleep(min(sleep, timeout_s - waited + 1e-3))
                 sleep = min(sleep * 2, max_sleep_s)
         finally:
             self.waits.wall_s += time.monotonic() - start
