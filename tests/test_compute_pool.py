@@ -58,3 +58,57 @@ def test_a_failure_reaches_its_caller_and_frees_the_worker():
 def test_the_workers_are_the_process_share_of_the_cores(cores, threads, silos, node_silos, slots):
     with ComputePool.for_share(cores, threads, silos, node_silos) as pool:
         assert pool.slots == slots
+
+
+def test_callers_of_one_key_queued_behind_a_busy_worker_share_a_call_up_to_the_limit():
+    """While the only worker is busy, 7 callers queue items under key "a" (limit 3) and 2 under
+    "b": they are computed in calls of 3, 3, 1 and 2 items, and each caller gets its own result."""
+    calls: list[tuple[str, list[int]]] = []
+    release = threading.Event()
+    results: dict[tuple[str, int], int] = {}
+
+    def square_all(key: str):
+        def fn(items: list[int]) -> list[int]:
+            calls.append((key, list(items)))
+            return [i * i for i in items]
+        return fn
+
+    with ComputePool(1) as compute:
+        blocker = threading.Thread(target=compute, args=(release.wait,))
+        blocker.start()
+        time.sleep(0.1)  # the worker is now busy
+        threads = []
+        for key, i in [("a", i) for i in range(7)] + [("b", i) for i in range(2)]:
+            def caller(key=key, i=i):
+                results[(key, i)] = compute.batched(key, square_all(key), i, limit=3)
+            threads.append(threading.Thread(target=caller))
+            threads[-1].start()
+            time.sleep(0.01)  # in this order
+        release.set()
+        for t in [blocker, *threads]:
+            t.join(10)
+    assert results == {(k, i): i * i for k, i in results} and len(results) == 9
+    assert sorted(len(items) for key, items in calls if key == "a") == [1, 3, 3]
+    assert [items for key, items in calls if key == "b"] == [[0, 1]]
+
+
+def test_a_failure_of_a_batched_call_reaches_each_of_its_callers():
+    def boom(items: list[int]) -> list[int]:
+        time.sleep(0.05)
+        raise RuntimeError("boom")
+
+    errors = []
+    with ComputePool(1) as compute:
+        def caller(i: int) -> None:
+            try:
+                compute.batched("k", boom, i, limit=8)
+            except RuntimeError as err:
+                errors.append(str(err))
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert compute.batched("k", lambda items: [len(items)], 0, limit=8) == 1  # the worker lives on
+    assert errors == ["boom"] * 3

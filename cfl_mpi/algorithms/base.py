@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -63,9 +63,15 @@ class ServerRound:
     facts: dict[str, Any] = field(default_factory=dict)  # JSON facts of the strategy's round, recorded (e.g. a pair plan)
 
 
-def compute_inline(fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
-    """`SiloRound.compute` of a silo that computes in its own thread (unit tests)."""
-    return fn(*args, **kwargs)
+class InlineCompute:
+    """`SiloRound.compute` of a silo that computes in its own thread (unit tests); the runtime's
+    is a `runtime.compute.ComputePool`, with the same two calls."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        return fn(*args, **kwargs)
+
+    def batched(self, key: Hashable, fn: Callable[[list[Any]], list[T]], item: object, limit: int) -> T:
+        return fn([item])[0]
 
 
 @dataclass
@@ -82,7 +88,7 @@ class SiloRound:
     first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
     # `compute(fn, *args)` runs a torch computation (never a wait) and returns its result: on
     # the process's few compute workers, which its silos share (runtime/compute.py)
-    compute: Callable[..., Any] = field(default=compute_inline)
+    compute: Any = field(default_factory=InlineCompute)
     # wall seconds of the protocol's `steps` this round, reported to the server with the evaluation
     step_seconds: dict[str, float] = field(default_factory=dict)
 

@@ -42,6 +42,7 @@ from .staged_pairs import StagedPlan
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+SHARED_PASS_IMAGES = 4096  # the most images of a rank's silos one embedding pass takes (copied while it runs)
 PLAN = message_kind("plan")                        # server → silo: the partners to measure, and its roles
 HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
 EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
@@ -533,12 +534,20 @@ class EmdCflSilo(SiloProtocol):
                 pair_reference(zr_own, own.z_val, r, self.cfg.strategy) if zr_own is not None else 0.0
             return p, zr_own, None if z_cross is None else z_cross @ r, tau
 
-        def embed_under(omega: dict[str, np.ndarray]) -> np.ndarray:
-            """Own data embedded by a model holding the partner's ω: the compute worker's own
-            scratch copy, so there are as many in the process as workers, not one per silo."""
+        def embed_under(items: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+            """Each silo's data (`images[rows]`) embedded by a model holding the partner's ω that
+            they share: the compute worker's own scratch copy, so there are as many in the
+            process as workers, not one per silo; in eval mode, one pass for them all (each
+            image's embedding is its own: the same values as a pass per silo)."""
             borrowed = scratch_copy(ctx.model.embedding)
-            load_arrays(borrowed, omega)
-            return own.embed_as_set(borrowed, own.images[own.cross_rows])
+            load_arrays(borrowed, items[0][0])
+            x = [images[rows] for _, images, rows in items]
+            return np.split(own.embed_as_set(borrowed, np.concatenate(x)), np.cumsum([len(a) for a in x])[:-1])
+
+        # silos of this process that embed under the same ω (shared, read-only) share a pass;
+        # in train mode BatchNorm normalises by the batch, so each silo has a pass of its own
+        shared = self.cfg.strategy.embed_mode == "eval"
+        limit = max(1, SHARED_PASS_IMAGES // max(1, len(own.cross_rows))) if shared else 1
 
         for p in [p for p, role in roles.items() if role == SERVE]:
             yield projected(p, None)
@@ -549,6 +558,8 @@ class EmdCflSilo(SiloProtocol):
                 return
             p, theirs = swapped
             with timed(ctx.step_seconds, "embedding"):
-                z_cross = ctx.compute(embed_under, theirs)  # Z_{c|c'}: own data, partner's model
+                # Z_{c|c'}: own data, partner's model
+                z_cross = ctx.compute.batched(("embed_under", id(next(iter(theirs.values())))), embed_under,
+                                              (theirs, own.images, own.cross_rows), limit)
             del theirs, swapped
             yield projected(p, z_cross)

@@ -9,13 +9,18 @@ CNN): 3.81 MB per silo when each trained in its own thread, 0.86 MB when they tr
 worker (data and model alone: 0.75 MB); C = 2,400 silos on two ranks are 1,200 threads each.
 A silo waits for its turn and its result without holding a worker, and never waits for a
 message on one (a worker blocked on a peer could stall that peer's turn).
+
+`batched` lets the silos that queue the same computation on different data (EMD-CFL's silos
+embedding their samples under one representative's model) share one call: the narrow CNN
+embeds 2,000 images in one pass in about half the time of 20 passes of 100.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["ComputePool"]
 
@@ -31,9 +36,34 @@ class ComputePool:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.slots = slots
         self._workers = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="compute")
+        self._lock = threading.Lock()
+        self._queued: dict[Hashable, _Batch] = {}  # by key: the batch no worker has taken up yet
 
     def __call__(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         return self._workers.submit(fn, *args, **kwargs).result()
+
+    def batched(self, key: Hashable, fn: Callable[[list[Any]], list[T]], item: object, limit: int) -> T:
+        """`fn(items)[i]` for this caller's `item` = items[i]: one call of `fn` computes the items
+        of every caller of the same `key` queued before a worker takes their batch up (at most
+        `limit`; the first caller's `fn` serves them all, so it must depend on the key alone).
+        An exception reaches every caller of the batch."""
+        with self._lock:
+            batch = self._queued.get(key)
+            if batch is None or len(batch.items) >= batch.limit:
+                batch = self._queued[key] = _Batch(max(1, limit))
+                batch.result = self._workers.submit(self._run, key, batch, fn)
+            index = len(batch.items)
+            batch.items.append(item)
+        return batch.result.result()[index]
+
+    def _run(self, key: Hashable, batch: "_Batch", fn: Callable[[list[Any]], list[T]]) -> list[T]:
+        with self._lock:  # later callers of the key start a batch of their own
+            if self._queued.get(key) is batch:
+                del self._queued[key]
+        results = fn(batch.items)
+        if len(results) != len(batch.items):
+            raise ValueError(f"a batched computation returned {len(results)} results for {len(batch.items)} items")
+        return results
 
     def __enter__(self) -> "ComputePool":
         return self
@@ -48,3 +78,12 @@ class ComputePool:
         to the silos it hosts of the node's `node_silos`) at `threads` threads each; at least
         one."""
         return ComputePool(max(1, min(silos, cores * silos // max(1, node_silos * threads))))
+
+
+class _Batch:
+    """The items of one batched call, and its future (a list of results, one per item)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: list[Any] = []
+        self.result: Future | None = None  # the worker's call, once submitted
