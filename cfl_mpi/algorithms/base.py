@@ -86,8 +86,9 @@ class SiloRound:
     device: Any
     silos: int            # silos in the run: peers are 0..silos-1
     first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
-    # `compute(fn, *args)` runs a torch computation (never a wait) and returns its result: on
-    # the process's few compute workers, which its silos share (runtime/compute.py)
+    # `compute(fn, *args)` runs a torch computation (never a wait) and returns its result, and
+    # `compute.batched(key, fn, item, limit)` one that silos queuing the same key share: on the
+    # process's few compute workers (runtime/compute.py)
     compute: Any = field(default_factory=InlineCompute)
     # wall seconds of the protocol's `steps` this round, reported to the server with the evaluation
     step_seconds: dict[str, float] = field(default_factory=dict)
