@@ -27,7 +27,8 @@ Frame = object
 
 
 # A party whose bell rings on every arrival looks this often anyway (its timeout ends its
-# sleep on time): waking every 0.5 s, 2,400 silos cost 50 s of a 260 s clustering round's CPU.
+# sleep on time): at 0.5 s, 1,000 silos on two ranks spent 38.6 s of CPU in the clustering
+# round, 29.3 s at 30 s.
 ARRIVAL_CHECK_S = 30.0  # see LocalChannel._arrival_sleeps
 
 

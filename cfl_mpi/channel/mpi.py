@@ -222,6 +222,12 @@ class MpiInbox:
         return senders[src_slot], receivers[dest_slot]
 
 
+def carried(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """The arrays of a message that travel as payloads: an empty one is declared by its header
+    alone (at C = 2,400 most plans are empty, and one cloud of each one-way pair)."""
+    return [a for a in arrays if a.nbytes]
+
+
 def envelope(receiver_slots: list[int], payloads: int, header: bytes) -> np.ndarray:
     """A multicast's first buffer: receiver count and payload count (uint32, little-endian),
     each receiver's slot on the rank, then the header."""
@@ -289,10 +295,9 @@ class MpiChannel(LocalChannel):
                            arrays)
 
     def _isend(self, rank: int, tag: int, first: np.ndarray, arrays: list[np.ndarray]) -> Pending:
-        """Post `first` (a header or an envelope) on `tag` and the bytes of each array that has
-        any on tag + 1 (the header declares an empty one: at C = 2,400 most plans are empty, and
-        half of a one-way pair's clouds)."""
-        buffers = [first, *(a.reshape(-1).view(np.uint8) for a in arrays if a.nbytes)]
+        """Post `first` (a header or an envelope) on `tag` and each carried array's bytes on
+        tag + 1."""
+        buffers = [first, *(a.reshape(-1).view(np.uint8) for a in carried(arrays))]
         with self.mpi_lock:
             requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
             requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in buffers[1:]]
@@ -307,7 +312,7 @@ class MpiChannel(LocalChannel):
             if self._remote(d):
                 by_rank[self.layout.rank_of(d)].append(self.layout.slot_of(d))
         tag = self.inbox.multicast_tag(self.layout.slot_of(self.me))
-        parts += [self._isend(rank, tag, envelope(slots, sum(1 for a in arrays if a.nbytes), header), arrays)
+        parts += [self._isend(rank, tag, envelope(slots, len(carried(arrays)), header), arrays)
                   for rank, slots in by_rank.items()]
         return _AllSent(parts)
 
@@ -333,7 +338,7 @@ class MpiChannel(LocalChannel):
         what = f"{expect.kind} (round {expect.round})"
         self._await_payload(frame.complete.is_set, who, what, rung=True)
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
-        sent = [a for a in arrays if a.nbytes]
+        sent = carried(arrays)
         if len(frame.payloads) != len(sent) or any(p.size != a.nbytes for p, a in zip(frame.payloads, sent)):
             raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
                                 f"{[p.size for p in frame.payloads]} bytes, header declared "
@@ -374,7 +379,7 @@ class MpiChannel(LocalChannel):
         what = f"{expect.kind} (round {expect.round})"
         arrays = {name: np.empty(shape, dtype=dtype) for name, dtype, shape in layout}
         payloads: list[tuple[RemotePayload, np.ndarray]] = []
-        for name, a in ((name, a) for name, a in arrays.items() if a.nbytes):
+        for name, a in ((name, a) for name, a in arrays.items() if a.nbytes):  # as `carried`
             self._await_payload(lambda: self.hub.waiting(source, self.me), who, what, rung=True)
             frame = self.hub.take(source, self.me)
             if not isinstance(frame, RemotePayload):
