@@ -74,8 +74,20 @@ class Cluster:
         return info
 
     def log(self, name: str) -> str:
+        """A job's output; bytes that are not UTF-8 replaced (slurmstepd may echo a malformed
+        PMI request into it)."""
         path = self.logs / f"{name}.out"
-        return path.read_text() if path.exists() else ""
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def why(self, name: str, out: Path) -> str:
+        """What a failed job left: its output, the run's failure.txt, the daemons' last lines."""
+        failure = out / "failure.txt"
+        daemons = sorted(self.logs.parent.glob("slurmd-*.log"))
+        tails = [f"--- {p.name}\n" + "\n".join([line for line in p.read_text(errors="replace").splitlines()
+                                                  if "gres.conf" not in line][-15:]) for p in daemons]
+        return "\n".join([f"--- {name}.out", self.log(name),
+                          f"--- {failure}", failure.read_text(errors="replace") if failure.exists() else "(none)",
+                          *tails])
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +174,7 @@ def test_single_node_job_runs_with_the_default_pmi(cluster, long_jobs):
     name, job_id = long_jobs["single"]
     info = cluster.wait(job_id)
     print(f"single_node.sbatch: {time.monotonic() - long_jobs['submitted']:.1f} s from submission")
-    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.log(name)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.why(name, long_jobs["folders"][0])
     summary, records = read_results(long_jobs["folders"][0])
     assert summary["ari"] == 1.0 and summary["n_clusters"] == 2
     assert [r["round"] for r in records] == list(range(1, ROUNDS + 1))
@@ -178,7 +190,7 @@ def test_requeue_job_is_signalled_requeued_and_resumes_to_the_uninterrupted_resu
           f"limit cut at {seen.get('limit_cut', 0) - start:.1f} s, requeued at {seen.get('requeued', 0) - start:.1f} s, "
           f"running again {seen.get('running_again', 0) - seen.get('requeued', 0):.1f} s later")
     log = cluster.log(name)
-    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.why(name, long_jobs["folders"][1])
     assert info["Restarts"] == "1" and "stopped after round" in log and "requeueing job" in log, log
     cluster.wait(long_jobs["single"][1])
     _, full = read_results(long_jobs["folders"][0])
@@ -213,11 +225,19 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
     sets = [a for s in [*SMALL, "train.rounds=2", "runtime.silos_per_rank=2"] for a in ("--set", s)]
     out = PROJECT_ROOT / "runs" / name
     try:
-        job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG,
-                                *sets, env={"UCX_TLS": "tcp,self"})
-        out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
-        info = cluster.wait(job_id, timeout=600)
-        assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.log(name)
+        for attempt in range(2):
+            job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG,
+                                    *sets, env={"UCX_TLS": "tcp,self"})
+            out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
+            info = cluster.wait(job_id, timeout=600)
+            if (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0") or attempt or not mpi_layer_failed(
+                    cluster.log(name), out):
+                break
+            # Once on CI (stop 29), MPI ended the job under cfl_mpi (exit 15, MPICH's fatal-error
+            # code; slurmstepd could not parse the server's PMI-2 request); not in 9 runs here.
+            print(f"het job {job_id}: MPI failed under cfl_mpi, submitted again\n{cluster.why(name, out)}")
+            shutil.rmtree(out, ignore_errors=True)
+        assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.why(name, out)
         summary, records = read_results(out)
         assert summary["ari"] == 1.0 and len(records) == 2
         assert "4 silos on 2 ranks" in cluster.log(name)
@@ -228,6 +248,13 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
             in cluster.log(f"{name}wrong")
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def mpi_layer_failed(log: str, out: Path) -> bool:
+    """Whether MPI itself ended a job (MPICH's "Fatal error in ..." abort, or a PMI request
+    slurmstepd could not parse), not cfl_mpi: no rank recorded or printed a failure of its own."""
+    return ("Fatal error in" in log or "error: mpi/" in log) and "cfl_mpi: rank" not in log \
+        and not (out / "failure.txt").exists()
 
 
 def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
