@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import jobs
+
 # Property tests check results, never timings: this machine and CI are shared and noisy.
 settings.register_profile("cfl_mpi", deadline=None)
 settings.load_profile("cfl_mpi")
@@ -20,3 +22,8 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real test data not found at {SHARED_DATA} (only beside the developers' checkout)")
     return SHARED_DATA
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures (a module's shared job among them): which markers it has."""
+    jobs.running_marks = frozenset(mark.name for mark in item.iter_markers())

@@ -12,6 +12,15 @@ import pytest
 from cfl_mpi.cli import find_mpirun
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The markers of the test being run (conftest sets them): a whole job needs one of SLOW, so that
+# `pytest -m "not job and not mpi and not slurm"` stays the quick loop of units.
+SLOW = frozenset({"job", "mpi", "slurm", "cuda"})
+running_marks: frozenset[str] = SLOW
+
+
+def require_slow_marker(what: str) -> None:
+    if not running_marks & SLOW:
+        raise AssertionError(f"{what} in a test without a marker of {sorted(SLOW)}: mark it (pyproject.toml lists them)")
 
 
 def mpirun() -> str:
@@ -24,6 +33,7 @@ def mpirun() -> str:
 
 def run_mpi(n: int, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
     """Run `mpirun -n n python <args>` from the project root; output captured as text."""
+    require_slow_marker("an mpirun job")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     cmd = [mpirun(), "-n", str(n), sys.executable, *args]
     return subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -58,6 +68,7 @@ def simulate_job(config: str, out: Path, *overrides: str) -> tuple[dict, list[di
     from cfl_mpi.config import load_config
     from cfl_mpi.simulate import simulate
 
+    require_slow_marker("a simulated job")
     cfg = load_config(PROJECT_ROOT / config, [*overrides, f"out={out}"])
     simulate(cfg)
     return read_results(out)

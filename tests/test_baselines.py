@@ -232,6 +232,7 @@ def results(out, method):
     return run, summary, records
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("method,matrix", [("pacfl", "A"), ("cfl", "S"), ("ifca", "losses"), ("fedwad", "D")])
 def test_each_baseline_writes_the_standard_results_folder(compared, method, matrix):
     run, summary, records = results(compared[0], method)
@@ -244,6 +245,7 @@ def test_each_baseline_writes_the_standard_results_folder(compared, method, matr
     assert "round 2/2" in (run / "log.txt").read_text()
 
 
+@pytest.mark.job
 def test_fedwad_clustering_finds_the_rotations_before_round_1(compared):
     """FedWaD distances between the silos' raw inputs, spectral clustering with K = 4."""
     run, summary, records = results(compared[0], "fedwad")
@@ -254,6 +256,7 @@ def test_fedwad_clustering_finds_the_rotations_before_round_1(compared):
     assert records[0]["bytes"]["fedwad_measure"] > 0 and records[1]["bytes"]["fedwad_measure"] == 0
 
 
+@pytest.mark.job
 def test_pacfl_finds_the_rotations_in_one_shot(compared):
     run, summary, records = results(compared[0], "pacfl")
     assert records[0]["ari"] >= 0.9 and summary["ari"] >= 0.9 and summary["n_clusters"] == 4
@@ -267,6 +270,7 @@ def test_pacfl_finds_the_rotations_in_one_shot(compared):
     assert summary["pacfl"]["signature_columns"] == [30] * 8
 
 
+@pytest.mark.job
 def test_ifca_with_k4_finds_the_rotations(compared):
     run, summary, records = results(compared[0], "ifca")
     assert summary["ari"] >= 0.9 and summary["ifca"]["k"] == 4
@@ -277,6 +281,7 @@ def test_ifca_with_k4_finds_the_rotations(compared):
     assert losses.shape == (8, 4) and records[1]["clusters"] == losses.argmin(1).tolist()
 
 
+@pytest.mark.job
 def test_cfl_splits_and_records_the_tree(compared):
     run, summary, records = results(compared[0], "cfl")
     cfl = summary["cfl"]
@@ -296,6 +301,7 @@ def test_cfl_splits_and_records_the_tree(compared):
     assert S.shape == (8, 8) and np.allclose(np.diag(S), 1.0, atol=1e-5)
 
 
+@pytest.mark.job
 def test_cfl_transform_leaves_the_clustering_unchanged(compared, tmp_path):
     _, plain, plain_records = results(compared[0], "cfl")
     hidden, records = simulate_job(DIGITS, tmp_path, *SMALL, "strategy.name=cfl", *CFL_SPLITS,
@@ -311,6 +317,7 @@ def test_cfl_transform_leaves_the_clustering_unchanged(compared, tmp_path):
     assert abs(hidden["avg_acc"] - plain["avg_acc"]) < 0.01
 
 
+@pytest.mark.job
 def test_compare_writes_the_table_and_heat_maps(compared):
     out, proc = compared
     table = (out / "table.md").read_text()
@@ -326,6 +333,7 @@ def test_compare_writes_the_table_and_heat_maps(compared):
     assert oracle["ari"] == 1.0
 
 
+@pytest.mark.job
 def test_compare_resume_skips_finished_runs(compared):
     out, _ = compared
     before = {p: p.stat().st_mtime_ns for p in out.glob("*_s0/summary.json")}

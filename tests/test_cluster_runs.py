@@ -1,7 +1,11 @@
 """Cluster extraction in whole runs (issue 7; simulated in-process): one default setting across
 silo counts and data sets, one cluster when there is one, and the margin reported."""
 
+import pytest
+
 from jobs import simulate_job
+
+pytestmark = pytest.mark.job
 
 DIGITS = "configs/digits.yaml"
 MNIST_TEST = "configs/rotated_mnist_test.yaml"

@@ -10,6 +10,8 @@ import yaml
 from data_files import write_cifar10
 from jobs import simulate_job
 
+pytestmark = pytest.mark.job
+
 
 def test_backdoor_job_reports_backdoor_accuracy(tmp_path):
     root = write_cifar10(tmp_path / "cifar", per_batch=60, n_test=120)

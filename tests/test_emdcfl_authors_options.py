@@ -3,6 +3,7 @@ through a full-rank projection, the partner's validation sample."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from jobs import simulate_job
 from torch import nn
@@ -34,6 +35,7 @@ def test_train_mode_embeds_with_batch_statistics_and_leaves_the_model_alone():
     assert np.abs(z_eval - z_train).max() > 0.1  # eval mode uses the running mean of 3
 
 
+@pytest.mark.job
 def test_authors_options_run_and_find_the_rotations(tmp_path):
     summary, records = simulate_job(DIGITS, tmp_path, "silos=4", "data.rotations=[0,180]", "train.rounds=1",
                                     "strategy.pair_keys=seeded", *AUTHORS)

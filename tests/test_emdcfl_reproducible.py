@@ -21,6 +21,8 @@ from cfl_mpi.algorithms.emdcfl import EmdCfl
 from cfl_mpi.ot.wasserstein import ground_cost
 from jobs import PROJECT_ROOT, read_results, simulate_job
 
+pytestmark = pytest.mark.job
+
 BEFORE_COMMIT = "703ab81"  # the code before issue 13's speed work
 CONFIG = "configs/digits.yaml"
 # 6 silos in 3 rotations, one round of one epoch of a slim CNN: every EMD-CFL pair is measured.

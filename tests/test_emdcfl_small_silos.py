@@ -34,6 +34,7 @@ def test_pair_tau_takes_the_projections_distortion_out_of_the_noise():
     assert noise["none"][1] > 2 * noise["pair"][1]
 
 
+@pytest.mark.job
 def test_pair_tau_run_records_one_tau_per_ordered_pair(tmp_path):
     summary, records = simulate_job("configs/digits.yaml", tmp_path, "silos=4", "data.rotations=[0,180]",
                                     "train.rounds=1", "strategy.pair_keys=seeded", "strategy.tau_projection=pair")
@@ -62,6 +63,7 @@ def test_energy_noise_is_the_spread_of_w_between_samples_of_one_distribution():
     assert 0.75 < np.mean([noise for _, noise in estimates]) / spread < 1.33
 
 
+@pytest.mark.job
 def test_energy_run_finds_the_rotations_with_no_tau(tmp_path):
     summary, records = simulate_job("configs/digits.yaml", tmp_path, "silos=4", "data.rotations=[0,180]",
                                     "train.rounds=1", "strategy.pair_keys=seeded", "strategy.distance=energy",

@@ -147,6 +147,7 @@ def test_a_silent_silo_is_caught_by_the_message_timeout(tmp_path):
     assert load_checkpoint(out).round == 1
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("kind,words", [("raise", "InjectedFault: silo 2 fails in round 2"),
                                         ("exit", "InjectedExit: silo 2 exits without a word in round 2")])
 def test_the_simulator_names_a_failing_silo_and_stops_every_party(tmp_path, kind, words):
@@ -158,6 +159,7 @@ def test_the_simulator_names_a_failing_silo_and_stops_every_party(tmp_path, kind
     assert time.monotonic() - start < 120 and load_checkpoint(tmp_path).round == 1
 
 
+@pytest.mark.job
 def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_path):
     """Appendix E.4: 4 of 8 silos train per round; a pair is measured the first round both
     train. With two rotations (four silos each) every silo is linked to its cluster within
@@ -177,6 +179,7 @@ def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_pa
     assert recs[0]["bytes"]["embeddings"] > 0
 
 
+@pytest.mark.job
 def test_a_late_silo_lands_in_its_true_cluster_and_nobody_moves(tmp_path):
     out = tmp_path / "late"
     summary, recs = simulate_job(DIGITS, out, "late_silos=[{silo: 5, round: 3}]", "train.rounds=3",

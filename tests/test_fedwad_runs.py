@@ -12,6 +12,8 @@ import pytest
 
 from jobs import simulate_job
 
+pytestmark = pytest.mark.job
+
 
 @pytest.fixture(scope="module")
 def fedwad8(tmp_path_factory):

@@ -67,6 +67,7 @@ def toy_registered(monkeypatch):
     monkeypatch.setitem(algorithms.REGISTRY, "toy_soft", StrategySpec(ToySoft, ToySoftSilo, (LOSS,)))
 
 
+@pytest.mark.job
 def test_a_soft_clustering_strategy_runs_without_touching_the_runtime(toy_registered, tmp_path):
     summary, records = simulate_job("configs/digits.yaml", tmp_path, "strategy.name=toy_soft", "silos=4",
                                     "data.rotations=[0,180]", "train.rounds=2", "train.local_epochs=1",

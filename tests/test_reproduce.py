@@ -12,6 +12,7 @@ from cfl_mpi.paper_figures import TABLE_1_MNIST, TABLE_3_MNIST, TABLE_6
 TINY = ("silos=4", "train.rounds=2", "model.channels=[8,16]", "model.embedding_dim=16", "participation.count=2")
 
 
+@pytest.mark.job
 def test_one_tiny_block_writes_the_table_beside_the_paper_and_the_plot(shared_data, tmp_path, capsys):
     sets = [a for o in TINY for a in ("--set", o)]
     code = reproduce.main(["E4", "--seeds", "0", "--blocks", "1", "--out", str(tmp_path), *sets,

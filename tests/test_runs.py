@@ -91,11 +91,13 @@ def test_same_seed_same_clusters_and_metrics(emdcfl8, tmp_path):
         assert a["clusters"] == b["clusters"] and a["accuracy"] == b["accuracy"]
 
 
+@pytest.mark.job
 def test_fedavg_is_one_cluster(tmp_path):
     summary, records = simulate_job(DIGITS, tmp_path, "train.rounds=1", "strategy.name=fedavg")
     assert all(r["n_clusters"] == 1 for r in records) and summary["n_clusters"] == 1
 
 
+@pytest.mark.job
 def test_four_silos(tmp_path):
     emd, records = simulate_job(DIGITS, tmp_path / "emd", "silos=4", ROUNDS, SEEDED)
     oracle, _ = simulate_job(DIGITS, tmp_path / "oracle", "silos=4", ROUNDS, "strategy.name=oracle")
@@ -125,6 +127,7 @@ def test_a_failing_rank_ends_the_job_with_its_name(tmp_path):
     assert time.monotonic() - start < 120
 
 
+@pytest.mark.job
 def test_real_mnist_test_split_8_silos(shared_data, tmp_path):
     summary, records = simulate_job(DIGITS, tmp_path, "data.name=rotated_mnist", f"data.root={shared_data / 'mnist'}",
                                   "data.pool=test", "data.download=false", "data.test_fraction=0.1", "train.rounds=2", SEEDED)

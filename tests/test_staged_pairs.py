@@ -175,12 +175,14 @@ def test_staged_plan_through_mpirun_finds_the_rotations_and_the_cluster_its_samp
     assert_found_with_an_orphan_stage(records, summary)
 
 
+@pytest.mark.job
 def test_staged_plan_in_fedwad_mode(tmp_path):
     summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "strategy.distance=fedwad",
                                     "strategy.ground_cost=chordal")
     assert_found_with_an_orphan_stage(records, summary)
 
 
+@pytest.mark.job
 def test_staged_plan_measures_nothing_after_its_round(tmp_path):
     """The pairs the plan left unmeasured stay so: round 2 swaps no ω and sends no embeddings
     (it measured all 9 the plan skipped at first, a C = 400 run all 76,140)."""
