@@ -117,7 +117,7 @@ def main() -> None:
     import torch
 
     from cfl_mpi.data import build_silo_data
-    from cfl_mpi.runtime.server import initial_model
+    from cfl_mpi.models import initial_model
 
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -6,13 +6,16 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, NoReturn, TypeVar
 
 from .config import Config, ConfigError, load_config
 
+T = TypeVar("T")
+
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "count", "find_mpirun", "load_run_config", "prepare_results_folder", "run_arguments"]
+__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "count", "find_mpirun", "load_run_config",
+           "prepare_results_folder", "run_arguments", "split_list"]
 
 
 def run_arguments(prog: str, description: str, *, resume: bool = True) -> argparse.ArgumentParser:
@@ -81,3 +84,16 @@ def announce(cfg: Config, hosted: str) -> None:
 def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:
     print(f"{prog}: config error: {message}", file=sys.stderr, flush=True)
     sys.exit(EXIT_CONFIG)
+
+
+def split_list(text: str, what: str, prog: str, cast: Callable[[str], T] = str) -> list[T]:
+    """A command-line option's comma-separated values, each `cast`, at least one and no repeats;
+    else a config error naming `--what`."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        values = [cast(t) for t in items]
+    except ValueError:
+        config_error(f"--{what}: expected a comma-separated list, got {text!r}", prog)
+    if not values or len(set(values)) != len(values):
+        config_error(f"--{what}: give at least one, without repeats, got {text!r}", prog)
+    return values

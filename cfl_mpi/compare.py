@@ -29,9 +29,11 @@ from typing import NoReturn
 import numpy as np
 import yaml
 
-from .cli import NO_MPIRUN, config_error, count, find_mpirun
+from .cli import NO_MPIRUN, config_error, count, find_mpirun, split_list
 from .config import STRATEGIES, ConfigError, load_config
 from .runtime.stop import EXIT_INTERRUPTED
+
+PROG = "cfl_mpi.compare"  # config errors name the command
 
 DESCRIPTION = "Run several methods and seeds as separate jobs on one config, and tabulate them side by side."
 
@@ -59,18 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _fail(message: str) -> NoReturn:
-    config_error(message, prog="cfl_mpi.compare")
-
-
-def _split_list(text: str, what: str, cast=str) -> list:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    try:
-        values = [cast(t) for t in items]
-    except ValueError:
-        _fail(f"--{what}: expected a comma-separated list, got {text!r}")
-    if not values or len(set(values)) != len(values):
-        _fail(f"--{what}: give at least one, without repeats, got {text!r}")
-    return values
+    config_error(message, PROG)
 
 
 def run_overrides(method: str, seed: int, overrides: list[str], file_method: str | None = None) -> list[str]:
@@ -209,8 +200,8 @@ def heatmaps(out: Path, runs: dict[str, Path]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    methods = _split_list(args.methods, "methods")
-    seeds = _split_list(args.seeds, "seeds", int)
+    methods = split_list(args.methods, "methods", PROG)
+    seeds = split_list(args.seeds, "seeds", PROG, int)
     unknown = [m for m in methods if m not in STRATEGIES]
     if unknown:
         _fail(f"--methods: unknown method {unknown[0]!r} (choose from {', '.join(STRATEGIES)})")

@@ -28,10 +28,12 @@ from typing import NoReturn
 import numpy as np
 
 from . import compare
-from .cli import config_error
+from .cli import config_error, split_list
 from .paper_figures import (TABLE_1_CIFAR, TABLE_1_MNIST, TABLE_3_CIFAR, TABLE_3_MNIST, TABLE_6, TABLE_10,
                             TABLE_11, PaperBlock)
 from .runtime.stop import EXIT_INTERRUPTED
+
+PROG = "cfl_mpi.reproduce"  # config errors name the command
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DESCRIPTION = "Run the methods of one table of the EMD-CFL paper and write the paper's figures beside ours."
@@ -107,7 +109,7 @@ ALIASES = {"E4": "6", "E.4": "6"}
 
 
 def _fail(message: str) -> NoReturn:
-    config_error(message, prog="cfl_mpi.reproduce")
+    config_error(message, PROG)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -212,12 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         _fail(f"TABLE: no reproduction of table {args.table!r} (choose from {', '.join(TABLES)}, E4)")
     blocks = TABLES[table]
     if args.blocks:
-        picked = compare._split_list(args.blocks, "blocks", int)
+        picked = split_list(args.blocks, "blocks", PROG, int)
         if not all(1 <= b <= len(blocks) for b in picked):
             _fail(f"--blocks: table {table} has blocks 1..{len(blocks)}, got {args.blocks}")
         blocks = [blocks[b - 1] for b in picked]
-    seeds = ",".join(str(s) for s in compare._split_list(args.seeds, "seeds", int))
-    wanted = compare._split_list(args.methods, "methods") if args.methods else list(CLUSTERING)
+    seeds = ",".join(str(s) for s in split_list(args.seeds, "seeds", PROG, int))
+    wanted = split_list(args.methods, "methods", PROG) if args.methods else list(CLUSTERING)
     unknown = [m for m in wanted if not any(m in b.methods for b in blocks)]
     if args.methods and unknown:
         _fail(f"--methods: {unknown[0]!r} is not a method of table {table}")

@@ -9,10 +9,10 @@ import yaml
 from cfl_mpi.algorithms import REGISTRY
 from cfl_mpi.config import STRATEGIES, ConfigError, config_digest, load_config
 from cfl_mpi.data import true_clusters
+from cfl_mpi.models import initial_model
 from cfl_mpi.results import remove_run
 from cfl_mpi.runtime.checkpoint import (Checkpoint, check_results_folder, dedupe_models,
                                         load_checkpoint, save_checkpoint)
-from cfl_mpi.runtime.server import initial_model
 
 DIGEST = "0" * 64
 

@@ -125,7 +125,7 @@ def test_pretrained_true_reads_torchs_cache_without_network(tmp_path):
 
 
 def test_the_server_imports_torchvision_only_for_torchvision_models():
-    code = ("import sys; from cfl_mpi.config import Config; from cfl_mpi.runtime.server import initial_model; "
+    code = ("import sys; from cfl_mpi.config import Config; from cfl_mpi.models import initial_model; "
             "initial_model(Config()); print('torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -133,7 +133,8 @@ class Channel(ABC):
         if not any_ready():
             self._awaiting(sources)
         first, longest = self._arrival_sleeps()
-        self._wait(any_ready, lambda: f"a message from {names}", self._patience(sources), longest, first_sleep_s=first)
+        self.wait_until(any_ready, lambda: f"a message from {names}", self._patience(sources), longest,
+                        first_sleep_s=first)
         return self._receive(found[0], expect(found[0]))
 
     def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
@@ -196,7 +197,7 @@ class Channel(ABC):
         time.sleep(seconds)
 
     # ------------------------------------------------------------------ waiting
-    def _wait(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
+    def wait_until(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
               max_sleep_s: float | None = None, spin_s: float = 0.0, first_sleep_s: float = 5e-5) -> None:
         """Poll `ready` until true or the timeout (default: the message timeout) expires: for
         the first `spin_s` seconds without sleeping (only yielding to other threads), then with

@@ -256,7 +256,7 @@ class _MpiPending(Pending):
         self.channel, self.requests, self.buffers = channel, requests, buffers
 
     def wait(self) -> None:
-        self.channel._wait(self.done, lambda: "a send to complete")
+        self.channel.wait_until(self.done, lambda: "a send to complete")
 
     def done(self) -> bool:
         with self.channel.mpi_lock:
@@ -364,7 +364,7 @@ class MpiChannel(LocalChannel):
         first, longest, spin = (*self._arrival_sleeps(), 0.0) if rung else \
             (5e-5, min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
         try:
-            self._wait(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest, spin,
+            self.wait_until(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest, spin,
                        first)
         except PeerTimeout:
             raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "

@@ -64,6 +64,13 @@ def seeded_states(cfg: Config, num_classes: int, seed: int, count: int) -> list[
     return [state_arrays(m) for m in models]
 
 
+def initial_model(cfg: Config) -> dict[str, np.ndarray]:
+    """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
+    from ..data import num_classes
+
+    return seeded_states(cfg, num_classes(cfg), cfg.seed, 1)[0]
+
+
 def _torchvision_weights(name: str) -> dict[str, torch.Tensor]:
     """torchvision's default ImageNet weights from torch's cache (`$TORCH_HOME/hub/checkpoints`),
     downloaded into it when missing and a network is reachable."""

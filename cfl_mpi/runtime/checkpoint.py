@@ -192,7 +192,7 @@ def check_resume(cfg: Config, out: Path) -> None:
     from ..algorithms import REGISTRY
     from ..config import check_resumable
     from ..data import true_clusters
-    from .server import initial_model
+    from ..models import initial_model
 
     check_resumable(cfg, out)
     ckpt = load_checkpoint(out)

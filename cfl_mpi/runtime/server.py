@@ -17,7 +17,7 @@ from ..algorithms import REGISTRY
 from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
 from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
-from ..data import backdoor_targets, num_classes, pool_sizes, silo_images_shared_by, true_clusters
+from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
@@ -26,13 +26,6 @@ from .stop import StopRequest
 
 
 MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
-
-
-def initial_model(cfg: Config) -> Model:
-    """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
-    from ..models import seeded_states
-
-    return seeded_states(cfg, num_classes(cfg), cfg.seed, 1)[0]
 
 
 def eval_expect(round: int, kinds: tuple[Kind, ...], backdoor: bool = False, steps: int = 0) -> Expect:
@@ -52,6 +45,8 @@ class Server:
     default generator), then `run`s the rounds."""
 
     def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest, cores: int = 1) -> None:
+        from ..models import initial_model  # torch: imported by the rank that builds θ(0) only
+
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
