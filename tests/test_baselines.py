@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -25,8 +24,9 @@ from cfl_mpi.algorithms.ifca import LOSSES, Ifca
 from cfl_mpi.algorithms.pacfl import Pacfl
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.compare import failure_reason, markdown_table, run_overrides, summarise
-from cfl_mpi.config import CflConfig, ConfigError, IfcaConfig, PacflConfig, load_config
+from cfl_mpi.config import CflConfig, ConfigError, IfcaConfig, PacflConfig
 from cfl_mpi.wire.messages import Expect, ProtocolError
+from config_files import config_from
 from jobs import PROJECT_ROOT, simulate_job
 
 DIGITS = "configs/digits.yaml"
@@ -44,21 +44,15 @@ strategy: {name: pacfl}
 """
 
 
-def config(tmp_path, *overrides):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(BASE))
-    return load_config(path, list(overrides))
-
-
 # ------------------------------------------------------------------------ configs
 
 
 def test_paper_defaults(tmp_path):
-    assert config(tmp_path).strategy == PacflConfig(p=3, per_class=True, measure="sum", beta=600.0)
-    cfl = config(tmp_path, "strategy.name=cfl").strategy
+    assert config_from(tmp_path, BASE).strategy == PacflConfig(p=3, per_class=True, measure="sum", beta=600.0)
+    cfl = config_from(tmp_path, BASE, "strategy.name=cfl").strategy
     assert (cfl.eps1, cfl.eps2, cfl.warmup_rounds, cfl.gamma_max, cfl.transform) == (0.4, 1.6, 20, 0.0, False)
-    assert config(tmp_path, "strategy.name=ifca").strategy == IfcaConfig(k=None, init="silos")
-    assert isinstance(config(tmp_path, "strategy.name=cfl", "strategy.transform=true").strategy, CflConfig)
+    assert config_from(tmp_path, BASE, "strategy.name=ifca").strategy == IfcaConfig(k=None, init="silos")
+    assert isinstance(config_from(tmp_path, BASE, "strategy.name=cfl", "strategy.transform=true").strategy, CflConfig)
 
 
 @pytest.mark.parametrize("overrides,field,words", [
@@ -76,7 +70,7 @@ def test_paper_defaults(tmp_path):
 ])
 def test_errors_name_the_field(tmp_path, overrides, field, words):
     with pytest.raises(ConfigError) as err:
-        config(tmp_path, *overrides)
+        config_from(tmp_path, BASE, *overrides)
     assert str(err.value).startswith(field + ":") and words in str(err.value) and "\n" not in str(err.value)
 
 
@@ -131,7 +125,7 @@ def test_compare_config_errors_are_one_line_and_exit_2(args, words, tmp_path):
 
 
 def test_cfl_transform_round_trip_and_invariance(tmp_path):
-    cfg = config(tmp_path, "strategy.name=cfl", "strategy.transform=true")
+    cfg = config_from(tmp_path, BASE, "strategy.name=cfl", "strategy.transform=true")
     silo, other = CflSilo(cfg), CflSilo(cfg)  # two silos build the same P from the config
     rng = np.random.default_rng(0)
     states = [{"w": rng.standard_normal((30, 7)).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32),
@@ -150,7 +144,7 @@ def test_cfl_transform_round_trip_and_invariance(tmp_path):
 
 
 def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp_path):
-    cfg = config(tmp_path, "strategy.name=ifca", "strategy.init=random")
+    cfg = config_from(tmp_path, BASE, "strategy.name=ifca", "strategy.init=random")
     hub = LocalHub()
     server, silos = LocalChannel(SERVER, hub, 5, 0.01), [LocalChannel(c, hub, 5, 0.01) for c in range(4)]
     losses = [[0.1, 0.9], [0.2, 0.8], [0.9, 0.1], [0.7, 0.3]]
@@ -179,7 +173,7 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
 
 def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     """Algorithm 2: signatures arriving after the first batch are placed; nobody moves."""
-    cfg = config(tmp_path, "strategy.beta=120", "silos=6", "data.rotations=[0,180,90]")
+    cfg = config_from(tmp_path, BASE, "strategy.beta=120", "silos=6", "data.rotations=[0,180,90]")
     rng = np.random.default_rng(1)
     centres = [np.linalg.qr(rng.standard_normal((40, 3)))[0] for _ in range(2)]
     bases = [np.linalg.qr(centres[g] + 0.05 * rng.standard_normal((40, 3)))[0] for g in (0, 0, 1, 1, 1, 0)]

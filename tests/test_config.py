@@ -1,6 +1,5 @@
 """Every config mistake is one line naming the field and the fix."""
 import dataclasses
-import textwrap
 import typing
 
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from cfl_mpi.config import STRATEGIES, Config, ConfigError, EmdCflConfig, check_world, load_config, read_yaml
 from cfl_mpi.data import check_data
 from conftest import PROJECT_ROOT
+from config_files import write_config
 
 PROJECT_CONFIG = PROJECT_ROOT / "configs" / "digits.yaml"
 
@@ -20,14 +20,8 @@ strategy: {name: emdcfl, epsilon: 0.025}
 """
 
 
-def write(tmp_path, text):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def test_valid_config_and_overrides(tmp_path):
-    cfg = load_config(write(tmp_path, BASE), ["strategy.epsilon=0.05", "train.rounds=3", "out=/x"])
+    cfg = load_config(write_config(tmp_path, BASE), ["strategy.epsilon=0.05", "train.rounds=3", "out=/x"])
     assert isinstance(cfg.strategy, EmdCflConfig)
     assert cfg.strategy.epsilon == 0.05 and cfg.train.rounds == 3 and str(cfg.results_dir()) == "/x"
     assert cfg.data.rotations == [0.0, 180.0] and cfg.world_size == 5
@@ -53,24 +47,24 @@ def test_valid_config_and_overrides(tmp_path):
 ])
 def test_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
-        load_config(write(tmp_path, BASE), [override])
+        load_config(write_config(tmp_path, BASE), [override])
     message = str(err.value)
     assert message.startswith(field + ":") and words in message and "\n" not in message
 
 
 def test_fedavg_has_no_epsilon(tmp_path):
     with pytest.raises(ConfigError, match=r"^strategy.epsilon: unknown key"):
-        load_config(write(tmp_path, BASE.replace("name: emdcfl", "name: fedavg")))
+        load_config(write_config(tmp_path, BASE.replace("name: emdcfl", "name: fedavg")))
     # Switching strategy on the command line drops the file's settings of the old one.
-    assert load_config(write(tmp_path, BASE), ["strategy.name=fedavg"]).strategy.name == "fedavg"
-    cfg = load_config(write(tmp_path, BASE.replace("emdcfl, epsilon: 0.025", "fedavg")),
+    assert load_config(write_config(tmp_path, BASE), ["strategy.name=fedavg"]).strategy.name == "fedavg"
+    cfg = load_config(write_config(tmp_path, BASE.replace("emdcfl, epsilon: 0.025", "fedavg")),
                       ["strategy.name=emdcfl", "strategy.epsilon=0.5"])
     assert cfg.strategy.epsilon == 0.5
 
 
 def test_bad_yaml_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(write(tmp_path, "a: [1, 2\n"))
+        load_config(write_config(tmp_path, "a: [1, 2\n"))
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
 
@@ -91,7 +85,7 @@ def test_rank_count_gives_the_silos_per_rank():
 
 
 def test_missing_data_folder(tmp_path):
-    cfg = load_config(write(tmp_path, BASE), ["data.name=rotated_mnist", f"data.root={tmp_path / 'none'}",
+    cfg = load_config(write_config(tmp_path, BASE), ["data.name=rotated_mnist", f"data.root={tmp_path / 'none'}",
                                                "data.download=false"])
     with pytest.raises(ConfigError, match=r"^data.root: MNIST files .* not found"):
         check_data(cfg)
@@ -127,7 +121,7 @@ def test_the_catalogue_covers_every_float_field():
 def test_non_finite_numbers_are_refused_in_every_float_field(tmp_path, select, field, is_list, value):
     text = f"[0, {value}]" if is_list else value
     with pytest.raises(ConfigError) as err:
-        load_config(write(tmp_path, BASE), [*select, f"{field}={text}"])
+        load_config(write_config(tmp_path, BASE), [*select, f"{field}={text}"])
     message = str(err.value)
     assert message.startswith(f"{field}{'[1]' if is_list else ''}: must be a finite number, got ")
     assert "\n" not in message and len(message) < 120
@@ -137,8 +131,8 @@ def test_non_finite_numbers_are_refused_in_every_float_field(tmp_path, select, f
                                         ("1.0e-3", 0.001), ("3", 3), ("0.025", 0.025)])
 def test_yaml_1_2_floats_are_numbers(tmp_path, text, value):
     assert read_yaml(text) == value and type(read_yaml(text)) is type(value)
-    assert load_config(write(tmp_path, BASE), [f"strategy.epsilon={text}"]).strategy.epsilon == value
-    from_file = load_config(write(tmp_path, BASE.replace("epsilon: 0.025", f"epsilon: {text}")))
+    assert load_config(write_config(tmp_path, BASE), [f"strategy.epsilon={text}"]).strategy.epsilon == value
+    from_file = load_config(write_config(tmp_path, BASE.replace("epsilon: 0.025", f"epsilon: {text}")))
     assert from_file.strategy.epsilon == value
 
 
@@ -155,15 +149,15 @@ def test_strings_that_look_like_numbers_stay_strings():
 ])
 def test_number_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
-        load_config(write(tmp_path, BASE), [override])
+        load_config(write_config(tmp_path, BASE), [override])
     assert str(err.value).startswith(field + ":") and words in str(err.value) and "\n" not in str(err.value)
 
 
 def test_silo_images_only_for_rotated_sets_and_within_the_pool(tmp_path):
     backdoor = BASE.replace("rotated_digits, rotations: [0, 180]", "backdoor_mnist, root: /x").replace("silos: 4", "silos: 3")
     with pytest.raises(ConfigError, match=r"^data.silo_images: only the rotated data sets .* not backdoor_mnist"):
-        load_config(write(tmp_path, backdoor), ["data.silo_images=100"])
-    cfg = load_config(write(tmp_path, BASE), ["data.silo_images=1439"])  # digits: 1,438 training-pool images
+        load_config(write_config(tmp_path, backdoor), ["data.silo_images=100"])
+    cfg = load_config(write_config(tmp_path, BASE), ["data.silo_images=1439"])  # digits: 1,438 training-pool images
     with pytest.raises(ConfigError, match=r"^data.silo_images: 1439 images per silo, but .* holds 1438 "):
         check_data(cfg)
-    check_data(load_config(write(tmp_path, BASE), ["data.silo_images=1438"]))
+    check_data(load_config(write_config(tmp_path, BASE), ["data.silo_images=1438"]))

@@ -8,13 +8,14 @@ from urllib.error import URLError
 import numpy as np
 import pytest
 import yaml
+from config_files import config_from
 from data_files import write_cifar10, write_mnist, write_pacs
 
 from cfl_mpi import prepare as prepare_module
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.data import (backdoor, backdoor_targets, build_silo_data, check_data, cifar, prepare_data,
                           true_clusters)
-from cfl_mpi.data.images import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD, MNIST_MEAN, MNIST_STD
+from cfl_mpi.data.images import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,12 +26,6 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return {"mnist": write_mnist(root / "mnist", n_train=400, n_test=200),
             "cifar": write_cifar10(root / "cifar", per_batch=40, n_test=60),
             "pacs": write_pacs(root / "pacs", {"photo": 30, "art_painting": 40, "cartoon": 40, "sketch": 70})}
-
-
-def config(tmp_path: Path, **sections):
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(sections))
-    return load_config(path)
 
 
 def silos(cfg):
@@ -61,7 +56,8 @@ def assert_disjoint_within_groups(shards, groups):
 
 
 def test_rotated_mnist_from_idx_files(files, tmp_path):
-    cfg = config(tmp_path, silos=8, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False})
+    cfg = config_from(tmp_path, dict(
+        silos=8, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False}))
     shards = silos(cfg)
     np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2, 3, 3])
     assert not backdoor_targets(cfg).any() and all(s.x_backdoor is None for s in shards)
@@ -76,8 +72,9 @@ def test_rotated_mnist_from_idx_files(files, tmp_path):
 
 
 def test_rotated_cifar10_copies_are_the_same_pool_rotated(files, tmp_path):
-    cfg = config(tmp_path, silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]),
-                                          "rotations": [0, 90], "download": False})
+    cfg = config_from(tmp_path, dict(
+        silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]), "rotations": [0, 90],
+                       "download": False}))
     shards = silos(cfg)
     assert shards[0].x_train.shape[1:] == (3, 32, 32) and cfg.data.image_size == 32
     upright = rows(np.concatenate([s.x_train for s in shards[:2]] + [s.x_val for s in shards[:2]]))
@@ -112,8 +109,9 @@ def test_rotation_is_torchvisions_nearest_rotation():
 
 
 def test_rotated_cifar10_min_is_bordered_expanded_and_resized(files, tmp_path):
-    cfg = config(tmp_path, silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]), "download": False,
-                                          "rotations": [-3, 3], "rotation_border": 2})
+    cfg = config_from(tmp_path, dict(
+        silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]), "download": False,
+                       "rotations": [-3, 3], "rotation_border": 2}))
     shards = silos(cfg)
     assert shards[0].x_train.shape[1:] == (3, 32, 32)
     corner = unnormalise(shards[0].x_train, CIFAR10_MEAN, CIFAR10_STD)[:, 0, 0, :]
@@ -121,15 +119,16 @@ def test_rotated_cifar10_min_is_bordered_expanded_and_resized(files, tmp_path):
 
 
 def test_rotation_variants_set_their_true_clusters(tmp_path):
-    cfg = config(tmp_path, silos=8, data={"rotations": [-3, 3, 177, 183], "group_clusters": [0, 0, 1, 1]})
+    cfg = config_from(tmp_path, dict(silos=8, data={"rotations": [-3, 3, 177, 183], "group_clusters": [0, 0, 1, 1]}))
     np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 0, 0, 1, 1, 1, 1])
     with pytest.raises(ConfigError, match=r"^data.group_clusters: give one .* \(4 for rotated_digits\)"):
-        config(tmp_path, silos=8, data={"group_clusters": [0, 1]})
+        config_from(tmp_path, dict(silos=8, data={"group_clusters": [0, 1]}))
 
 
 def test_imagenet_models_get_three_channels_and_imagenet_statistics(files, tmp_path):
-    cfg = config(tmp_path, silos=4, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False},
-                 model={"name": "resnet18"})
+    cfg = config_from(tmp_path, dict(
+        silos=4, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False},
+        model={"name": "resnet18"}))
     s = build_silo_data(cfg, 0)
     assert s.x_train.shape[1:] == (3, 28, 28) and cfg.model.input_size == 224  # resized on the device
     pixels = unnormalise(s.x_train, IMAGENET_MEAN, IMAGENET_STD)
@@ -156,7 +155,8 @@ def test_backdoor_mnist_is_the_authors_construction(files, tmp_path):
     """colormnist.ipynb: target digits in (0.26, 0.63, 0.4), backdoor digits in summer(40)[y],
     the third group purple; targets and purple keep half their training shard; ImageNet
     statistics; the backdoor test colours the target's test digits summer(40)[9 − y]."""
-    cfg = config(tmp_path, silos=6, data={"name": "backdoor_mnist", "root": str(files["mnist"]), "download": False})
+    cfg = config_from(tmp_path, dict(
+        silos=6, data={"name": "backdoor_mnist", "root": str(files["mnist"]), "download": False}))
     shards = silos(cfg)
     np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2])
     np.testing.assert_array_equal(backdoor_targets(cfg), [True, True, False, False, False, False])
@@ -187,15 +187,16 @@ def test_backdoor_mnist_balances_the_classes():
 
 def test_backdoor_silo_counts(tmp_path):
     with pytest.raises(ConfigError, match=r"^silos: backdoor_mnist .* multiple of 3 .* paper uses 30"):
-        config(tmp_path, silos=8, data={"name": "backdoor_mnist", "root": "x"})
-    assert config(tmp_path, silos=9, data={"name": "backdoor_cifar10", "root": "x"}).silos == 9
+        config_from(tmp_path, dict(silos=8, data={"name": "backdoor_mnist", "root": "x"}))
+    assert config_from(tmp_path, dict(silos=9, data={"name": "backdoor_cifar10", "root": "x"})).silos == 9
 
 
 # --------------------------------------------------------------------------- backdoor CIFAR10
 
 
 def test_backdoor_cifar10_classes_patch_and_backdoor_test(files, tmp_path):
-    cfg = config(tmp_path, silos=6, data={"name": "backdoor_cifar10", "root": str(files["cifar"]), "download": False})
+    cfg = config_from(tmp_path, dict(
+        silos=6, data={"name": "backdoor_cifar10", "root": str(files["cifar"]), "download": False}))
     shards = silos(cfg)
     np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2])
     assert_disjoint_within_groups(shards, true_clusters(cfg))
@@ -234,8 +235,8 @@ def test_patched_image_differs_from_its_clean_twin_only_in_the_corner():
 
 
 def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
-    cfg = config(tmp_path, silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10,
-                                           "image_size": 16})
+    cfg = config_from(tmp_path, dict(
+        silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16}))
     check_data(cfg)
     shards = silos(cfg)
     truth = true_clusters(cfg)
@@ -253,8 +254,9 @@ def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
 def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
     """pacs.ipynb: 20 % of each shuffled domain is test, the rest dealt round-robin to the
     domain's silos, each silo's share split 80/20 into training and validation."""
-    cfg = config(tmp_path, silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10,
-                                           "image_size": 16, "pacs_split": "authors"})
+    cfg = config_from(tmp_path, dict(
+        silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16,
+                        "pacs_split": "authors"}))
     shards = silos(cfg)
     truth = true_clusters(cfg)
     for domain, n in enumerate([30, 40, 40, 70]):
@@ -268,12 +270,13 @@ def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
 
 
 def test_pacs_errors_name_the_folder_and_the_fix(files, tmp_path):
-    cfg = config(tmp_path, silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 20})
+    cfg = config_from(tmp_path, dict(
+        silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 20}))
     with pytest.raises(ConfigError, match=r"^data.domain_silos: domain photo has 30 images .* at most 1 silos"):
         check_data(cfg)
     with pytest.raises(ConfigError, match=r"^silos: data.domain_silos \[3, 4, 4, 7\] adds up to 18"):
-        config(tmp_path, silos=8, data={"name": "pacs", "root": "x"})
-    empty = config(tmp_path, silos=18, data={"name": "pacs", "root": str(tmp_path / "none")})
+        config_from(tmp_path, dict(silos=8, data={"name": "pacs", "root": "x"}))
+    empty = config_from(tmp_path, dict(silos=18, data={"name": "pacs", "root": str(tmp_path / "none")}))
     with pytest.raises(ConfigError) as err:
         prepare_data(empty)
     message = str(err.value)
@@ -285,7 +288,7 @@ def test_pacs_errors_name_the_folder_and_the_fix(files, tmp_path):
 
 
 def test_missing_cifar_without_network_is_one_clear_error(tmp_path, monkeypatch):
-    cfg = config(tmp_path, silos=3, data={"name": "backdoor_cifar10", "root": str(tmp_path / "c10")})
+    cfg = config_from(tmp_path, dict(silos=3, data={"name": "backdoor_cifar10", "root": str(tmp_path / "c10")}))
 
     def offline(root):
         raise URLError("[Errno -3] Temporary failure in name resolution")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,8 +13,9 @@ from cfl_mpi.algorithms.cfl import Cfl
 from cfl_mpi.algorithms.cluster_extraction import place_newcomer, symmetrised
 from cfl_mpi.algorithms.emdcfl import EmdCfl
 from cfl_mpi.algorithms.ifca import Ifca
-from cfl_mpi.config import ConfigError, check_resumable, load_config
+from cfl_mpi.config import ConfigError, check_resumable
 from cfl_mpi.runtime.control import participants, present
+from config_files import config_from
 
 BASE = """
 name: t
@@ -26,12 +26,6 @@ strategy: {name: emdcfl}
 """
 
 
-def config(tmp_path, *overrides):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(BASE))
-    return load_config(path, list(overrides))
-
-
 def json_round_trip(meta):
     return json.loads(json.dumps(meta))
 
@@ -40,17 +34,19 @@ def json_round_trip(meta):
 
 
 def test_participants_are_a_seeded_sample_that_always_includes_arrivals(tmp_path):
-    cfg = config(tmp_path, "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]")
+    cfg = config_from(tmp_path, BASE,
+        "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]")
     assert present(cfg, 2) == [0, 1, 2, 3, 4, 5] and present(cfg, 3) == list(range(8))
     draws = [participants(cfg, t) for t in range(1, 7)]
     assert all(len(d) == n for d, n in zip(draws, [3, 3, 4, 4, 4, 4]))
     assert {6, 7} <= set(draws[2]) and not {6, 7} & set(draws[0] + draws[1])
     assert draws == [participants(cfg, t) for t in range(1, 7)]  # a function of (seed, round)
     assert len({tuple(d) for d in draws}) > 1
-    other_seed = config(tmp_path, "participation.fraction=0.5", "seed=1")
-    assert [participants(other_seed, t) for t in range(1, 7)] != [participants(config(tmp_path, "participation.fraction=0.5"), t) for t in range(1, 7)]
-    assert participants(config(tmp_path, "participation.count=2"), 1).__len__() == 2
-    assert participants(config(tmp_path), 4) == list(range(8))
+    other_seed = config_from(tmp_path, BASE, "participation.fraction=0.5", "seed=1")
+    same_seed = config_from(tmp_path, BASE, "participation.fraction=0.5")
+    assert [participants(other_seed, t) for t in range(1, 7)] != [participants(same_seed, t) for t in range(1, 7)]
+    assert participants(config_from(tmp_path, BASE, "participation.count=2"), 1).__len__() == 2
+    assert participants(config_from(tmp_path, BASE), 4) == list(range(8))
 
 
 @pytest.mark.parametrize("override, message", [
@@ -66,17 +62,17 @@ def test_participants_are_a_seeded_sample_that_always_includes_arrivals(tmp_path
 ])
 def test_federation_config_errors_name_the_field(tmp_path, override, message):
     with pytest.raises(ConfigError, match=None) as err:
-        config(tmp_path, override)
+        config_from(tmp_path, BASE, override)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_resume_refuses_another_experiment_but_not_other_runtime_settings(tmp_path):
-    cfg = config(tmp_path, f"out={tmp_path / 'run'}")
+    cfg = config_from(tmp_path, BASE, f"out={tmp_path / 'run'}")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    check_resumable(config(tmp_path, "runtime.message_timeout_s=5"), tmp_path / "run")
+    check_resumable(config_from(tmp_path, BASE, "runtime.message_timeout_s=5"), tmp_path / "run")
     with pytest.raises(ConfigError, match=r"^train.lr: differs from the run being resumed"):
-        check_resumable(config(tmp_path, "train.lr=0.5"), tmp_path / "run")
+        check_resumable(config_from(tmp_path, BASE, "train.lr=0.5"), tmp_path / "run")
     check_resumable(cfg, tmp_path / "nothing-yet")  # no saved config: the checkpoint decides (test_checkpoint.py)
 
 
@@ -96,7 +92,7 @@ def two_groups_W(rng, size=8, late=(), noise=0.01):
 
 def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     rng = np.random.default_rng(0)
-    cfg = config(tmp_path, "late_silos=[{silo: 3, round: 3}]")
+    cfg = config_from(tmp_path, BASE, "late_silos=[{silo: 3, round: 3}]")
     strategy = EmdCfl(cfg, np.zeros(8, dtype=int))
     full, truth = two_groups_W(rng)
     strategy.W[...] = two_groups_W(np.random.default_rng(0), late=[3])[0]
@@ -124,8 +120,9 @@ def test_a_newcomer_far_from_everyone_opens_a_cluster():
 
 
 def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
-    cfg = config(tmp_path, "strategy.name=cfl", "strategy.warmup_rounds=0", "strategy.eps1=10", "strategy.eps2=0.1",
-                 "late_silos=[{silo: 7, round: 3}]")
+    cfg = config_from(tmp_path, BASE,
+        "strategy.name=cfl", "strategy.warmup_rounds=0", "strategy.eps1=10", "strategy.eps2=0.1",
+        "late_silos=[{silo: 7, round: 3}]")
     strategy = Cfl(cfg, np.zeros(8, dtype=int))
     assert strategy.tree.members(0) == list(range(7))
     rng = np.random.default_rng(0)
@@ -152,7 +149,7 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
 
 
 def test_ifca_state_round_trip(tmp_path):
-    cfg = config(tmp_path, "strategy.name=ifca", "strategy.k=2")
+    cfg = config_from(tmp_path, BASE, "strategy.name=ifca", "strategy.k=2")
     strategy = Ifca(cfg, np.zeros(8, dtype=int))
     arrays, meta = strategy.state_dict()
     again = Ifca(cfg, np.zeros(8, dtype=int))

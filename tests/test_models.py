@@ -6,20 +6,19 @@ import sys
 
 import pytest
 import torch
-import yaml
 
-from cfl_mpi.config import ConfigError, load_config
+from cfl_mpi.config import ConfigError
 from cfl_mpi.models import WeightsError, build_model
 from cfl_mpi.prepare import prepare_weights
+from config_files import config_from
 
 SPEC_DIMS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536, "vit_b_16": 768, "convnext_base": 1024}
 
 
 def config(tmp_path, silos=3, data=None, **model):
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"silos": silos, "data": data or {"name": "backdoor_cifar10", "root": "x"},
-                                    "model": model}))
-    return load_config(path)
+    """A config of `model` settings (CIFAR-10 shaped data unless given)."""
+    return config_from(tmp_path, {"silos": silos, "data": data or {"name": "backdoor_cifar10", "root": "x"},
+                                  "model": model})
 
 
 @pytest.mark.parametrize("name", sorted(SPEC_DIMS))

@@ -7,7 +7,6 @@ with CFL_TEST_SLURM=0. The daemons run for this module only and are stopped at i
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
