@@ -104,7 +104,7 @@ class Server:
             recorder.write(record)
         wait_all([self.channel.isend(c, CONTROL, t + 1, action=STOP, model=0, first=0) for c in range(self.cfg.silos)])
         if t < self.cfg.train.rounds:
-            then = f"continue with --resume {self.out}" if t else f"nothing to resume: start again with --overwrite"
+            then = f"continue with --resume {self.out}" if t else "nothing to resume: start again with --overwrite"
             print(f"stopped after round {t} ({self.stop.reason}); {then}", flush=True)
             return None
         return self.finish(recorder, time.monotonic() - start)
