@@ -377,12 +377,14 @@ def test_digit_pool_is_scikit_learns_load_digits():
 
 def test_a_silo_rank_imports_only_what_it_uses():
     """What every rank imports (the MPI entry point and the silo's runtime) leaves out what only
-    the server or some strategies need: scikit-learn, POT, scipy.stats, matplotlib, torch's compiler."""
+    the server or some strategies need: scikit-learn, POT, scipy.stats, matplotlib, torch's compiler,
+    and scipy.ndimage, which only a data set whose images are resized needs."""
     import subprocess
     import sys
 
     code = ("import sys; import cfl_mpi.main, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
-            "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'matplotlib', 'torch._dynamo') if m in sys.modules))")
+            "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'scipy.ndimage', 'matplotlib', 'torch._dynamo') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
