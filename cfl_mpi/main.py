@@ -120,7 +120,7 @@ def cli(argv: list[str] | None = None) -> None:
 
     from .channel.mpi import MpiChannel, MpiInbox
     from .runtime.placement import place
-    from .runtime.silo import InjectedExit
+    from .runtime.faults import InjectedExit
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

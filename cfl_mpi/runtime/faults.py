@@ -1,0 +1,88 @@
+"""`runtime.fault`: a silo that fails or turns hostile on purpose, so that tests can show a
+failing or hostile silo cannot wreck the job. The silo loop asks this seam at three points
+(the round's start, the trained update, the update's send); for every silo that is not the
+configured one each answer is the honest one."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..algorithms.base import UPDATE
+from ..channel import SERVER, Channel
+from ..config import FaultConfig
+
+__all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
+
+HOSTILE_UPDATES = ("scaled_update", "huge_weights", "duplicate_update", "header_only")
+SCALE = 10.0  # `scaled_update`: -SCALE times the honest change ...
+CLAIMED_SAMPLES = 1 << 30  # ... claimed on a billion examples, to outweigh every honest member
+HUGE = 1e30  # `huge_weights`: finite in float32, ruinous in any average
+
+
+class InjectedFault(RuntimeError):
+    """The failure `runtime.fault` asked for."""
+
+
+class InjectedExit(BaseException):
+    """`runtime.fault` kind `exit`: the silo dies without a word. Its host ends the process
+    (MPI), or the simulator reports the silo gone; nobody may catch it on the way."""
+
+
+class SiloFaults:
+    """What `fault` makes silo `silo` do; nothing unless it names this silo."""
+
+    def __init__(self, fault: FaultConfig | None, silo: int) -> None:
+        self.fault = fault if fault is not None and fault.silo == silo else None
+        self.silo = silo
+        self._start: dict[str, np.ndarray] = {}
+
+    def kind(self, round: int) -> str | None:
+        """The kind this silo plays in `round`: a failure in its round only, a hostile update in
+        that round and every later one (it stays hostile)."""
+        f = self.fault
+        if f is None:
+            return None
+        return f.kind if f.round == round or (f.kind in HOSTILE_UPDATES and f.round < round) else None
+
+    def at_round_start(self, round: int, channel: Channel) -> None:
+        """Raise, exit without a word, or hang (alive but silent: the peers' timeout must catch it)."""
+        kind = self.kind(round)
+        if kind is None or kind in HOSTILE_UPDATES:
+            return
+        if kind == "exit":
+            raise InjectedExit(f"silo {self.silo} exits without a word in round {round} (runtime.fault)")
+        if kind == "hang":
+            while not channel.closed():
+                time.sleep(0.5)
+            return
+        raise InjectedFault(f"silo {self.silo} fails in round {round} (runtime.fault)")
+
+    def before_training(self, round: int, arrays: Callable[[], dict[str, np.ndarray]]) -> None:
+        """Keep the model training starts from (`arrays()`, read only here: a GPU model would be
+        copied to the host), which `scaled_update` reverses the change from."""
+        self._start = {k: v.copy() for k, v in arrays().items()} if self.kind(round) == "scaled_update" else {}
+
+    def update(self, round: int, arrays: dict[str, np.ndarray], n_samples: int
+               ) -> tuple[dict[str, np.ndarray], int]:
+        """The trained model and sample count, or what a hostile silo claims instead."""
+        kind = self.kind(round)
+        floating = [k for k, v in arrays.items() if np.issubdtype(v.dtype, np.floating)]
+        if kind == "scaled_update":  # θ' = s − SCALE·(θ − s): the honest change reversed and magnified
+            start = self._start
+            return {**arrays, **{k: (start[k] - SCALE * (arrays[k] - start[k])).astype(arrays[k].dtype)
+                                 for k in floating}}, CLAIMED_SAMPLES
+        if kind == "huge_weights":
+            return {**arrays, **{k: np.full_like(arrays[k], HUGE) for k in floating}}, n_samples
+        return arrays, n_samples
+
+    def send_update(self, channel: Channel, round: int, arrays: dict[str, np.ndarray], n_samples: int) -> None:
+        """Send the update to the server; a hostile silo withholds its payload or sends it twice."""
+        kind = self.kind(round)
+        if kind == "header_only":
+            channel.send_header_only(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+            return
+        channel.send(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+        if kind == "duplicate_update":
+            channel.send(SERVER, UPDATE, round, arrays, n_samples=n_samples)
