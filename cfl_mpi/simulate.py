@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
-from .cli import announce, config_error, load_run_config, prepare_results_folder, run_arguments
+from .cli import announce, config_error, exit_now, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError
 from .results import record_failure
 from .runtime.compute import ComputePool
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         text = f"cfl_mpi: {failure}\n{detail}"
         print(text, file=sys.stderr, flush=True)
         record_failure(cfg.results_dir(), text)
-        sys.exit(1)
-    sys.exit(stop.exit_code if stopped else 0)  # 130 after a Ctrl-C: an interrupted command, its checkpoint intact
+        exit_now(1)
+    exit_now(stop.exit_code if stopped else 0)  # 130 after a Ctrl-C: an interrupted command, its checkpoint intact
 
 
 if __name__ == "__main__":
