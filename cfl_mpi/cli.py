@@ -86,9 +86,8 @@ def exit_now(code: int) -> NoReturn:
     """End a run's process once its results are on disk (metrics.jsonl is flushed per round,
     the checkpoint fsynced, MPI finalized), without the interpreter's teardown. Unloading
     torch, scipy and scikit-learn cost ~1.4 s of CPU a process here, so 41 ranks on 2 cores
-    took 26 s to exit (benchmarks/results/20261126-startup-exit.md); and in the simulator a
-    torch thread met the teardown once ("terminate called without an active exception",
-    exit 134 after a complete run)."""
+    took 26 s to exit (benchmarks/results/20261126-startup-exit.md); and a simulated run,
+    complete, once aborted in that teardown ("terminate called without an active exception")."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

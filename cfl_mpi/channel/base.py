@@ -198,7 +198,7 @@ class Channel(ABC):
 
     # ------------------------------------------------------------------ waiting
     def wait_until(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
-              max_sleep_s: float | None = None, spin_s: float = 0.0, first_sleep_s: float = 5e-5) -> None:
+                   max_sleep_s: float | None = None, spin_s: float = 0.0, first_sleep_s: float = 5e-5) -> None:
         """Poll `ready` until true or the timeout (default: the message timeout) expires: for
         the first `spin_s` seconds without sleeping (only yielding to other threads), then with
         exponential back-off from `first_sleep_s` capped at `max_sleep_s` (default: the

@@ -364,8 +364,8 @@ class MpiChannel(LocalChannel):
         first, longest, spin = (*self._arrival_sleeps(), 0.0) if rung else \
             (5e-5, min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
         try:
-            self.wait_until(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest, spin,
-                       first)
+            self.wait_until(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest,
+                            spin, first)
         except PeerTimeout:
             raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "
                                 f"{self.payload_timeout_s:g} s") from None
