@@ -1,4 +1,4 @@
-"""`python -m cfl_mpi.compare CONFIG --methods emdcfl,pacfl,cfl,ifca,fedavg,oracle --seeds 0,1,2
+"""`python -m cfl_mpi.compare CONFIG [--methods emdcfl,pacfl,cfl,ifca,fedavg,oracle] [--seeds 0,1,2]
 [--out DIR] [--resume] [--backend mpi|simulate] [--mpirun PATH] [--set [METHOD:]key=value ...]`
 
 Runs every (method, seed) as its own job (an MPI job, or one process of the in-process
@@ -29,8 +29,9 @@ from typing import NoReturn
 import numpy as np
 import yaml
 
+from . import strategies
 from .cli import NO_MPIRUN, config_error, count, find_mpirun, split_list
-from .config import STRATEGIES, ConfigError, load_config
+from .config import ConfigError, load_config
 from .runtime.stop import EXIT_INTERRUPTED
 
 PROG = "cfl_mpi.compare"  # config errors name the command
@@ -38,17 +39,13 @@ PROG = "cfl_mpi.compare"  # config errors name the command
 DESCRIPTION = "Run several methods and seeds as separate jobs on one config, and tabulate them side by side."
 
 COLUMNS = ("avg_acc", "worst_acc", "ari", "wall_s")
-#: methods that do not cluster: the paper prints "-" for their ARI
-NOT_CLUSTERING = {"fedavg"}
-NAMES = {"emdcfl": "EMD-CFL", "pacfl": "PACFL", "cfl": "CFL", "ifca": "IFCA", "fedwad": "FedWaD clustering",
-         "fedavg": "FedAvg", "oracle": "Oracle"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cfl_mpi.compare", description=DESCRIPTION)
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
-    parser.add_argument("--methods", default="emdcfl,pacfl,cfl,ifca,fedavg,oracle",
-                        help="comma-separated strategy names (default: all)")
+    parser.add_argument("--methods", default=",".join(strategies.defaults()),
+                        help="comma-separated strategy names (default: %(default)s)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder for the runs and the tables (default: runs/compare_<name>)")
     parser.add_argument("--resume", action="store_true", help="skip runs whose summary.json exists")
@@ -170,9 +167,10 @@ def markdown_table(rows: list[dict], title: str) -> str:
              "| Method | Avg Acc | Worst Acc | ARI | Clusters | Wall time (s) | Runs |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        ari = "-" if r["method"] in NOT_CLUSTERING else fmt(r["ari"], 1, 2)
+        spec = strategies.REGISTRY.get(r["method"])
+        ari = "-" if spec and not spec.clusters else fmt(r["ari"], 1, 2)  # the paper prints "-" for FedAvg
         clusters = "n/a" if r["n_clusters"] is None else f"{r['n_clusters']:.1f}"
-        lines.append(f"| {NAMES.get(r['method'], r['method'])} | {fmt(r['avg_acc'], 100, 2)} | "
+        lines.append(f"| {strategies.label(r['method'])} | {fmt(r['avg_acc'], 100, 2)} | "
                      f"{fmt(r['worst_acc'], 100, 2)} | {ari} | {clusters} | {fmt(r['wall_s'], 1, 1)} | {r['runs']} |")
     return "\n".join(lines) + "\n"
 
@@ -193,7 +191,7 @@ def heatmaps(out: Path, runs: dict[str, Path]) -> list[Path]:
     written = []
     for method, run in runs.items():
         path = out / f"heatmap_{method}.png"
-        if run_heatmap(run, path, f"{NAMES.get(method, method)} ({run.name})"):
+        if run_heatmap(run, path, f"{strategies.label(method)} ({run.name})"):
             written.append(path)
     return written
 
@@ -202,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     methods = split_list(args.methods, "methods", PROG)
     seeds = split_list(args.seeds, "seeds", PROG, int)
-    unknown = [m for m in methods if m not in STRATEGIES]
+    unknown = [m for m in methods if m not in strategies.REGISTRY]
     if unknown:
-        _fail(f"--methods: unknown method {unknown[0]!r} (choose from {', '.join(STRATEGIES)})")
+        _fail(f"--methods: unknown method {unknown[0]!r} (choose from {', '.join(strategies.REGISTRY)})")
     prefixes = {o.split("=", 1)[0].split(":", 1)[0] for o in args.overrides if ":" in o.split("=", 1)[0]}
     if prefixes - set(methods):
         _fail(f"--set {sorted(prefixes - set(methods))[0]}:...: not one of the compared methods ({', '.join(methods)})")

@@ -18,6 +18,16 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from .strategies import REGISTRY, ConfigFacts, StrategyParams
+from .strategies.cfl import CflConfig
+from .strategies.emdcfl import EmdCflConfig
+from .strategies.fedavg import FedAvgConfig
+from .strategies.fedwad import FedWaDClusteringConfig
+from .strategies.ifca import IfcaConfig
+from .strategies.oracle import OracleConfig
+from .strategies.pacfl import PacflConfig
+from .strategies.spec import SEED_LIMIT
+
 
 class ConfigError(ValueError):
     """A config problem, reported as one line: `<field>: <what is wrong> (<fix>)`."""
@@ -183,166 +193,10 @@ class AggregationConfig:
     count_ratio: float = 2.0
 
 
-# FedAvg (McMahan et al. 2017): every silo in one cluster, the baseline without clustering.
-@dataclass(frozen=True)
-class FedAvgConfig:
-    name: Literal["fedavg"] = "fedavg"
-
-
-# Oracle: the true clusters of the data partition, the upper bound every method aims at.
-@dataclass(frozen=True)
-class OracleConfig:
-    name: Literal["oracle"] = "oracle"
-
-
-# EMD-CFL (Zhang, Williams, Toni): one-shot clustering after round 1 on the W1 distances W
-# between the silos' embeddings, measured through a secret random projection R per pair.
-@dataclass(frozen=True)
-class EmdCflConfig:
-    name: Literal["emdcfl"] = "emdcfl"
-    # rule: neighbourhoods only: silos c and c' are neighbours when W < epsilon both ways.
-    epsilon: float = 0.025
-    # dim(R) = ⌊proj_ratio · dim(Z)⌋: the fraction of the embedding's dimensions R keeps.
-    proj_ratio: float = 0.9
-    # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
-    # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
-    sample_fraction: float = 0.1
-    sample_cap: int = 512
-    # What a partner embeds under a silo's model: a sample of its "train"ing data, or of its
-    # "val"idation data as the authors' code does (both samples then hold min(n, |val|) rows).
-    partner_sample: Literal["train", "val"] = "train"
-    # "eval": BatchNorm on its running statistics, no dropout; "train": as the authors' code
-    # (batch statistics over batches of train.batch_size). Identical for the simple CNN.
-    embed_mode: Literal["eval", "train"] = "eval"
-    # τ_c = W1 between the silo's training and validation embeddings: "none" unprojected, "full"
-    # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does,
-    # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
-    # measured in (on small silos W's spread falls 2-3x: docs/SMALL_SILOS.md).
-    tau_projection: Literal["none", "full", "pair"] = "none"
-    # "fedwad": W1 between two silos' embeddings by FedWaD (algorithms/emdcfl_fedwad.py),
-    # the server never receives an embedding; needs a Euclidean ground cost (below).
-    # "energy": the energy distance instead of W1, the debiased limit of the Sinkhorn
-    # divergence, dimension-free in its sample size (ot/energy.py); on silos of ~100 images
-    # it separates what W1 blurs (docs/SMALL_SILOS.md); no τ (it is unbiased), so no
-    # validation images needed; needs ground_cost chordal or euclidean.
-    distance: Literal["exact", "sinkhorn", "fedwad", "energy"] = "exact"
-    # Entropic regularisation of the Sinkhorn solver (distance: sinkhorn).
-    sinkhorn_reg: float = 0.1
-    # "chordal": Euclidean cost between L2-normalised embeddings, sqrt(2 * cosine): the cosine
-    # geometry in a form FedWaD can interpolate. fedwad takes chordal, euclidean, sqeuclidean.
-    ground_cost: Literal["cosine", "chordal", "euclidean", "sqeuclidean"] = "cosine"
-    # FedWaD mode: fedwad_iterations K, and fedwad_support, the support S of ξ (null: the
-    # larger of the two clouds).
-    fedwad_iterations: int = 20
-    fedwad_support: int | None = None
-    # Cluster extraction from W (cluster_extraction.py): "robust" cuts average-linkage
-    # clusters at noise_multiple times each silo's measured noise; "neighbourhoods" is the
-    # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
-    rule: Literal["robust", "neighbourhoods"] = "robust"
-    noise_multiple: float = 3.5
-    # Random halvings of the validation sample used to measure a silo's noise (the RMS of
-    # 30 draws is within ~13 % of the truth; 10 draws left ~22 % and split a true pair).
-    noise_splits: int = 30
-    # "ephemeral": X25519 keys from the OS's entropy, R is secret from everyone but the
-    # pair (deploy with this). "seeded": keys derived from the run seed so that W is
-    # bit-for-bit reproducible; anyone holding the config can rebuild R (experiments only).
-    pair_keys: Literal["ephemeral", "seeded"] = "ephemeral"
-    # Which pairs the clustering round measures: "all" of them (the paper), or "staged": all
-    # pairs among pair_sample random silos, clustered by the robust rule, then each cluster's
-    # `representatives` medoids against every other silo, which joins the cluster whose
-    # representatives are within the cut; a silo near none is measured against `retest` more
-    # members of its nearest cluster and joins it if within the cut on average over them all;
-    # the silos still near none start again among themselves (algorithms/staged_pairs.py):
-    # about pair_sample²/2 + representatives·K·C pairs.
-    pairs: Literal["all", "staged"] = "all"
-    pair_sample: int = 40
-    representatives: int = 2
-    retest: int = 4
-    # How a staged plan measures a silo against the representatives (and retest members) it
-    # is placed by: "one_way", W[r][c] alone (its data under the member's model: the member's
-    # ω fans out and the member embeds nothing, half the work), or "both_ways", as all-pairs
-    # (docs/PAIR_PLAN.md).
-    placement: Literal["one_way", "both_ways"] = "one_way"
-
-
-@dataclass(frozen=True)
-class PacflConfig:
-    """PACFL (pacfl.txt): one-shot clustering on principal angles between data subspaces."""
-
-    name: Literal["pacfl"] = "pacfl"
-    # Left singular vectors per class (pacfl.txt, Appendix: p = 3 for its main tables).
-    p: int = 3
-    # Per class and stacked, as the authors' code does; false: top p of the whole data matrix.
-    per_class: bool = True
-    # Proximity A[i][j] in degrees: "sum" of the principal angles (Eq. 3) or the "smallest" (Eq. 2).
-    measure: Literal["sum", "smallest"] = "sum"
-    # Distance threshold of average-linkage clustering on A, in degrees. It depends on the
-    # data (dimension, samples per class) and is tuned per data set, as the EMD-CFL authors
-    # did (Appendix D.3). 600 suits the rotated digits (seeds 0-4: within-cluster A <= 536,
-    # between >= 694); summary.json lists the merge heights to choose it from elsewhere.
-    beta: float = 600.0
-
-
-@dataclass(frozen=True)
-class CflConfig:
-    """CFL (cfl-sattler.txt, Algorithm 5): FedAvg, then recursive bipartitions of clusters."""
-
-    name: Literal["cfl"] = "cfl"
-    # Split a cluster of more than 2 members when the norm of its mean update is below eps1
-    # and the largest member update norm above eps2 (the authors' notebook: 0.4 and 1.6).
-    eps1: float = 0.4
-    eps2: float = 1.6
-    # No split before round warmup_rounds + 1 (the notebook: 20).
-    warmup_rounds: int = 20
-    # Reject a bipartition unless gamma_max < sqrt((1 - max cross similarity) / 2) (Eq. 36);
-    # 0 accepts every bipartition, as the notebook does.
-    gamma_max: float = 0.0
-    # Silos send P·θ and invert P on what they receive (Eq. 41-42): the server clusters
-    # and averages without seeing a model after θ(0). P is built from transform_seed (the
-    # run seed when null), which every holder of the config knows: experiments only.
-    transform: bool = False
-    transform_seed: int | None = None
-
-
-@dataclass(frozen=True)
-class IfcaConfig:
-    """IFCA (Ghosh et al. 2020): K cluster models; every silo joins the one of lowest loss."""
-
-    name: Literal["ifca"] = "ifca"
-    # Number of cluster models K; null: the number of true clusters of the partition
-    # (the EMD-CFL authors give every baseline the true number, Appendix D.3).
-    k: int | None = None
-    # "silos": round 1 trains from θ(0), then K of the trained silo models are picked by
-    # farthest-first traversal of their losses on the silos' data, and the clusters are
-    # formed from those. "random": K models drawn from the seed, as the IFCA authors' code
-    # does (on 8 silos their losses barely differ and IFCA rarely recovers, see README).
-    init: Literal["silos", "random"] = "silos"
-
-
-@dataclass(frozen=True)
-class FedWaDClusteringConfig:
-    """FedWaD clustering (fedwad.txt, "Boosting FL methods", App. D.7): pairwise FedWaD
-    distances between the silos' data, spectral clustering into K clusters, FedAvg inside."""
-
-    name: Literal["fedwad"] = "fedwad"
-    # K; null: the number of true clusters of the partition (as IFCA's k).
-    clusters: int | None = None
-    # "input": the raw model inputs (the paper's MNIST setting); "embedding": g of the common
-    # θ(0), a fixed random feature map (the paper's random autoencoder code for CIFAR-10).
-    space: Literal["input", "embedding"] = "input"
-    # Points per silo (a sample of its training data) and the support S of ξ (null: sample_cap).
-    sample_cap: int = 128
-    support: int | None = None
-    # Wp: 1 (Euclidean cost) or 2 (squared Euclidean, W2), and FedWaD's iterations K.
-    p: int = 2
-    iterations: int = 20
-
-
+# A strategy's section: the parameters class of the strategy named by `strategy.name`
+# (strategies/: one module per strategy, its keys and their checks).
 StrategyConfig = Union[EmdCflConfig, FedAvgConfig, OracleConfig, PacflConfig, CflConfig, IfcaConfig,
-                       FedWaDClusteringConfig]
-STRATEGIES: dict[str, type] = {"emdcfl": EmdCflConfig, "fedavg": FedAvgConfig, "oracle": OracleConfig,
-                               "pacfl": PacflConfig, "cfl": CflConfig, "ifca": IfcaConfig,
-                               "fedwad": FedWaDClusteringConfig}
+                       FedWaDClusteringConfig, StrategyParams]
 
 
 @dataclass(frozen=True)
@@ -481,7 +335,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
     elif origin in (Union, types.UnionType):
         args = typing.get_args(tp)
-        if args[0] in STRATEGIES.values():  # tagged union of strategies
+        if tp is StrategyConfig:  # tagged by strategy.name
             return _strategy(value, where)
         if value is not None and len(args) == 2 and type(None) in args:  # optional: the inner error is the useful one
             return _coerce(value, next(a for a in args if a is not type(None)), where)
@@ -549,20 +403,16 @@ def _dataclass(cls: type, value: Any, where: str) -> Any:
 
 def _strategy(value: Any, where: str) -> Any:
     if not isinstance(value, dict) or "name" not in value:
-        raise ConfigError(f"{where}.name: missing (choose one of {', '.join(STRATEGIES)})")
-    cls = STRATEGIES.get(value["name"])
-    if cls is None:
-        raise ConfigError(f"{where}.name: unknown strategy {value['name']!r} (choose one of {', '.join(STRATEGIES)})")
-    return _dataclass(cls, value, where)
+        raise ConfigError(f"{where}.name: missing (choose one of {', '.join(REGISTRY)})")
+    spec = REGISTRY.get(value["name"])
+    if spec is None:
+        raise ConfigError(f"{where}.name: unknown strategy {value['name']!r} (choose one of {', '.join(REGISTRY)})")
+    return _dataclass(spec.params, value, where)
 
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
-
-
-# torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).
-SEED_LIMIT = 2**64
 
 
 def _validate(cfg: Config) -> None:
@@ -577,67 +427,23 @@ def _validate(cfg: Config) -> None:
     _check(0 <= cfg.train.momentum < 1, f"train.momentum: must lie in [0, 1), got {cfg.train.momentum}")
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
     _validate_aggregation(cfg.aggregation)
-    s = cfg.strategy
-    if isinstance(s, EmdCflConfig):
-        _check(0 < s.proj_ratio <= 1, f"strategy.proj_ratio: must lie in (0, 1], got {s.proj_ratio}")
-        _check(int(s.proj_ratio * cfg.model.embedding_dim) >= 1,
-               "strategy.proj_ratio: projects the embedding to 0 dimensions (raise it)")
-        _check(0 < s.sample_fraction <= 1, f"strategy.sample_fraction: must lie in (0, 1], got {s.sample_fraction}")
-        _check(s.sample_cap >= 2, f"strategy.sample_cap: must be at least 2, got {s.sample_cap}")
-        _check(s.sinkhorn_reg > 0, f"strategy.sinkhorn_reg: must be positive, got {s.sinkhorn_reg}")
-        _check(s.noise_multiple > 0, f"strategy.noise_multiple: must be positive, got {s.noise_multiple}")
-        _check(s.noise_splits >= 2, f"strategy.noise_splits: must be at least 2, got {s.noise_splits}")
-        _check(s.distance != "fedwad" or s.tau_projection != "pair",
-               "strategy.tau_projection: pair needs the server to measure each pair from the embeddings "
-               "(distance exact or sinkhorn); with distance fedwad use none or full")
-        _check(s.distance != "fedwad" or s.ground_cost != "cosine",
-               "strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
-               "the cosine geometry, or euclidean, or sqeuclidean)")
-        _check(s.distance != "energy" or s.ground_cost in ("chordal", "euclidean"),
-               f"strategy.ground_cost: distance energy needs a Euclidean distance (chordal, for the cosine "
-               f"geometry, or euclidean): with {s.ground_cost} it is not a distance between measures")
-        _check(s.distance != "energy" or s.tau_projection == "none",
-               "strategy.tau_projection: distance energy subtracts no τ (its estimate is unbiased: 0 on average "
-               "between samples of one distribution); leave tau_projection at none")
-        _check(s.pair_sample >= 2, f"strategy.pair_sample: must be at least 2, got {s.pair_sample}")
-        _check(s.representatives >= 1, f"strategy.representatives: must be at least 1, got {s.representatives}")
-        _check(s.retest >= 0, f"strategy.retest: must be at least 0, got {s.retest}")
-        _check(s.pairs == "all" or s.rule == "robust",
-               "strategy.pairs: staged places silos by the robust rule's cut in noise units (set rule: robust)")
-        _check(s.fedwad_iterations >= 1, f"strategy.fedwad_iterations: must be at least 1, got {s.fedwad_iterations}")
-        _check(s.fedwad_support is None or 1 <= s.fedwad_support <= s.sample_cap,
-               f"strategy.fedwad_support: must lie between 1 and sample_cap ({s.sample_cap}) or be null, "
-               f"got {s.fedwad_support}")
-    if isinstance(s, PacflConfig):
-        _check(s.p >= 1, f"strategy.p: must be at least 1, got {s.p}")
-        _check(s.beta > 0, f"strategy.beta: must be positive (degrees), got {s.beta}")
-    if isinstance(s, CflConfig):
-        _check(s.eps1 > 0, f"strategy.eps1: must be positive, got {s.eps1}")
-        _check(s.eps2 >= 0, f"strategy.eps2: must be non-negative, got {s.eps2}")
-        _check(s.warmup_rounds >= 0, f"strategy.warmup_rounds: must be non-negative, got {s.warmup_rounds}")
-        _check(0 <= s.gamma_max < 1, f"strategy.gamma_max: must lie in [0, 1), got {s.gamma_max}")
-        _check(not s.transform or s.warmup_rounds >= 1,
-               "strategy.warmup_rounds: must be at least 1 with strategy.transform (round 1 starts from the "
-               "public θ(0), so its updates cannot be measured in the transformed space)")
-        _check(s.transform_seed is None or 0 <= s.transform_seed < SEED_LIMIT,
-               f"strategy.transform_seed: must be an integer in [0, 2**64) or null, got {s.transform_seed}")
-    if isinstance(s, IfcaConfig) and s.k is not None:
-        _check(1 <= s.k <= cfg.silos, f"strategy.k: must lie between 1 and silos ({cfg.silos}), got {s.k}")
-    if isinstance(s, FedWaDClusteringConfig):
-        _check(s.clusters is None or 1 <= s.clusters <= cfg.silos,
-               f"strategy.clusters: must lie between 1 and silos ({cfg.silos}) or be null, got {s.clusters}")
-        _check(s.sample_cap >= 2, f"strategy.sample_cap: must be at least 2, got {s.sample_cap}")
-        _check(s.support is None or 1 <= s.support <= s.sample_cap,
-               f"strategy.support: must lie between 1 and sample_cap ({s.sample_cap}) or be null, got {s.support}")
-        _check(s.p in (1, 2), f"strategy.p: must be 1 (Euclidean cost) or 2 (squared Euclidean), got {s.p}")
-        _check(s.iterations >= 1, f"strategy.iterations: must be at least 1, got {s.iterations}")
     _validate_federation(cfg)
+    for problem in cfg.strategy.problems(_facts(cfg)):
+        raise ConfigError(problem)
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
     _check(cfg.runtime.payload_timeout_s > 0, "runtime.payload_timeout_s: must be positive")
     _check(cfg.runtime.silos_per_rank is None or 1 <= cfg.runtime.silos_per_rank <= cfg.silos,
            f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
            f"got {cfg.runtime.silos_per_rank}")
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
+
+
+def _facts(cfg: Config) -> ConfigFacts:
+    """What a strategy's parameters are checked against (participation and late silos valid)."""
+    p = cfg.participation
+    present = cfg.silos - len(cfg.late_silos)
+    return ConfigFacts(cfg.silos, cfg.model.embedding_dim, participant_count(p, present),
+                       p.fraction is None and p.count is None and not cfg.late_silos)
 
 
 def _validate_aggregation(a: AggregationConfig) -> None:
@@ -665,19 +471,6 @@ def _validate_federation(cfg: Config) -> None:
                "(a silo present from the start needs no entry)")
         seen.add(late.silo)
     _check(len(seen) < cfg.silos, "late_silos: at least one silo must be present in round 1 (remove one entry)")
-    s = cfg.strategy
-    if isinstance(s, IfcaConfig) and s.init == "silos" and s.k is not None:
-        first = participant_count(p, cfg.silos - len(seen))
-        _check(s.k <= first, f"strategy.init: 'silos' picks k = {s.k} models among the {first} silos training in "
-                             "round 1 (use strategy.init: random, or more participants)")
-    if isinstance(cfg.strategy, FedWaDClusteringConfig):
-        _check(p.fraction is None and p.count is None and not cfg.late_silos,
-               "strategy.name: fedwad clusters every silo once before round 1, so it needs every silo from the "
-               "start (remove participation and late_silos, or use emdcfl or pacfl)")
-    if isinstance(s, EmdCflConfig) and s.pairs == "staged":
-        _check(p.fraction is None and p.count is None and not cfg.late_silos,
-               "strategy.pairs: staged plans the pairs of every silo in round 1, so it needs every silo from the "
-               "start (remove participation and late_silos, or use pairs: all)")
     f = cfg.runtime.fault
     if f is not None:
         _check(0 <= f.silo < cfg.silos, f"runtime.fault.silo: must lie in 0..{cfg.silos - 1}, got {f.silo}")

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import strategies
+
 
 def _pyplot():
     import matplotlib
@@ -28,21 +30,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 
 
-class Pairwise(NamedTuple):
-    """How to show one strategy's pairwise matrix."""
-
-    label: str                # colour-bar label
-    similarity: bool = False  # higher is closer
-    directed: bool = False    # row = whose model, column = whose data (EMD-CFL's W)
-
-
-#: the pairwise matrices strategies leave in their artifacts, by artifact name
-PAIRWISE = {
-    "W": Pairwise("max(W[c][c'], W[c'][c]),  W[c][c'] = W1 − τ_c", directed=True),  # EMD-CFL
-    "A": Pairwise("A[i][j]: principal angles (degrees)"),       # PACFL
-    "S": Pairwise("cosine similarity of the updates", similarity=True),  # CFL
-    "D": Pairwise("D[a][b] = Wp by FedWaD"),                   # FedWaD clustering
-}
+#: EMD-CFL's W, the matrix the distance plots draw unless told otherwise
+W_LABEL = strategies.emdcfl.SPEC.pairwise["W"].label
 
 
 class Cut(NamedTuple):
@@ -66,7 +55,7 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
     rule cuts max(W[c][c']/noise_c, W[c'][c]/noise_c') at noise_multiple, the paper's rule
     max(W[c][c'], W[c'][c]) at epsilon, PACFL A at beta (degrees). CFL's S and FedWaD's D have
     no fixed cut (bipartitions, spectral clustering into K)."""
-    label = PAIRWISE[name].label
+    label = strategies.pairwise()[name].label
     if strategy is None:
         return None, None, label
     strategy_name = _get(strategy, "name")
@@ -93,10 +82,10 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
 
 def pairwise_heatmap(artifacts: Mapping[str, np.ndarray], truth: np.ndarray, title: str, path: Path, *,
                      found: np.ndarray | None = None, strategy: Any = None) -> bool:
-    """The heat map of whichever pairwise matrix the strategy left in `artifacts` (PAIRWISE),
+    """The heat map of whichever pairwise matrix the strategy left in `artifacts` (a spec's `pairwise`),
     in the units its rule cuts (`strategy`: its config, dataclass or dict), silos ordered and
     outlined by the `found` clusters. False when there is no such matrix (nothing written)."""
-    for name, how in PAIRWISE.items():
+    for name, how in strategies.pairwise().items():
         if name in artifacts:
             noise, cut, label = rule_view(name, artifacts, strategy)
             kind = "similarities" if how.similarity else "distances"
@@ -110,7 +99,7 @@ def run_heatmap(run: Path, path: Path, title: str) -> bool:
     """`pairwise_heatmap` from a results folder: its W/A/S/D.npy (and noise.npy), clusters.json
     (found and true clusters) and config.yaml (the strategy's cut). False when the run left no
     pairwise matrix."""
-    artifacts = {name: np.load(run / f"{name}.npy") for name in (*PAIRWISE, "noise") if (run / f"{name}.npy").exists()}
+    artifacts = {name: np.load(run / f"{name}.npy") for name in (*strategies.pairwise(), "noise") if (run / f"{name}.npy").exists()}
     clusters = json.loads((run / "clusters.json").read_text())
     truth = np.array([clusters["truth"][str(s)] for s in range(len(clusters["truth"]))])
     found = np.array([clusters["clusters"][str(s)] for s in range(len(clusters["clusters"]))]) \
@@ -179,7 +168,7 @@ def _cut_ticks(vmin: float, cut: float, vmax: float) -> list[float]:
 
 
 def distance_heatmap(W: np.ndarray, truth: np.ndarray, title: str, path: Path,
-                     label: str = PAIRWISE["W"].label, similarity: bool = False, directed: bool = True, *,
+                     label: str = W_LABEL, similarity: bool = False, directed: bool = True, *,
                      found: np.ndarray | None = None, noise: np.ndarray | None = None,
                      cut: Cut | tuple[float, str] | None = None) -> None:
     """Pairwise heat map as the clustering rule sees it (cf. Figs. 14–17), written to `path`:
@@ -189,7 +178,7 @@ def distance_heatmap(W: np.ndarray, truth: np.ndarray, title: str, path: Path,
     _pyplot().close(fig)
 
 
-def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = PAIRWISE["W"].label,
+def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_LABEL,
                    similarity: bool = False, directed: bool = True, *, found: np.ndarray | None = None,
                    noise: np.ndarray | None = None, cut: Cut | tuple[float, str] | None = None):
     """The heat map's figure (the caller closes it).

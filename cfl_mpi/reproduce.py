@@ -27,7 +27,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from . import compare
+from . import compare, strategies
 from .cli import config_error, split_list
 from .paper_figures import (TABLE_1_CIFAR, TABLE_1_MNIST, TABLE_3_CIFAR, TABLE_3_MNIST, TABLE_6, TABLE_10,
                             TABLE_11, PaperBlock)
@@ -37,7 +37,8 @@ PROG = "cfl_mpi.reproduce"  # config errors name the command
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DESCRIPTION = "Run the methods of one table of the EMD-CFL paper and write the paper's figures beside ours."
-CLUSTERING = ("emdcfl", "pacfl", "cfl", "ifca", "fedavg", "oracle")
+#: the methods of the paper's tables (those it prints figures for), in the registry's order
+CLUSTERING = tuple(m for m in strategies.REGISTRY if m in TABLE_1_MNIST.figures)
 PARTIAL = ("emdcfl", "oracle")
 HEADINGS = {"avg_acc": "Avg Acc", "worst_acc": "Worst Acc", "ari": "ARI", "target_clean_acc": "Clean Acc",
             "target_backdoor_acc": "Backdoor Acc"}
@@ -162,10 +163,10 @@ def block_table(block: Block, runs: dict[str, list[Path]], setting: Setting, com
         done = runs.get(method, [])
         cells = []
         for c in cols:
-            not_clustering = c == "ari" and method in compare.NOT_CLUSTERING
+            not_clustering = c == "ari" and not strategies.REGISTRY[method].clusters
             mine = "failed" if method in ran and not done else "-" if not_clustering or not done else _cell(ours(done, c))
             cells += [_cell(paper.get(c)), mine]
-        lines.append(f"| {compare.NAMES.get(method, method)} | {' | '.join(cells)} | {len(done)} |")
+        lines.append(f"| {strategies.label(method)} | {' | '.join(cells)} | {len(done)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -183,7 +184,7 @@ def plot_rounds(panels: list[tuple[str, dict[str, list[Path]]]], path: Path) -> 
     """One panel per data set run, every method's average accuracy per round on the same axes."""
     from .plots import method_curves
 
-    method_curves([(title, {compare.NAMES.get(m, m): round_curves(dirs) for m, dirs in runs.items() if dirs})
+    method_curves([(title, {strategies.label(m): round_curves(dirs) for m, dirs in runs.items() if dirs})
                    for title, runs in panels], path)
 
 

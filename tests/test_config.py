@@ -4,8 +4,9 @@ import typing
 
 import pytest
 
-from cfl_mpi.config import STRATEGIES, Config, ConfigError, EmdCflConfig, check_world, load_config, read_yaml
+from cfl_mpi.config import Config, ConfigError, EmdCflConfig, check_world, load_config, read_yaml
 from cfl_mpi.data import check_data
+from cfl_mpi.strategies import REGISTRY
 from conftest import PROJECT_ROOT
 from config_files import write_config
 
@@ -96,7 +97,7 @@ def test_missing_data_folder(tmp_path):
 def float_fields():
     """(overrides that select the section, dotted field, is a list) for every float field of the config."""
     for name, tp in typing.get_type_hints(Config).items():
-        classes = [(cls, [f"strategy.name={key}"]) for key, cls in STRATEGIES.items()] if name == "strategy" else \
+        classes = [(spec.params, [f"strategy.name={key}"]) for key, spec in REGISTRY.items()] if name == "strategy" else \
             [(a, []) for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
         for cls, select in classes:
             for field, hint in typing.get_type_hints(cls).items():

@@ -6,8 +6,9 @@ from typing import Any
 import pytest
 
 from cfl_mpi import config_reference
-from cfl_mpi.config import STRATEGIES, Config, FaultConfig, LateSilo, RuntimeConfig, load_config
+from cfl_mpi.config import Config, FaultConfig, LateSilo, RuntimeConfig, load_config
 from cfl_mpi.config_reference import CONFIG_MD, COMMAND, render, sections
+from cfl_mpi.strategies import REGISTRY
 from conftest import PROJECT_ROOT
 
 
@@ -44,12 +45,12 @@ def test_every_field_is_documented():
     """The reference lists exactly the keys the dataclasses have, found here without its walk."""
     full = Config(runtime=RuntimeConfig(fault=FaultConfig(silo=0, round=1)), late_silos=[LateSilo(silo=1, round=2)])
     expected = _flatten(dataclasses.asdict(full))
-    for cls in STRATEGIES.values():
-        expected |= _flatten(dataclasses.asdict(dataclasses.replace(full, strategy=cls())))
+    for spec in REGISTRY.values():
+        expected |= _flatten(dataclasses.asdict(dataclasses.replace(full, strategy=spec.params())))
     assert set(_documented()) == expected
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("strategy", list(REGISTRY))
 def test_each_key_is_taken_by_set_at_its_default(tmp_path, strategy):
     """The dotted keys are the ones `--set` takes, and the defaults shown are valid values."""
     path = tmp_path / "c.yaml"

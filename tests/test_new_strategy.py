@@ -1,6 +1,7 @@
-"""The seam holds: a new strategy — here a toy soft clustering with a message kind of its own
-and a model per silo — plugs in through the registry and the config's strategy table alone,
-and runs in the simulator without a change to the runtime, the channels or the wire."""
+"""The seam holds: a new strategy — here a toy soft clustering with a message kind of its own,
+a model per silo and a pairwise matrix — is one registry entry (`strategies.REGISTRY`): the
+config takes its section, the simulator runs it without a change to the runtime, the channels
+or the wire, and compare's table and the heat maps show it by its label."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,10 +10,11 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from cfl_mpi import algorithms, config
+from cfl_mpi import compare, strategies
 from cfl_mpi.algorithms.averaging import fedavg
-from cfl_mpi.algorithms.base import Model, ServerRound, SiloProtocol, SiloRound, Strategy, StrategySpec
+from cfl_mpi.algorithms.base import Halves, Model, ServerRound, SiloProtocol, SiloRound, Strategy
 from cfl_mpi.channel import SERVER
+from cfl_mpi.strategies import Pairwise, StrategyParams, StrategySpec
 from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from jobs import simulate_job
 
@@ -20,7 +22,7 @@ LOSS = message_kind("toy_loss")  # silo → server: its training loss under its 
 
 
 @dataclass(frozen=True)
-class ToySoftConfig:
+class ToySoftConfig(StrategyParams):
     name: Literal["toy_soft"] = "toy_soft"
     temperature: float = 0.5
 
@@ -28,6 +30,10 @@ class ToySoftConfig:
 class ToySoft(Strategy):
     """Every silo continues from its own mixture of all updates, weighted by softmax(−|loss_c −
     loss_c'| / temperature): soft clusters, a model per silo."""
+
+    def __init__(self, cfg, truth: np.ndarray) -> None:
+        super().__init__(cfg, truth)
+        self.artifacts["M"] = np.zeros((cfg.silos, cfg.silos))  # row c: the weights of c's mixture
 
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.cfg.silos, dtype=np.int64)
@@ -49,6 +55,7 @@ class ToySoft(Strategy):
                 out[c] = ctx.start_models[c]
                 continue
             weights = np.exp(-np.abs(loss - self.losses[c]) / self.cfg.strategy.temperature)
+            self.artifacts["M"][c, silos] = weights / weights.sum()
             out[c] = fedavg([ctx.updates[s] for s in silos], list(weights))
         return out
 
@@ -61,10 +68,13 @@ class ToySoftSilo(SiloProtocol):
         ctx.channel.send(SERVER, LOSS, ctx.round, {"loss": np.array([loss])})
 
 
+TOY = StrategySpec(ToySoftConfig, "Toy soft clustering", lambda: Halves(ToySoft, ToySoftSilo, (LOSS,)),
+                   pairwise={"M": Pairwise("mixing weight of silo c' in c's model", similarity=True)})
+
+
 @pytest.fixture
 def toy_registered(monkeypatch):
-    monkeypatch.setitem(config.STRATEGIES, "toy_soft", ToySoftConfig)
-    monkeypatch.setitem(algorithms.REGISTRY, "toy_soft", StrategySpec(ToySoft, ToySoftSilo, (LOSS,)))
+    monkeypatch.setitem(strategies.REGISTRY, "toy_soft", TOY)  # the one place a strategy is registered
 
 
 @pytest.mark.job
@@ -76,3 +86,9 @@ def test_a_soft_clustering_strategy_runs_without_touching_the_runtime(toy_regist
     assert all(r["bytes"]["toy_loss"] > 0 for r in records)  # its own kind, counted like the runtime's
     assert all(0.0 <= a <= 1.0 for r in records for a in r["accuracy"])
     assert records[-1]["avg_acc"] > 0.5  # the silos learnt from their mixtures
+    assert (tmp_path / "M.npy").exists() and (tmp_path / "distances.png").exists()  # the run's own heat map
+
+    table = compare.markdown_table([compare.summarise("toy_soft", [summary])], "toy")
+    assert "| Toy soft clustering |" in table and "| - |" not in table  # its label; it clusters: an ARI
+    assert compare.heatmaps(tmp_path, {"toy_soft": tmp_path}) == [tmp_path / "heatmap_toy_soft.png"]
+    assert "toy_soft" in compare.parse_args(["c.yaml"]).methods.split(",")  # compared by default

@@ -16,7 +16,7 @@ from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from cfl_mpi import plots  # noqa: E402
+from cfl_mpi import plots, strategies  # noqa: E402
 from cfl_mpi.algorithms.cluster_extraction import symmetrised  # noqa: E402
 
 plt = plots._pyplot()
@@ -106,7 +106,7 @@ def test_matrices_without_noise_are_shown_raw_with_their_own_cut():
     fig = plots.heatmap_figure(A, truth, "t", label, directed=False, found=truth, cut=cut)
     np.testing.assert_allclose(np.ma.getdata(_main_image(fig).get_array()), A)
     S = 1 - A / 1000
-    fig = plots.heatmap_figure(S, truth, "t", plots.PAIRWISE["S"].label, similarity=True, directed=False,
+    fig = plots.heatmap_figure(S, truth, "t", strategies.cfl.SPEC.pairwise["S"].label, similarity=True, directed=False,
                                found=truth)
     image = _main_image(fig)
     np.testing.assert_allclose(np.ma.getdata(image.get_array()), S)

@@ -1,25 +1,8 @@
-"""Clustering strategies by name. A new one registers its two halves and its message kinds
-here; the runtime does not change."""
+"""The strategies' server and silo halves (each module's `HALVES`) and the clustering maths
+they use. Strategies are registered by name in `cfl_mpi.strategies`; the runtime does not
+change for a new one."""
 from __future__ import annotations
 
-from . import emdcfl, fedwad_exchange, ifca, pacfl
-from .base import SiloProtocol, Strategy, StrategySpec
-from .cfl import Cfl, CflSilo
-from .emdcfl import EmdCfl, EmdCflSilo
-from .fedavg import FedAvg
-from .fedwad_clustering import FedWaDClustering, FedWaDClusteringSilo
-from .ifca import Ifca, IfcaSilo
-from .oracle import Oracle
-from .pacfl import Pacfl, PacflSilo
+from .base import Halves, SiloProtocol, Strategy
 
-REGISTRY: dict[str, StrategySpec] = {
-    "emdcfl": StrategySpec(EmdCfl, EmdCflSilo, emdcfl.KINDS),
-    "fedavg": StrategySpec(FedAvg),
-    "oracle": StrategySpec(Oracle),
-    "pacfl": StrategySpec(Pacfl, PacflSilo, pacfl.KINDS),
-    "cfl": StrategySpec(Cfl, CflSilo),
-    "ifca": StrategySpec(Ifca, IfcaSilo, ifca.KINDS),
-    "fedwad": StrategySpec(FedWaDClustering, FedWaDClusteringSilo, fedwad_exchange.FEDWAD_KINDS),
-}
-
-__all__ = ["REGISTRY", "SiloProtocol", "Strategy", "StrategySpec"]
+__all__ = ["Halves", "SiloProtocol", "Strategy"]

@@ -176,8 +176,9 @@ class SiloProtocol:
 
 
 @dataclass(frozen=True)
-class StrategySpec:
-    """How to build both halves of a named strategy, and the message kinds it adds to a round."""
+class Halves:
+    """Both halves of a strategy and the message kinds it adds to a round (a strategy
+    module's `HALVES`, which its `strategies.StrategySpec` points to)."""
 
     server: type[Strategy]
     silo: type[SiloProtocol] = SiloProtocol

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import CflConfig, Config
-from .base import ServerRound, SiloProtocol, Strategy
+from .base import Halves, ServerRound, SiloProtocol, Strategy
 from .bipartition import (ClusterTree, OrthonormalTransform, max_cross_similarity, optimal_bipartition,
                           orthonormal_transform, pairwise_cosine, should_split, update_norms)
 
@@ -149,3 +149,6 @@ class CflSilo(SiloProtocol):
         if not self.cfg.strategy.transform or round == 0:  # θ(0) is public and untransformed
             return arrays
         return unflat(self._transform(arrays).inverse(flat(arrays)), arrays)
+
+
+HALVES = Halves(Cfl, CflSilo)

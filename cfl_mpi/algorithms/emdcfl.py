@@ -31,7 +31,7 @@ from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, p
                                  random_projection)
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from . import emdcfl_fedwad
-from .base import ServerRound, SiloProtocol, SiloRound, Strategy, timed
+from .base import Halves, ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from .cluster_extraction import (ExtractionReport, extract_clusters, noise_or_one, partition_report, place_newcomer,
                                  symmetrised)
 from .fedwad_exchange import FEDWAD_KINDS
@@ -563,3 +563,6 @@ class EmdCflSilo(SiloProtocol):
                                               (theirs, own.images, own.cross_rows), limit)
             del theirs, swapped
             yield projected(p, z_cross)
+
+
+HALVES = Halves(EmdCfl, EmdCflSilo, KINDS)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Strategy
+from .base import Halves, Strategy
 
 
 class FedAvg(Strategy):
@@ -11,3 +11,6 @@ class FedAvg(Strategy):
 
     def initial_clusters(self) -> np.ndarray:
         return np.zeros(self.cfg.silos, dtype=np.int64)
+
+
+HALVES = Halves(FedAvg)

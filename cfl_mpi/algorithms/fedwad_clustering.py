@@ -15,8 +15,8 @@ import numpy as np
 from ..config import Config, FedWaDClusteringConfig
 from ..data import input_channels
 from ..ot.fedwad import uniform_measure
-from .base import ServerRound, SiloProtocol, SiloRound, Strategy
-from .fedwad_exchange import FedWaDParams, Job, run_jobs, serve
+from .base import Halves, ServerRound, SiloProtocol, SiloRound, Strategy
+from .fedwad_exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 from .labels import relabel_by_first_appearance
 
 __all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "spectral_clusters"]
@@ -113,3 +113,6 @@ class FedWaDClusteringSilo(SiloProtocol):
         mine = uniform_measure(points)
         measures = {job.key: mine for job in pair_jobs(self.cfg) if ctx.silo in (job.mu, job.nu)}
         serve(ctx.channel, ctx.round, measures, fedwad_params(self.cfg), self.cfg.seed)
+
+
+HALVES = Halves(FedWaDClustering, FedWaDClusteringSilo, FEDWAD_KINDS)

@@ -28,7 +28,7 @@ import numpy as np
 from ..channel import SERVER, wait_all
 from ..config import Config, IfcaConfig
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
-from .base import MODEL, Model, ServerRound, SiloProtocol, SiloRound, Strategy
+from .base import MODEL, Halves, Model, ServerRound, SiloProtocol, SiloRound, Strategy
 from .ifca_assign import ifca_assign
 
 LOSSES = message_kind("losses")  # silo → server: the losses of the K cluster models on its data
@@ -211,3 +211,6 @@ class IfcaSilo(SiloProtocol):
         for k, arrays in self._models(ctx, "seed candidate"):
             ctx.channel.send(SERVER, LOSSES, ctx.round,
                                {"losses": np.array([self._loss(ctx, arrays)])}, candidate=k)
+
+
+HALVES = Halves(Ifca, IfcaSilo, KINDS)

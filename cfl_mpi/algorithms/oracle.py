@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Strategy
+from .base import Halves, Strategy
 from .labels import relabel_by_first_appearance
 
 
 class Oracle(Strategy):
     def initial_clusters(self) -> np.ndarray:
         return relabel_by_first_appearance(self.truth)
+
+
+HALVES = Halves(Oracle)

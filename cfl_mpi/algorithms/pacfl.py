@@ -18,7 +18,7 @@ from ..channel import SERVER
 from ..config import Config, PacflConfig
 from ..data import num_classes
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
-from .base import ServerRound, SiloProtocol, SiloRound, Strategy
+from .base import Halves, ServerRound, SiloProtocol, SiloRound, Strategy
 from .principal_angles import (class_subspace_basis, extend_proximity_matrix, hierarchical_clusters,
                                place_new_silos, proximity_matrix)
 
@@ -125,3 +125,6 @@ class PacflSilo(SiloProtocol):
         x = ctx.data.x_train.reshape(len(ctx.data.x_train), -1)
         basis = class_subspace_basis(x, ctx.data.y_train if s.per_class else None, s.p)
         ctx.channel.send(SERVER, PRINCIPAL_VECTORS, ctx.round, {"basis": np.ascontiguousarray(basis)})
+
+
+HALVES = Halves(Pacfl, PacflSilo, KINDS)

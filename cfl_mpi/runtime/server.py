@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from ..algorithms import REGISTRY
 from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
 from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
+from ..strategies import REGISTRY
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
@@ -50,7 +50,7 @@ class Server:
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
-        spec = REGISTRY[cfg.strategy.name]
+        spec = REGISTRY[cfg.strategy.name].halves()
         self.kinds = spec.all_kinds
         self.strategy = spec.server(cfg, self.truth)
         self.theta0 = initial_model(cfg)
@@ -186,7 +186,7 @@ class Server:
         sent = np.zeros(len(self.kinds), dtype=np.int64)
         silo_wait = np.zeros(2)
         targets = self.targets
-        steps = REGISTRY[self.cfg.strategy.name].silo.steps
+        steps = REGISTRY[self.cfg.strategy.name].halves().silo.steps
         step_rows = []
         for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]), len(steps))):
             silo = msg.sender

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import REGISTRY
 from ..algorithms.base import EVAL, MODEL, SiloRound
 from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import SiloData, build_silo_data, num_classes
+from ..strategies import REGISTRY
 from ..wire.messages import Expect, ProtocolError
 from .compute import ComputePool
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
@@ -35,7 +35,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
     evaluation = SiloEvaluation(data, device, compute)
     faults = SiloFaults(cfg.runtime.fault, silo)
-    spec = REGISTRY[cfg.strategy.name]
+    spec = REGISTRY[cfg.strategy.name].halves()
     protocol = spec.silo(cfg)
     template = state_arrays(model)
 

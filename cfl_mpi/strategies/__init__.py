@@ -1,0 +1,29 @@
+"""Every strategy by name: the one registry that config parsing, the runtime, `compare`,
+`reproduce` and the plots read. A new strategy is a module with its parameters and `SPEC`
+(and its halves, wherever they live) plus one line here."""
+from __future__ import annotations
+
+from . import cfl, emdcfl, fedavg, fedwad, ifca, oracle, pacfl
+from .spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
+
+REGISTRY: dict[str, StrategySpec] = {spec.name: spec for spec in (
+    emdcfl.SPEC, pacfl.SPEC, cfl.SPEC, ifca.SPEC, fedavg.SPEC, oracle.SPEC, fedwad.SPEC)}
+
+
+def label(name: str) -> str:
+    """How tables, legends and titles name the strategy (its name when it is not registered)."""
+    spec = REGISTRY.get(name)
+    return spec.label if spec else name
+
+
+def defaults() -> list[str]:
+    """The strategies compare and reproduce run unless told otherwise, in registry order."""
+    return [name for name, spec in REGISTRY.items() if spec.default]
+
+
+def pairwise() -> dict[str, Pairwise]:
+    """Every pairwise matrix a strategy may leave in its artifacts, by artifact name."""
+    return {name: how for spec in REGISTRY.values() for name, how in spec.pairwise.items()}
+
+
+__all__ = ["REGISTRY", "ConfigFacts", "Pairwise", "StrategyParams", "StrategySpec", "defaults", "label", "pairwise"]

@@ -1,0 +1,69 @@
+"""What the rest of cfl_mpi knows about a strategy: one `StrategySpec` per name.
+
+Config parsing, `compare`, `reproduce`, the plots and the runtime all read the spec; none
+keeps a list of strategies of its own. The spec is light (dataclasses, no numpy): its
+halves are imported only by the job that runs them, so parsing a config or tabulating a
+comparison never loads torch or the algorithms.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # the halves' interface; importing it pulls in numpy and the channel
+    from ..algorithms.base import Halves
+
+
+# torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).
+SEED_LIMIT = 2**64
+
+
+class Pairwise(NamedTuple):
+    """How to show a pairwise matrix a strategy leaves in its artifacts."""
+
+    label: str                # colour-bar label
+    similarity: bool = False  # higher is closer
+    directed: bool = False    # row = whose model, column = whose data (EMD-CFL's W)
+
+
+class ConfigFacts(NamedTuple):
+    """The facts of a config a strategy's parameters are checked against (`problems`)."""
+
+    silos: int
+    embedding_dim: int
+    first_round: int             # silos training in round 1 (late silos and sampling left out)
+    all_from_start: bool         # every silo trains in every round from round 1
+
+
+class StrategyParams:
+    """Base of a strategy's frozen parameters (its `strategy:` section of the config)."""
+
+    name: str
+
+    def problems(self, facts: ConfigFacts) -> Iterator[str]:
+        """One config-error line per value the types cannot rule out (`strategy.<key>: …`)."""
+        return iter(())
+
+
+def halves_in(module: str) -> Callable[[], Halves]:
+    """The halves a module declares as `HALVES`, imported when first asked for."""
+    return lambda: importlib.import_module(module).HALVES
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy: its parameters, its halves, and how tables and plots show it."""
+
+    params: type[StrategyParams]   # a frozen dataclass; its `name` default is the registry key
+    label: str                     # in tables, legends and titles, e.g. "EMD-CFL"
+    halves: Callable[[], Halves]   # server and silo halves and the message kinds they add
+    clusters: bool = True          # False: it keeps every silo in one model, its ARI is shown as "-"
+    default: bool = True           # run by compare and reproduce unless --methods names others
+    pairwise: Mapping[str, Pairwise] = field(default_factory=dict)  # artifacts it leaves, by name
+
+    @property
+    def name(self) -> str:
+        return self.params.name
+
