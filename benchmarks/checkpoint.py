@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from cfl_mpi.config import config_digest, load_config
-from cfl_mpi.strategies import REGISTRY
 from cfl_mpi.data import num_classes, true_clusters
 from cfl_mpi.runtime.checkpoint import Checkpoint, dedupe_models, save_checkpoint
+from cfl_mpi.runtime.halves import server_half
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
 
     cfg = load_config(args.config)
     truth = true_clusters(cfg)
-    strategy = REGISTRY[cfg.strategy.name].halves().server(cfg, truth)
+    strategy = server_half(cfg, truth)
     rng = np.random.default_rng(0)
     for name in ("W", "tau", "noise"):
         if hasattr(strategy, name):

@@ -54,7 +54,7 @@ def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.nd
     rng = np.random.default_rng([cfg.seed, 11, silo, 1])
     x = data.x_train[np.sort(rng.choice(len(data.y_train), sample_size(s, len(data.y_train)), replace=False))]
     return embed(model.embedding, x, "cpu"), embed(model.embedding, data.x_val[: s.sample_cap], "cpu"), \
-        projected_dim(cfg), s
+        projected_dim(cfg.strategy, cfg.model.embedding_dim), s
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -128,7 +128,7 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
             rng = np.random.default_rng([cfg.seed, 99])
             n = sample_size(s, len(data[chosen[0]].y_train))
             x = {c: data[c].x_train[np.sort(rng.choice(len(data[c].y_train), n, replace=False))] for c in chosen}
-            dim_r = projected_dim(cfg)
+            dim_r = projected_dim(cfg.strategy, cfg.model.embedding_dim)
             forms = {name: dataclasses.replace(s, **kw) for name, kw in FORMS.items()}
             variants: dict[str, dict] = {name: {} for name in [*FORMS, "no_projection", "energy_tau_same_R"]}
             noise = {name: [] for name in forms}

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from cfl_mpi.algorithms.bipartition import pairwise_cosine
-from cfl_mpi.algorithms.cfl import CflSilo, flat
 from cfl_mpi.algorithms.base import MODEL, ServerRound
-from cfl_mpi.algorithms.ifca import LOSSES, Ifca
-from cfl_mpi.algorithms.pacfl import Pacfl
+from cfl_mpi.algorithms.cfl import flat
+from cfl_mpi.algorithms.ifca import LOSSES
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.compare import failure_reason, markdown_table, run_overrides, summarise
 from cfl_mpi.config import CflConfig, ConfigError, IfcaConfig, PacflConfig
+from cfl_mpi.runtime.halves import server_half, silo_half
 from cfl_mpi.wire.messages import Expect, ProtocolError
 from config_files import config_from
 from jobs import PROJECT_ROOT, simulate_job
@@ -126,7 +126,7 @@ def test_compare_config_errors_are_one_line_and_exit_2(args, words, tmp_path):
 
 def test_cfl_transform_round_trip_and_invariance(tmp_path):
     cfg = config_from(tmp_path, BASE, "strategy.name=cfl", "strategy.transform=true")
-    silo, other = CflSilo(cfg), CflSilo(cfg)  # two silos build the same P from the config
+    silo, other = silo_half(cfg), silo_half(cfg)  # two silos build the same P from the config
     rng = np.random.default_rng(0)
     states = [{"w": rng.standard_normal((30, 7)).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32),
                "n": np.array(3, dtype=np.int64)} for _ in range(4)]
@@ -148,7 +148,7 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
     hub = LocalHub()
     server, silos = LocalChannel(SERVER, hub, 5, 0.01), [LocalChannel(c, hub, 5, 0.01) for c in range(4)]
     losses = [[0.1, 0.9], [0.2, 0.8], [0.9, 0.1], [0.7, 0.3]]
-    strategy = Ifca(cfg, np.array([0, 0, 1, 1]))
+    strategy = server_half(cfg, np.array([0, 0, 1, 1]))
     model = {"w": np.zeros(3, np.float32)}
     strategy.models = [model, model]
     ctx = ServerRound(1, server, [0, 1, 2, 3], {}, {}, {c: model for c in range(4)})
@@ -177,7 +177,7 @@ def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     rng = np.random.default_rng(1)
     centres = [np.linalg.qr(rng.standard_normal((40, 3)))[0] for _ in range(2)]
     bases = [np.linalg.qr(centres[g] + 0.05 * rng.standard_normal((40, 3)))[0] for g in (0, 0, 1, 1, 1, 0)]
-    strategy = Pacfl(cfg, np.array([0, 0, 1, 1, 1, 0]))
+    strategy = server_half(cfg, np.array([0, 0, 1, 1, 1, 0]))
     strategy.add_signatures([bases[c] for c in (0, 2, 3, 5)], [0, 2, 3, 5])  # first batch: silos 1, 4 absent
     first = strategy.clusters.copy()
     assert first[0] == first[5] != first[2] == first[3]
@@ -188,7 +188,7 @@ def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     assert strategy.order == [0, 2, 3, 5, 4, 1] and strategy.artifacts["A"] is strategy.A
     assert not np.isnan(strategy.A).any()
     arrays, meta = strategy.state_dict()
-    again = Pacfl(cfg, np.array([0, 0, 1, 1, 1, 0]))
+    again = server_half(cfg, np.array([0, 0, 1, 1, 1, 0]))
     again.load_state_dict(arrays, json.loads(json.dumps(meta)))
     np.testing.assert_array_equal(again.clusters, strategy.clusters)
     np.testing.assert_array_equal(again.A, strategy.A)

@@ -65,7 +65,7 @@ def test_seeded_run_gives_the_clusters_and_w_of_the_code_before(before_run, tmp_
 
     def recording_w1(self, x, y):
         value = server_w1(self, x, y)
-        solved.append((x, y, self.cfg.strategy.ground_cost, value))
+        solved.append((x, y, self.params.ground_cost, value))
         return value
 
     monkeypatch.setattr(EmdCfl, "_w1", recording_w1)

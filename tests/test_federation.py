@@ -9,12 +9,10 @@ import yaml
 from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.algorithms.base import ServerRound
-from cfl_mpi.algorithms.cfl import Cfl
 from cfl_mpi.algorithms.cluster_extraction import place_newcomer, symmetrised
-from cfl_mpi.algorithms.emdcfl import EmdCfl
-from cfl_mpi.algorithms.ifca import Ifca
 from cfl_mpi.config import ConfigError, check_resumable
 from cfl_mpi.runtime.control import participants, present
+from cfl_mpi.runtime.halves import server_half
 from config_files import config_from
 
 BASE = """
@@ -93,7 +91,7 @@ def two_groups_W(rng, size=8, late=(), noise=0.01):
 def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     rng = np.random.default_rng(0)
     cfg = config_from(tmp_path, BASE, "late_silos=[{silo: 3, round: 3}]")
-    strategy = EmdCfl(cfg, np.zeros(8, dtype=int))
+    strategy = server_half(cfg, np.zeros(8, dtype=int))
     full, truth = two_groups_W(rng)
     strategy.W[...] = two_groups_W(np.random.default_rng(0), late=[3])[0]
     strategy.noise[...] = 0.01
@@ -104,7 +102,7 @@ def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     others = [0, 1, 2, 4, 5, 6, 7]
     assert adjusted_rand_score(before[others], after[others]) == 1.0 and after[3] == after[0]
     arrays, meta = strategy.state_dict()
-    again = EmdCfl(cfg, np.zeros(8, dtype=int))
+    again = server_half(cfg, np.zeros(8, dtype=int))
     again.load_state_dict({k: v.copy() for k, v in arrays.items()}, json_round_trip(meta))
     np.testing.assert_array_equal(again.W, strategy.W)
     assert again.artifacts["W"] is again.W
@@ -123,7 +121,7 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
     cfg = config_from(tmp_path, BASE,
         "strategy.name=cfl", "strategy.warmup_rounds=0", "strategy.eps1=10", "strategy.eps2=0.1",
         "late_silos=[{silo: 7, round: 3}]")
-    strategy = Cfl(cfg, np.zeros(8, dtype=int))
+    strategy = server_half(cfg, np.zeros(8, dtype=int))
     assert strategy.tree.members(0) == list(range(7))
     rng = np.random.default_rng(0)
     directions = rng.standard_normal((2, 50))
@@ -142,7 +140,7 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
     clusters = strategy.after_training(ctx)
     assert clusters[7] == clusters[1] and 7 in strategy.tree.members(int(clusters[1]))
     arrays, meta = strategy.state_dict()
-    again = Cfl(cfg, np.zeros(8, dtype=int))
+    again = server_half(cfg, np.zeros(8, dtype=int))
     again.load_state_dict(arrays, json_round_trip(meta))
     assert again.tree.to_dict() == strategy.tree.to_dict()
     assert again.tree.route(directions[0]) == strategy.tree.route(directions[0])
@@ -150,9 +148,9 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
 
 def test_ifca_state_round_trip(tmp_path):
     cfg = config_from(tmp_path, BASE, "strategy.name=ifca", "strategy.k=2")
-    strategy = Ifca(cfg, np.zeros(8, dtype=int))
+    strategy = server_half(cfg, np.zeros(8, dtype=int))
     arrays, meta = strategy.state_dict()
-    again = Ifca(cfg, np.zeros(8, dtype=int))
+    again = server_half(cfg, np.zeros(8, dtype=int))
     again.load_state_dict(arrays, json_round_trip(meta))
     assert again.models is None
     strategy.models = [{"w": np.full(3, k, dtype=np.float32)} for k in range(2)]

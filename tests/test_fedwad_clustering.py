@@ -5,6 +5,7 @@ import pytest
 
 from cfl_mpi.algorithms.fedwad_clustering import fedwad_params, pair_jobs, spectral_clusters
 from cfl_mpi.config import ConfigError, load_config
+from cfl_mpi.runtime.halves import run_facts
 
 
 def block_matrix(groups, within=0.1, between=1.0, seed=0):
@@ -45,11 +46,11 @@ def test_spectral_clusters_edge_cases():
 
 def test_config_and_jobs(tmp_path):
     cfg = load_config("configs/digits.yaml", ["strategy.name=fedwad", "silos=4"])
-    assert [j.key for j in pair_jobs(cfg)] == ["0>1", "0>2", "0>3", "1>2", "1>3", "2>3"]
-    params = fedwad_params(cfg)
+    assert [j.key for j in pair_jobs(cfg.strategy, cfg.silos)] == ["0>1", "0>2", "0>3", "1>2", "1>3", "2>3"]
+    params = fedwad_params(cfg.strategy, run_facts(cfg))
     assert params.dim == 28 * 28 and params.max_support == 128 and params.p == 2
     emb = load_config("configs/digits.yaml", ["strategy.name=fedwad", "strategy.space=embedding"])
-    assert fedwad_params(emb).dim == 128
+    assert fedwad_params(emb.strategy, run_facts(emb)).dim == 128
 
 
 @pytest.mark.parametrize("override,field", [("strategy.clusters=9", "strategy.clusters"),

@@ -12,7 +12,7 @@ import pytest
 
 from cfl_mpi import compare, strategies
 from cfl_mpi.algorithms.averaging import fedavg
-from cfl_mpi.algorithms.base import Halves, Model, ServerRound, SiloProtocol, SiloRound, Strategy
+from cfl_mpi.algorithms.base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from cfl_mpi.channel import SERVER
 from cfl_mpi.strategies import Pairwise, StrategyParams, StrategySpec
 from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError, message_kind
@@ -27,16 +27,16 @@ class ToySoftConfig(StrategyParams):
     temperature: float = 0.5
 
 
-class ToySoft(Strategy):
+class ToySoft(Strategy[ToySoftConfig]):
     """Every silo continues from its own mixture of all updates, weighted by softmax(−|loss_c −
     loss_c'| / temperature): soft clusters, a model per silo."""
 
-    def __init__(self, cfg, truth: np.ndarray) -> None:
-        super().__init__(cfg, truth)
-        self.artifacts["M"] = np.zeros((cfg.silos, cfg.silos))  # row c: the weights of c's mixture
+    def __init__(self, params: ToySoftConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.artifacts["M"] = np.zeros((run.silos, run.silos))  # row c: the weights of c's mixture
 
     def initial_clusters(self) -> np.ndarray:
-        return np.arange(self.cfg.silos, dtype=np.int64)
+        return np.arange(self.run.silos, dtype=np.int64)
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         expect = Expect(LOSS, ctx.round, (ArraySpec("loss", "float64", (1,)),))
@@ -50,11 +50,11 @@ class ToySoft(Strategy):
         silos = sorted(ctx.updates)
         loss = np.array([self.losses[c] for c in silos])
         out = {}
-        for c in range(self.cfg.silos):
+        for c in range(self.run.silos):
             if c not in ctx.updates:
                 out[c] = ctx.start_models[c]
                 continue
-            weights = np.exp(-np.abs(loss - self.losses[c]) / self.cfg.strategy.temperature)
+            weights = np.exp(-np.abs(loss - self.losses[c]) / self.params.temperature)
             self.artifacts["M"][c, silos] = weights / weights.sum()
             out[c] = fedavg([ctx.updates[s] for s in silos], list(weights))
         return out

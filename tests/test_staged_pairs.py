@@ -197,13 +197,13 @@ def test_staged_plan_measures_nothing_after_its_round(tmp_path):
 def server_with_plan(directions: list[tuple[int, int]]):
     """An EmdCfl server that has sent 3 silos the plan for `directions`, with their channels."""
     from cfl_mpi.algorithms.base import ServerRound
-    from cfl_mpi.algorithms.emdcfl import EmdCfl
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.local import LocalChannel, LocalHub
+    from cfl_mpi.runtime.halves import server_half
 
     cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["silos=3", "data.rotations=[0,90,180]"])
     hub = LocalHub()
-    server = EmdCfl(cfg, np.zeros(3, dtype=np.int64))
+    server = server_half(cfg, np.zeros(3, dtype=np.int64))
     ctx = ServerRound(1, LocalChannel(SERVER, hub, 5.0, 0.01), [0, 1, 2], {}, {}, first={0, 1, 2})
     server._send_plan(ctx, [0, 1, 2], directions, more=False)
     return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}
@@ -216,7 +216,7 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
     server, ctx, silos = server_with_plan([(0, 1), (0, 2), (2, 0)])
     assert server.partners == {0: [(2, SERVE | MEASURE), (1, SERVE)], 1: [(0, MEASURE)], 2: [(0, SERVE | MEASURE)]}
     rng = np.random.default_rng(0)
-    dim = int(server.cfg.strategy.proj_ratio * server.cfg.model.embedding_dim)
+    dim = server.dim_r
     cloud = {k: rng.normal(size=(6, dim)).astype(np.float32) for k in ("0own", "0cross", "1cross", "2own", "2cross")}
     none = np.zeros((0, dim), np.float32)
     for silo, partner, own, cross, tau in ((0, 1, cloud["0own"], none, 0.5), (1, 0, none, cloud["1cross"], 0.2),
@@ -224,7 +224,7 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
                                            (2, 0, cloud["2own"], cloud["2cross"], 0.1)):
         silos[silo].send(-1, EMBEDDINGS, 1, {"own": own, "cross": cross}, partner=partner, tau=tau, noise=0.01)
     server._measure(ctx, server.partners)
-    s = server.cfg.strategy
+    s = server.params
     assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
     assert np.isnan(server.W[1, 0])  # silo 1's model embedded nothing
     assert server.W[0, 2] == pytest.approx(pair_distance(cloud["0own"], cloud["2cross"], s) - 0.5)
@@ -239,7 +239,7 @@ def test_a_silo_that_sends_a_cloud_its_role_does_not_ask_for_is_named(own_rows, 
     from cfl_mpi.wire.messages import ProtocolError
 
     server, ctx, silos = server_with_plan([(0, 1)])
-    dim = int(server.cfg.strategy.proj_ratio * server.cfg.model.embedding_dim)
+    dim = server.dim_r
     silos[1].send(-1, EMBEDDINGS, 1, {"own": np.ones((own_rows, dim), np.float32),
                                       "cross": np.ones((cross_rows, dim), np.float32)}, partner=0, tau=0.0, noise=0.1)
     with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 .* {own_rows} \\+ "

@@ -2,7 +2,8 @@
 decides *how* it travels (STYLE.md: Flower's Strategy, pfl-research's algorithm/backend).
 
 A strategy has a server half (`Strategy`) and, when it needs silos to do more than train,
-a silo half (`SiloProtocol`). Both halves are called at the same points of every round:
+a silo half (`SiloProtocol`). Each receives its own frozen parameters (the strategy's
+`strategy:` section, `strategies/`) and `RunFacts`, never the whole config. Both halves are called at the same points of every round:
 `before_training` at its start (e.g. IFCA hands out its K models) and `after_training`
 right after the silos sent their weight updates; then the server half `aggregate`s the
 updates into what every silo continues from. They talk only through `ctx.channel`, which
@@ -15,12 +16,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from ..channel import Channel
-from ..config import Config
+from ..config import AggregationConfig
+from ..strategies import StrategyParams
 from ..wire.messages import Kind, message_kind
 from .averaging import Decision, cluster_averages
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # torch-side types; the server half never needs them
 
 Model = dict[str, np.ndarray]
 T = TypeVar("T")
+P = TypeVar("P", bound=StrategyParams)
 
 # The kinds every round exchanges, whatever the strategy (SPEC's table; the runtime sends them).
 CONTROL = message_kind("control")  # server → silo: what to do in a round (train, evaluate, wait, stop)
@@ -38,6 +41,28 @@ MODEL = message_kind("model")      # server → silo: model weights to train fro
 UPDATE = message_kind("update")    # silo → server: trained weights + sample count
 EVAL = message_kind("eval")        # silo → server: test accuracy of the received model, bytes sent
 ROUND_KINDS: tuple[Kind, ...] = (MODEL, UPDATE, EVAL, CONTROL)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a strategy half knows of the run besides its own parameters (runtime/halves.py
+    builds it from the config; a half never sees the whole `Config`)."""
+
+    silos: int
+    seed: int
+    late_joins: tuple[tuple[int, int], ...]  # (silo, round) of each late silo, in joining order
+    aggregation: AggregationConfig   # the rule `Strategy.aggregate` applies inside a cluster
+    batch_size: int                  # train.batch_size
+    embedding_dim: int               # dim(Z), the embedding g's output
+    input_dim: int                   # values in one model input (channels × pixels)
+    num_classes: int
+    # k models drawn one after another from the run's torch seed, the first θ(0) (torch: call
+    # it only where a model is needed)
+    initial_models: Callable[[int], list[Model]]
+
+    def join_round(self, silo: int) -> int:
+        """The first round `silo` takes part in (1 unless it is a late silo)."""
+        return next((r for c, r in self.late_joins if c == silo), 1)
 
 
 @dataclass
@@ -104,14 +129,15 @@ def timed(seconds: dict[str, float], step: str) -> Iterator[None]:
         seconds[step] = seconds.get(step, 0.0) + time.monotonic() - start
 
 
-class Strategy(ABC):
+class Strategy(ABC, Generic[P]):
     """Server half of a clustering algorithm: keeps the silo → cluster assignment."""
 
     #: extra arrays for the results folder (e.g. the distance matrix), filled as it learns
     artifacts: dict[str, np.ndarray]
 
-    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
-        self.cfg = cfg
+    def __init__(self, params: P, run: RunFacts, truth: np.ndarray) -> None:
+        self.params = params
+        self.run = run
         self.truth = truth
         self.artifacts = {}
         self.clusters = self.initial_clusters()
@@ -132,7 +158,7 @@ class Strategy(ABC):
         """What every silo continues from: each cluster's updates screened and aggregated by
         the config's `aggregation` rule (weighted FedAvg by default, Alg. 1, line 21); a
         cluster without participants keeps its members' models."""
-        models, decisions = cluster_averages(self.cfg.aggregation, ctx.round, self.clusters, ctx.updates,
+        models, decisions = cluster_averages(self.run.aggregation, ctx.round, self.clusters, ctx.updates,
                                              ctx.n_samples, ctx.start_models, ctx.first_counts)
         ctx.decisions += decisions
         return models
@@ -150,14 +176,15 @@ class Strategy(ABC):
         self.clusters = arrays["clusters"].astype(np.int64)
 
 
-class SiloProtocol:
+class SiloProtocol(Generic[P]):
     """Silo half of a strategy; the default does nothing beyond training."""
 
     # Timed steps of `after_training` (SiloRound.step_seconds), in the order the silo reports them.
     steps: tuple[str, ...] = ()
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+    def __init__(self, params: P, run: RunFacts) -> None:
+        self.params = params
+        self.run = run
 
     def before_training(self, ctx: SiloRound) -> None:
         """Start of a round; may load another model into `ctx.model` to train from."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import CflConfig, Config
-from .base import Halves, ServerRound, SiloProtocol, Strategy
+from ..strategies.cfl import CflConfig
+from .base import Halves, RunFacts, ServerRound, SiloProtocol, Strategy
 from .bipartition import (ClusterTree, OrthonormalTransform, max_cross_similarity, optimal_bipartition,
                           orthonormal_transform, pairwise_cosine, should_split, update_norms)
 
@@ -42,20 +42,19 @@ def unflat(vector: np.ndarray, like: dict[str, np.ndarray]) -> dict[str, np.ndar
     return out
 
 
-def transform_for(cfg: Config, dim: int) -> OrthonormalTransform:
+def transform_for(s: CflConfig, run_seed: int, dim: int) -> OrthonormalTransform:
     """The P every silo builds identically from the config (Algorithm 5, line 3)."""
-    s: CflConfig = cfg.strategy
     seed = s.transform_seed if s.transform_seed is not None else int(
-        np.random.SeedSequence([cfg.seed, 41]).generate_state(1)[0])
+        np.random.SeedSequence([run_seed, 41]).generate_state(1)[0])
     return orthonormal_transform(dim, seed)
 
 
-class Cfl(Strategy):
+class Cfl(Strategy[CflConfig]):
     """Server half: the parameter tree, split checks after every round."""
 
-    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
-        super().__init__(cfg, truth)
-        self.S = np.full((cfg.silos, cfg.silos), np.nan)
+    def __init__(self, params: CflConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.S = np.full((run.silos, run.silos), np.nan)
         self.artifacts = {"S": self.S}
         self.checks: list[dict] = []
         self.splits: list[dict] = []
@@ -63,11 +62,11 @@ class Cfl(Strategy):
     def initial_clusters(self) -> np.ndarray:
         # The root holds the silos present from round 1; late silos are routed down the
         # tree when they first train (Algorithm 4) and follow the root's model until then.
-        self.tree = ClusterTree([c for c in range(self.cfg.silos) if self.cfg.join_round(c) == 1])
-        return np.zeros(self.cfg.silos, dtype=np.int64)  # the root, node 0
+        self.tree = ClusterTree([c for c in range(self.run.silos) if self.run.join_round(c) == 1])
+        return np.zeros(self.run.silos, dtype=np.int64)  # the root, node 0
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
-        s: CflConfig = self.cfg.strategy
+        s = self.params
         if s.transform and ctx.round == 1:
             return self.clusters  # θ(0) was sent untransformed: round-1 updates are not comparable
         silos = sorted(ctx.updates)
@@ -122,31 +121,31 @@ class Cfl(Strategy):
         self.checks, self.splits = meta["checks"], meta["splits"]
 
     def report(self) -> dict:
-        s: CflConfig = self.cfg.strategy
+        s = self.params
         return {"cfl": {"eps1": s.eps1, "eps2": s.eps2, "warmup_rounds": s.warmup_rounds,
                          "gamma_max": s.gamma_max, "transform": s.transform, "splits": self.splits,
                          "tree": self.tree.to_dict(), "checks": self.checks}}
 
 
-class CflSilo(SiloProtocol):
+class CflSilo(SiloProtocol[CflConfig]):
     """Silo half: nothing beyond training, unless the transform P is on."""
 
-    def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg)
+    def __init__(self, params: CflConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
         self._p: OrthonormalTransform | None = None
 
     def _transform(self, arrays: dict[str, np.ndarray]) -> OrthonormalTransform:
         if self._p is None:
-            self._p = transform_for(self.cfg, flat(arrays).size)
+            self._p = transform_for(self.params, self.run.seed, flat(arrays).size)
         return self._p
 
     def encode_update(self, arrays: dict[str, np.ndarray], round: int) -> dict[str, np.ndarray]:
-        if not self.cfg.strategy.transform:
+        if not self.params.transform:
             return arrays
         return unflat(self._transform(arrays).forward(flat(arrays)), arrays)
 
     def decode_model(self, arrays: dict[str, np.ndarray], round: int) -> dict[str, np.ndarray]:
-        if not self.cfg.strategy.transform or round == 0:  # θ(0) is public and untransformed
+        if not self.params.transform or round == 0:  # θ(0) is public and untransformed
             return arrays
         return unflat(self._transform(arrays).inverse(flat(arrays)), arrays)
 

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..channel import SERVER, Channel, Pending, wait_all
-from ..config import Config, EmdCflConfig
+from ..strategies.emdcfl import EmdCflConfig
 from ..ot.energy import energy_distance, energy_distances
 from ..ot.wasserstein import w1
 from ..privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                  random_projection)
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 from . import emdcfl_fedwad
-from .base import Halves, ServerRound, SiloProtocol, SiloRound, Strategy, timed
+from .base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from .cluster_extraction import (ExtractionReport, extract_clusters, noise_or_one, partition_report, place_newcomer,
                                  symmetrised)
 from .fedwad_exchange import FEDWAD_KINDS
@@ -50,14 +50,14 @@ EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R a
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, emdcfl_fedwad.REFERENCE, *FEDWAD_KINDS)
 
 
-def projected_dim(cfg: Config) -> int:
+def projected_dim(s: EmdCflConfig, embedding_dim: int) -> int:
     """dim(R) = ⌊proj_ratio · dim(Z)⌋ (SPEC §1)."""
-    return int(cfg.strategy.proj_ratio * cfg.model.embedding_dim)
+    return int(s.proj_ratio * embedding_dim)
 
 
-def sample_size(cfg: EmdCflConfig, n_train: int) -> int:
+def sample_size(s: EmdCflConfig, n_train: int) -> int:
     """n = min(10 % of the silo's training data, 512) (emd-cfl.txt §3, complexity paragraph)."""
-    return max(2, min(math.ceil(cfg.sample_fraction * n_train), cfg.sample_cap, n_train))
+    return max(2, min(math.ceil(s.sample_fraction * n_train), s.sample_cap, n_train))
 
 
 def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
@@ -143,16 +143,17 @@ def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdC
     return pair_distance(zr_own, z_val @ r, s)
 
 
-class EmdCfl(Strategy):
+class EmdCfl(Strategy[EmdCflConfig]):
     """Server half: schedules unmeasured pairs, computes W from projected embeddings, clusters."""
 
-    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
-        super().__init__(cfg, truth)
-        c = cfg.silos
+    def __init__(self, params: EmdCflConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.dim_r = projected_dim(params, run.embedding_dim)
+        c = run.silos
         self.W = np.full((c, c), np.nan)
         np.fill_diagonal(self.W, 0.0)
         # τ_c per silo, or τ_{c,c'} per ordered pair (`tau_projection: pair`)
-        self.tau = np.full((c, c) if cfg.strategy.tau_projection == "pair" else c, np.nan)
+        self.tau = np.full((c, c) if params.tau_projection == "pair" else c, np.nan)
         self.noise = np.full(c, np.nan)
         self.extraction: dict = {}
         self.partners: dict[int, list[tuple[int, int]]] = {}  # this stage's (partner, role) per silo
@@ -161,7 +162,7 @@ class EmdCfl(Strategy):
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
 
     def initial_clusters(self) -> np.ndarray:
-        return np.arange(self.cfg.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
+        return np.arange(self.run.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
 
     def before_training(self, ctx: ServerRound) -> None:
         """Plan the round's pairs, each silo's in tournament order, and send the first plan
@@ -169,15 +170,15 @@ class EmdCfl(Strategy):
         training now that were never measured (a pair is measured the first round both silos
         train, Appendix E.4). Staged: the first stage over the silos training for the first time
         (none in a round without such silos: the pairs its plan skipped are not measured later)."""
-        s: EmdCflConfig = self.cfg.strategy
+        s = self.params
         silos = sorted(ctx.participants)
         self.stated = {}  # (noise_c[, τ_c]) as silo c first stated them this round
         self.plan = None
         if s.pairs == "staged":  # the pairs a plan left unmeasured stay so in later rounds
             if ctx.first:
-                self.plan = StagedPlan(sorted(ctx.first), self.cfg.silos, sample=s.pair_sample,
+                self.plan = StagedPlan(sorted(ctx.first), self.run.silos, sample=s.pair_sample,
                                        representatives=s.representatives, noise_multiple=s.noise_multiple,
-                                       rng=np.random.default_rng([self.cfg.seed, 13, ctx.round]), retest=s.retest,
+                                       rng=np.random.default_rng([self.run.seed, 13, ctx.round]), retest=s.retest,
                                        one_way=s.placement == "one_way")
             wanted = (self.plan.next_pairs(self.W, self.noise) or []) if self.plan else []
         else:
@@ -204,7 +205,7 @@ class EmdCfl(Strategy):
     def _run_stages(self, ctx: ServerRound) -> None:
         """Measure each stage's pairs, plan the next from W so far, until every silo is placed;
         the clusters are the plan's (staged_pairs.py), the report over the pairs measured."""
-        s: EmdCflConfig = self.cfg.strategy
+        s = self.params
         silos, stages = sorted(ctx.participants), []
         while True:
             start = time.monotonic()
@@ -235,9 +236,9 @@ class EmdCfl(Strategy):
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
-        s: EmdCflConfig = self.cfg.strategy
+        s = self.params
         if s.distance == "fedwad":  # the embeddings stay on the silos
-            emdcfl_fedwad.measure(ctx, self.cfg, partners, projected_dim(self.cfg), self.tau, self.noise, self.W)
+            emdcfl_fedwad.measure(ctx, s, self.run.seed, partners, self.dim_r, self.tau, self.noise, self.W)
             for c in sorted(c for c, p in partners.items() if p):  # one noise and τ per silo and round
                 claim = (float(self.noise[c]), float(self.tau[c]))
                 if self.stated.setdefault(c, claim) != claim:
@@ -246,7 +247,7 @@ class EmdCfl(Strategy):
                                         "earlier in this round")
             return
         todo = {silo: dict(p) for silo, p in partners.items() if p}  # partner → role, not received yet
-        dim_r = projected_dim(self.cfg)
+        dim_r = self.dim_r
         # The W1 solves of a pair start as soon as both halves are in, on a pool of the
         # server's cores, while later embeddings are still arriving (the assignment solver
         # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
@@ -270,7 +271,7 @@ class EmdCfl(Strategy):
         """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves.
         A silo's message for a partner holds its own cloud if it serves (else 0 rows) and its
         cross cloud if it measures (else 0 rows), as the plan gave it the roles."""
-        s: EmdCflConfig = self.cfg.strategy
+        s = self.params
         # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
         owns: dict[Pair, np.ndarray] = {}
         crosses: dict[Pair, np.ndarray] = {}
@@ -315,9 +316,9 @@ class EmdCfl(Strategy):
         """Clusters of the silos present from round 1 (re-extracted whenever partial
         participation has measured more pairs), then each late silo placed in order of
         arrival, so a late silo never moves anyone (place_newcomer)."""
-        s: EmdCflConfig = self.cfg.strategy
-        late = [x.silo for x in sorted(self.cfg.late_silos, key=lambda x: (x.round, x.silo))]
-        base = [c for c in range(self.cfg.silos) if c not in late]
+        s = self.params
+        late = [c for c, _ in self.run.late_joins]
+        base = [c for c in range(self.run.silos) if c not in late]
         noise = noise_or_one(self.noise)  # a silo never measured stays alone (its row is all NaN)
         W = self.W[np.ix_(base, base)]
         if s.rule == "neighbourhoods":
@@ -326,7 +327,7 @@ class EmdCfl(Strategy):
         else:
             labels, report = extract_clusters(W, rule="robust", noise=noise[base], noise_multiple=s.noise_multiple)
             D, cut, how = symmetrised(self.W, noise), s.noise_multiple, "average"
-        clusters = np.full(self.cfg.silos, -1, dtype=np.int64)
+        clusters = np.full(self.run.silos, -1, dtype=np.int64)
         clusters[base] = labels
         for x in late:
             clusters[x] = place_newcomer(D[x], clusters, cut, how)
@@ -343,7 +344,7 @@ class EmdCfl(Strategy):
         self.extraction = meta["extraction"]
 
     def _w1(self, x: np.ndarray, y: np.ndarray) -> float:
-        return pair_distance(x, y, self.cfg.strategy)
+        return pair_distance(x, y, self.params)
 
     def _timed_w1(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """(W1, the thread's wall seconds on it): the server's busy time in the round."""
@@ -352,9 +353,9 @@ class EmdCfl(Strategy):
 
     def report(self) -> dict:
         """How the clusters were extracted, and what the paper's rule at ε would have said."""
-        paper = extract_clusters(self.W, rule="neighbourhoods", epsilon=self.cfg.strategy.epsilon)[0]
+        paper = extract_clusters(self.W, rule="neighbourhoods", epsilon=self.params.epsilon)[0]
         return {"extraction": self.extraction,
-                "paper_rule": {"epsilon": self.cfg.strategy.epsilon, "clusters": paper.tolist(),
+                "paper_rule": {"epsilon": self.params.epsilon, "clusters": paper.tolist(),
                                "n_clusters": int(paper.max()) + 1}}
 
 
@@ -398,13 +399,14 @@ class OwnSample:
     embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
 
 
-class EmdCflSilo(SiloProtocol):
+class EmdCflSilo(SiloProtocol[EmdCflConfig]):
     """Silo half: handshake, ω swaps and projected embeddings for each planned partner."""
 
     steps = ("plan", "embedding", "noise", "handshake", "swap", "send")
 
-    def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg)
+    def __init__(self, params: EmdCflConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
+        self.dim_r = projected_dim(params, run.embedding_dim)
         self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
         self.more = False                          # whether the server sends another plan after it
 
@@ -443,8 +445,8 @@ class EmdCflSilo(SiloProtocol):
         """The round's sample (n = sample_size), embedded by the silo's model, τ_c and noise."""
         from ..training import EVAL_BATCH, embed  # torch: silo side only
 
-        s: EmdCflConfig = self.cfg.strategy
-        rng = np.random.default_rng([self.cfg.seed, 11, ctx.silo, ctx.round])
+        s = self.params
+        rng = np.random.default_rng([self.run.seed, 11, ctx.silo, ctx.round])
         d = ctx.data
         n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
             min(sample_size(s, len(d.y_train)), len(d.y_val))
@@ -453,12 +455,12 @@ class EmdCflSilo(SiloProtocol):
         images, cross_rows = (d.x_train, rows) if s.partner_sample == "train" else \
             (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
-                               batch=self.cfg.train.batch_size if s.embed_mode == "train" else EVAL_BATCH)
+                               batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH)
         with timed(ctx.step_seconds, "embedding"):
             z_own = ctx.compute(embed_as_set, ctx.model.embedding, x_sample)
             z_val = ctx.compute(embed_as_set, ctx.model.embedding, d.x_val[: s.sample_cap])
         with timed(ctx.step_seconds, "noise"):
-            tau, noise = reference_distance(z_own, z_val, projected_dim(self.cfg), s, rng)
+            tau, noise = reference_distance(z_own, z_val, self.dim_r, s, rng)
         return OwnSample(images, cross_rows, z_own, z_val, tau, noise, embed_as_set)
 
     def _report(self, ctx: SiloRound, own: OwnSample,
@@ -466,16 +468,16 @@ class EmdCflSilo(SiloProtocol):
         """Each pair's projected embeddings to the server as soon as they exist (it measures
         meanwhile), the cloud a role does not ask for as 0 rows; in FedWaD mode they stay here
         and the server gets W1 by FedWaD."""
-        if self.cfg.strategy.distance == "fedwad":  # τ: one per silo
+        if self.params.distance == "fedwad":  # τ: one per silo
             zr_own, zr_cross = {}, {}
             for p, a, b, _ in projected:
                 if a is not None:
                     zr_own[p] = a
                 if b is not None:
                     zr_cross[p] = b
-            emdcfl_fedwad.serve_pairs(ctx, self.cfg, zr_own, zr_cross, own.tau, own.noise)
+            emdcfl_fedwad.serve_pairs(ctx, self.params, self.run.seed, zr_own, zr_cross, own.tau, own.noise)
             return
-        none = np.zeros((0, projected_dim(self.cfg)), dtype=np.float32)
+        none = np.zeros((0, self.dim_r), dtype=np.float32)
         pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round,
                                      {"own": none if a is None else a, "cross": none if b is None else b},
                                      partner=p, tau=pair_tau, noise=own.noise) for p, a, b, pair_tau in projected]
@@ -499,8 +501,8 @@ class EmdCflSilo(SiloProtocol):
 
     def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
         """This round's X25519 key: one per silo and round serves all its partners."""
-        s: EmdCflConfig = self.cfg.strategy
-        return new_private_key(f"{self.cfg.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None)
+        s = self.params
+        return new_private_key(f"{self.run.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None)
 
     def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> Pending:
         """The key's public half on its way to every partner (directly; once per rank)."""
@@ -512,7 +514,7 @@ class EmdCflSilo(SiloProtocol):
         key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
         peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
         sent.wait()
-        context = f"seed={self.cfg.seed}|round={ctx.round}".encode()
+        context = f"seed={self.run.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
     def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
@@ -525,13 +527,13 @@ class EmdCflSilo(SiloProtocol):
         only measures: τ belongs to W[c][c'])."""
         from ..models import load_arrays, scratch_copy
 
-        dim_z, dim_r = own.z_own.shape[1], projected_dim(self.cfg)
+        dim_z, dim_r = own.z_own.shape[1], self.dim_r
 
         def projected(p: int, z_cross: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None, float]:
             r = projection_matrix(seeds[p], dim_z, dim_r)
             zr_own = own.z_own @ r if roles[p] & SERVE else None
             tau = own.tau if own.tau is not None else \
-                pair_reference(zr_own, own.z_val, r, self.cfg.strategy) if zr_own is not None else 0.0
+                pair_reference(zr_own, own.z_val, r, self.params) if zr_own is not None else 0.0
             return p, zr_own, None if z_cross is None else z_cross @ r, tau
 
         def embed_under(items: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]) -> list[np.ndarray]:
@@ -546,7 +548,7 @@ class EmdCflSilo(SiloProtocol):
 
         # silos of this process that embed under the same ω (shared, read-only) share a pass;
         # in train mode BatchNorm normalises by the batch, so each silo has a pass of its own
-        shared = self.cfg.strategy.embed_mode == "eval"
+        shared = self.params.embed_mode == "eval"
         limit = max(1, SHARED_PASS_IMAGES // max(1, len(own.cross_rows))) if shared else 1
 
         for p in [p for p, role in roles.items() if role == SERVE]:

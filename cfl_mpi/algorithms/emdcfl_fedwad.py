@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..channel import SERVER
-from ..config import Config, EmdCflConfig
+from ..strategies.emdcfl import EmdCflConfig
 from ..ot.fedwad import Measure, uniform_measure
 from ..wire.messages import Expect, message_kind
 from .base import ServerRound, SiloRound
@@ -32,8 +32,7 @@ REFERENCE = message_kind("reference")  # silo → server: τ_c, noise scale and 
 _META = {"tau": float, "noise": float, "n_samples": int}
 
 
-def fedwad_params(cfg: Config, dim: int) -> FedWaDParams:
-    s: EmdCflConfig = cfg.strategy
+def fedwad_params(s: EmdCflConfig, dim: int) -> FedWaDParams:
     return FedWaDParams(p=2 if s.ground_cost == "sqeuclidean" else 1, n_iter=s.fedwad_iterations, dim=dim,
                         max_support=s.fedwad_support or s.sample_cap)
 
@@ -48,23 +47,21 @@ def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
     return uniform_measure(x)
 
 
-def serve_pairs(ctx: SiloRound, cfg: Config, own: dict[int, np.ndarray], cross: dict[int, np.ndarray],
+def serve_pairs(ctx: SiloRound, s: EmdCflConfig, seed: int, own: dict[int, np.ndarray], cross: dict[int, np.ndarray],
                 tau: float, noise: float) -> None:
     """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for the jobs c>p of the partners
     it serves and ν = Z_{c|p}R for the jobs p>c of those it measures with."""
-    s: EmdCflConfig = cfg.strategy
     n, dim = next(iter({**own, **cross}.values())).shape
     ctx.channel.send(SERVER, REFERENCE, ctx.round, None, tau=tau, noise=noise, n_samples=n)
     measures = {job_key(ctx.silo, p): silo_measure(z, s) for p, z in own.items()}
     measures |= {job_key(p, ctx.silo): silo_measure(z, s) for p, z in cross.items()}
-    serve(ctx.channel, ctx.round, measures, fedwad_params(cfg, dim), cfg.seed)
+    serve(ctx.channel, ctx.round, measures, fedwad_params(s, dim), seed)
 
 
-def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[tuple[int, int]]], dim: int,
+def measure(ctx: ServerRound, s: EmdCflConfig, seed: int, partners: dict[int, list[tuple[int, int]]], dim: int,
             tau: np.ndarray, noise: np.ndarray, W: np.ndarray) -> None:
     """Server: gather τ and noise of every silo with partners, run the job of each direction
     (c, p) the plan asks for (c serves p: pairs.py), fill W."""
-    s: EmdCflConfig = cfg.strategy
     busy = sorted(c for c, p in partners.items() if p)
     sizes = {}
     expect = Expect(REFERENCE, ctx.round, (), _META,
@@ -74,8 +71,8 @@ def measure(ctx: ServerRound, cfg: Config, partners: dict[int, list[tuple[int, i
         tau[c], noise[c], sizes[c] = msg.meta["tau"], msg.meta["noise"], msg.meta["n_samples"]
     jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c]
             if role & SERVE]
-    params = fedwad_params(cfg, dim)
-    estimates = run_jobs(ctx.channel, ctx.round, jobs, params, cfg.seed, ctx.cores)
+    params = fedwad_params(s, dim)
+    estimates = run_jobs(ctx.channel, ctx.round, jobs, params, seed, ctx.cores)
     for job in jobs:
         w1 = estimates[job.key] ** params.p  # p = 2: W2² is W1 under the squared Euclidean cost
         W[job.mu, job.nu] = w1 - tau[job.mu]

@@ -10,7 +10,7 @@ class FedAvg(Strategy):
     """All silos in one cluster."""
 
     def initial_clusters(self) -> np.ndarray:
-        return np.zeros(self.cfg.silos, dtype=np.int64)
+        return np.zeros(self.run.silos, dtype=np.int64)
 
 
 HALVES = Halves(FedAvg)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Config, FedWaDClusteringConfig
-from ..data import input_channels
+from ..strategies.fedwad import FedWaDClusteringConfig
 from ..ot.fedwad import uniform_measure
-from .base import Halves, ServerRound, SiloProtocol, SiloRound, Strategy
+from .base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from .fedwad_exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 from .labels import relabel_by_first_appearance
 
@@ -43,42 +42,39 @@ def spectral_clusters(D: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, flo
     return relabel_by_first_appearance(labels), sigma
 
 
-def pair_jobs(cfg: Config) -> list[Job]:
+def pair_jobs(s: FedWaDClusteringConfig, silos: int) -> list[Job]:
     """One job per pair a < b: μ is silo a's sample, ν silo b's."""
-    s: FedWaDClusteringConfig = cfg.strategy
-    return [Job(a, b, s.support or s.sample_cap) for a in range(cfg.silos) for b in range(a + 1, cfg.silos)]
+    return [Job(a, b, s.support or s.sample_cap) for a in range(silos) for b in range(a + 1, silos)]
 
 
-def fedwad_params(cfg: Config) -> FedWaDParams:
-    s: FedWaDClusteringConfig = cfg.strategy
-    dim = (cfg.model.embedding_dim if s.space == "embedding"
-           else input_channels(cfg) * cfg.data.image_size ** 2)
+def fedwad_params(s: FedWaDClusteringConfig, run: RunFacts) -> FedWaDParams:
+    dim = run.embedding_dim if s.space == "embedding" else run.input_dim
     return FedWaDParams(p=s.p, n_iter=s.iterations, dim=dim, max_support=s.support or s.sample_cap)
 
 
-class FedWaDClustering(Strategy):
+class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
     """Server half: drives every pair's FedWaD job before round 1 trains, then clusters D."""
 
-    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
-        super().__init__(cfg, truth)
-        self.D = np.full((cfg.silos, cfg.silos), np.nan)
+    def __init__(self, params: FedWaDClusteringConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.D = np.full((run.silos, run.silos), np.nan)
         np.fill_diagonal(self.D, 0.0)
         self.sigma = float("nan")
         self.artifacts = {"D": self.D}
 
     def initial_clusters(self) -> np.ndarray:
-        return np.arange(self.cfg.silos, dtype=np.int64)  # nobody measured yet
+        return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 
     def before_training(self, ctx: ServerRound) -> None:
         if ctx.round != 1:
             return
-        s: FedWaDClusteringConfig = self.cfg.strategy
-        jobs = pair_jobs(self.cfg)
-        estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(self.cfg), self.cfg.seed, ctx.cores)
+        s = self.params
+        jobs = pair_jobs(s, self.run.silos)
+        estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(s, self.run), self.run.seed, ctx.cores)
         for job in jobs:
             self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
         k = s.clusters or len(np.unique(self.truth))
-        self.clusters, self.sigma = spectral_clusters(self.D, k, self.cfg.seed)
+        self.clusters, self.sigma = spectral_clusters(self.D, k, self.run.seed)
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
         return {"clusters": self.clusters, "D": self.D}, {"sigma": self.sigma}
@@ -89,20 +85,20 @@ class FedWaDClustering(Strategy):
         self.sigma = meta["sigma"]
 
     def report(self) -> dict:
-        s: FedWaDClusteringConfig = self.cfg.strategy
+        s = self.params
         return {"fedwad": {"space": s.space, "p": s.p, "iterations": s.iterations,
                            "clusters": s.clusters or len(np.unique(self.truth)), "sigma": self.sigma}}
 
 
-class FedWaDClusteringSilo(SiloProtocol):
+class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):
     """Silo half: before round 1 trains, holds a sample of its data for every pair it is in."""
 
     def before_training(self, ctx: SiloRound) -> None:
         if ctx.round != 1:
             return
-        s: FedWaDClusteringConfig = self.cfg.strategy
+        s = self.params
         x = ctx.data.x_train
-        rng = np.random.default_rng([self.cfg.seed, 13, ctx.silo])
+        rng = np.random.default_rng([self.run.seed, 13, ctx.silo])
         sample = x[np.sort(rng.choice(len(x), min(s.sample_cap, len(x)), replace=False))]
         if s.space == "embedding":
             from ..training import embed  # torch: silo side only
@@ -111,8 +107,8 @@ class FedWaDClusteringSilo(SiloProtocol):
         else:
             points = sample.reshape(len(sample), -1)
         mine = uniform_measure(points)
-        measures = {job.key: mine for job in pair_jobs(self.cfg) if ctx.silo in (job.mu, job.nu)}
-        serve(ctx.channel, ctx.round, measures, fedwad_params(self.cfg), self.cfg.seed)
+        measures = {job.key: mine for job in pair_jobs(s, self.run.silos) if ctx.silo in (job.mu, job.nu)}
+        serve(ctx.channel, ctx.round, measures, fedwad_params(s, self.run), self.run.seed)
 
 
 HALVES = Halves(FedWaDClustering, FedWaDClusteringSilo, FEDWAD_KINDS)

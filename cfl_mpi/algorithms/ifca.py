@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..channel import SERVER, wait_all
-from ..config import Config, IfcaConfig
+from ..strategies.ifca import IfcaConfig
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
-from .base import MODEL, Halves, Model, ServerRound, SiloProtocol, SiloRound, Strategy
+from .base import MODEL, Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from .ifca_assign import ifca_assign
 
 LOSSES = message_kind("losses")  # silo → server: the losses of the K cluster models on its data
@@ -38,43 +38,35 @@ KINDS = (LOSSES,)
 HUGE_LOSS = float(np.finfo(np.float64).max)
 
 
-def number_of_clusters(cfg: Config, truth: np.ndarray) -> int:
+def number_of_clusters(s: IfcaConfig, truth: np.ndarray) -> int:
     """K: the configured number, or the number of true clusters (EMD-CFL Appendix D.3)."""
-    return cfg.strategy.k or int(len(np.unique(truth)))
-
-
-def random_models(cfg: Config, k: int) -> list[Model]:
-    """K models drawn one after another from the run's torch seed; the first is θ(0)."""
-    from ..data import num_classes
-    from ..models import seeded_states  # torch: only for init: random
-
-    return seeded_states(cfg, num_classes(cfg), cfg.seed, k)
+    return s.k or int(len(np.unique(truth)))
 
 
 def losses_expect(round: int, k: int, meta: dict[str, type]) -> Expect:
     return Expect(LOSSES, round, (ArraySpec("losses", "float64", (k,)),), meta)
 
 
-class Ifca(Strategy):
+class Ifca(Strategy[IfcaConfig]):
     """Server half: holds the K models, sends them out, assigns from the loss table."""
 
-    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
-        super().__init__(cfg, truth)
-        self.k = number_of_clusters(cfg, truth)
+    def __init__(self, params: IfcaConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.k = number_of_clusters(params, truth)
         self.models: list[Model] | None = None
-        self.losses = np.full((cfg.silos, self.k), np.nan)
+        self.losses = np.full((run.silos, self.k), np.nan)
         self.seeds: list[int] = []
         self.artifacts = {"losses": self.losses}
 
     def initial_clusters(self) -> np.ndarray:
-        return np.zeros(self.cfg.silos, dtype=np.int64)  # everyone trains from θ(0) until assigned
+        return np.zeros(self.run.silos, dtype=np.int64)  # everyone trains from θ(0) until assigned
 
     def before_training(self, ctx: ServerRound) -> None:
-        s: IfcaConfig = self.cfg.strategy
+        s = self.params
         if self.models is None:
             if s.init == "silos":
                 return  # round 1 trains from θ(0); the models are seeded after training
-            self.models = random_models(self.cfg, self.k)
+            self.models = self.run.initial_models(self.k)  # torch: only for init: random
         self._assign(ctx)
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
@@ -117,7 +109,7 @@ class Ifca(Strategy):
         if len(here) < self.k:
             raise ValueError(f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
                              "(use strategy.init: random, or more participants)")
-        picked = [here[int(np.random.default_rng([self.cfg.seed, 43]).integers(len(here)))]]
+        picked = [here[int(np.random.default_rng([self.run.seed, 43]).integers(len(here)))]]
         expect = losses_expect(ctx.round, 1, {"candidate": int})
         for k in range(self.k):
             pending = self._broadcast(ctx, ctx.updates[picked[k]], k)
@@ -151,10 +143,10 @@ class Ifca(Strategy):
                            for k in range(self.k)]
 
     def report(self) -> dict:
-        return {"ifca": {"k": self.k, "init": self.cfg.strategy.init, "seed_silos": self.seeds}}
+        return {"ifca": {"k": self.k, "init": self.params.init, "seed_silos": self.seeds}}
 
 
-class IfcaSilo(SiloProtocol):
+class IfcaSilo(SiloProtocol[IfcaConfig]):
     """Silo half: evaluates the cluster models on its training data, trains the best one."""
 
     def _models(self, ctx: SiloRound, what: str):
@@ -189,7 +181,7 @@ class IfcaSilo(SiloProtocol):
         return loss if np.isfinite(loss) else HUGE_LOSS
 
     def _seeding_round(self, ctx: SiloRound) -> bool:
-        return ctx.round == 1 and self.cfg.strategy.init == "silos"
+        return ctx.round == 1 and self.params.init == "silos"
 
     def before_training(self, ctx: SiloRound) -> None:
         if self._seeding_round(ctx):

@@ -15,10 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..channel import SERVER
-from ..config import Config, PacflConfig
-from ..data import num_classes
+from ..strategies.pacfl import PacflConfig
 from ..wire.messages import ArraySpec, Expect, ProtocolError, message_kind
-from .base import Halves, ServerRound, SiloProtocol, SiloRound, Strategy
+from .base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from .principal_angles import (class_subspace_basis, extend_proximity_matrix, hierarchical_clusters,
                                place_new_silos, proximity_matrix)
 
@@ -39,29 +38,29 @@ def merge_heights(A: np.ndarray) -> list[float]:
     return [round(float(h), 4) for h in linkage(squareform(D, checks=False), method="average")[:, 2]]
 
 
-class Pacfl(Strategy):
+class Pacfl(Strategy[PacflConfig]):
     """Server half: a silo's signature arrives once, the first round it trains. The first
     batch is clustered with β (Algorithm 1); later arrivals — late silos, or silos first
     sampled later under partial participation — are placed by Algorithm 2 without moving
     anyone already placed."""
 
-    def __init__(self, cfg: Config, truth: np.ndarray) -> None:
-        super().__init__(cfg, truth)
+    def __init__(self, params: PacflConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
         self.order: list[int] = []            # silos with a signature, in arrival order
         self.bases: list[np.ndarray] = []     # their signatures, in that order
-        self.A = np.full((cfg.silos, cfg.silos), np.nan)
+        self.A = np.full((run.silos, run.silos), np.nan)
         self.artifacts = {"A": self.A}
 
     def initial_clusters(self) -> np.ndarray:
-        return np.arange(self.cfg.silos, dtype=np.int64)  # nobody measured yet
+        return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         new = sorted(ctx.first)
         if not new:
             return self.clusters
-        s: PacflConfig = self.cfg.strategy
+        s = self.params
         expect = Expect(PRINCIPAL_VECTORS, ctx.round, (ArraySpec("basis", "float64", (None, None)),))
-        most = s.p * (num_classes(self.cfg) if s.per_class else 1)
+        most = s.p * (self.run.num_classes if s.per_class else 1)
         received: dict[int, np.ndarray] = {}
         for msg in ctx.channel.recv_each(new, lambda _: expect):
             basis = msg.arrays["basis"]
@@ -75,7 +74,7 @@ class Pacfl(Strategy):
 
     def add_signatures(self, bases: list[np.ndarray], silos: list[int]) -> None:
         """Cluster the first batch (Algorithm 1), place later ones (Algorithm 2)."""
-        s: PacflConfig = self.cfg.strategy
+        s = self.params
         if not self.order:
             compact = proximity_matrix(bases, s.measure)
             labels = hierarchical_clusters(compact, s.beta)
@@ -89,9 +88,9 @@ class Pacfl(Strategy):
 
     def _set_clusters(self, labels: np.ndarray) -> None:
         """Labels of the silos with a signature; every other silo alone, under a label of its own."""
-        clusters = np.empty(self.cfg.silos, dtype=np.int64)
+        clusters = np.empty(self.run.silos, dtype=np.int64)
         clusters[self.order] = labels
-        rest = [c for c in range(self.cfg.silos) if c not in self.order]
+        rest = [c for c in range(self.run.silos) if c not in self.order]
         clusters[rest] = labels.max() + 1 + np.arange(len(rest))
         self.clusters = clusters
 
@@ -107,7 +106,7 @@ class Pacfl(Strategy):
         self.bases = [arrays[f"basis{c}"] for c in self.order]
 
     def report(self) -> dict:
-        s: PacflConfig = self.cfg.strategy
+        s = self.params
         if not self.bases:
             return {}
         return {"pacfl": {"p": s.p, "per_class": s.per_class, "measure": s.measure, "beta": s.beta,
@@ -115,13 +114,13 @@ class Pacfl(Strategy):
                           "merge_heights": merge_heights(self.A[np.ix_(self.order, self.order)])}}
 
 
-class PacflSilo(SiloProtocol):
+class PacflSilo(SiloProtocol[PacflConfig]):
     """Silo half: once, the top-p left singular vectors of its training inputs per class."""
 
     def after_training(self, ctx: SiloRound) -> None:
         if not ctx.first:
             return
-        s: PacflConfig = self.cfg.strategy
+        s = self.params
         x = ctx.data.x_train.reshape(len(ctx.data.x_train), -1)
         basis = class_subspace_basis(x, ctx.data.y_train if s.per_class else None, s.p)
         ctx.channel.send(SERVER, PRINCIPAL_VECTORS, ctx.round, {"basis": np.ascontiguousarray(basis)})

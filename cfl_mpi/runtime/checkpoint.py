@@ -190,9 +190,9 @@ def check_resume(cfg: Config, out: Path) -> None:
     (`load_checkpoint`), its config digest, its round, and its arrays against θ(0) and a
     fresh strategy, whose `load_state_dict` must accept the strategy's state."""
     from ..config import check_resumable
-    from ..strategies import REGISTRY
     from ..data import true_clusters
     from ..models import initial_model
+    from .halves import server_half
 
     check_resumable(cfg, out)
     ckpt = load_checkpoint(out)
@@ -210,7 +210,7 @@ def check_resume(cfg: Config, out: Path) -> None:
     theta0 = initial_model(cfg)
     for i, model in enumerate(ckpt.models):
         _check_like(model, theta0, index, f"model {i}")
-    strategy = REGISTRY[cfg.strategy.name].halves().server(cfg, true_clusters(cfg))
+    strategy = server_half(cfg, true_clusters(cfg))
     _check_like(ckpt.strategy, strategy.state_dict()[0], index, "the strategy's state", extra_allowed=True)
     try:
         strategy.load_state_dict(ckpt.strategy, ckpt.meta["strategy"])

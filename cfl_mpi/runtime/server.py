@@ -22,6 +22,7 @@ from ..strategies import REGISTRY
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
+from .halves import server_half
 from .stop import StopRequest
 
 
@@ -50,9 +51,9 @@ class Server:
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
-        spec = REGISTRY[cfg.strategy.name].halves()
-        self.kinds = spec.all_kinds
-        self.strategy = spec.server(cfg, self.truth)
+        self.halves = REGISTRY[cfg.strategy.name].halves()
+        self.kinds = self.halves.all_kinds
+        self.strategy = server_half(cfg, self.truth)
         self.theta0 = initial_model(cfg)
         self.start_models: dict[int, Model] = {c: self.theta0 for c in range(cfg.silos)}  # what each trains from
         self.trained: set[int] = set()  # silos that have trained at least once
@@ -186,7 +187,7 @@ class Server:
         sent = np.zeros(len(self.kinds), dtype=np.int64)
         silo_wait = np.zeros(2)
         targets = self.targets
-        steps = REGISTRY[self.cfg.strategy.name].halves().silo.steps
+        steps = self.halves.silo.steps
         step_rows = []
         for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]), len(steps))):
             silo = msg.sender

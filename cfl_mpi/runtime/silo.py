@@ -17,6 +17,7 @@ from ..wire.messages import Expect, ProtocolError
 from .compute import ComputePool
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 from .faults import SiloFaults
+from .halves import silo_half
 
 __all__ = ["run_silo"]
 
@@ -35,8 +36,8 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
     evaluation = SiloEvaluation(data, device, compute)
     faults = SiloFaults(cfg.runtime.fault, silo)
-    spec = REGISTRY[cfg.strategy.name].halves()
-    protocol = spec.silo(cfg)
+    protocol = silo_half(cfg)
+    kinds = REGISTRY[cfg.strategy.name].halves().all_kinds
     template = state_arrays(model)
 
     def receive_model(round: int) -> None:
@@ -69,7 +70,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
-            sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in spec.all_kinds], dtype=np.int64)
+            sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
             timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}
             channel.send(SERVER, EVAL, t, {"sent_bytes": sent, **timings}, **evaluation.report(model),

@@ -1,0 +1,31 @@
+"""The halves of the config's strategy, built from its parameters and the run's facts: the
+one place that turns a `Config` into what a strategy half may know (`RunFacts`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms.base import Model, RunFacts, SiloProtocol, Strategy
+from ..config import Config
+from ..data import input_channels, num_classes
+from ..strategies import REGISTRY
+
+
+def run_facts(cfg: Config) -> RunFacts:
+    def initial_models(k: int) -> list[Model]:
+        from ..models import seeded_states  # torch: only where a strategy asks for models
+
+        return seeded_states(cfg, num_classes(cfg), cfg.seed, k)
+
+    late = tuple(sorted(((x.silo, x.round) for x in cfg.late_silos), key=lambda x: (x[1], x[0])))
+    return RunFacts(cfg.silos, cfg.seed, late, cfg.aggregation, cfg.train.batch_size, cfg.model.embedding_dim,
+                    input_channels(cfg) * cfg.data.image_size ** 2, num_classes(cfg), initial_models)
+
+
+def server_half(cfg: Config, truth: np.ndarray) -> Strategy:
+    """The server half of the config's strategy."""
+    return REGISTRY[cfg.strategy.name].halves().server(cfg.strategy, run_facts(cfg), truth)
+
+
+def silo_half(cfg: Config) -> SiloProtocol:
+    """The silo half of the config's strategy (one per silo)."""
+    return REGISTRY[cfg.strategy.name].halves().silo(cfg.strategy, run_facts(cfg))
