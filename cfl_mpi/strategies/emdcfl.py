@@ -21,6 +21,8 @@ class EmdCflConfig(StrategyParams):
     proj_ratio: float = 0.9
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
+    # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
+    # too), so the server refuses a message of more rows, or a FedWaD support larger.
     sample_fraction: float = 0.1
     sample_cap: int = 512
     # What a partner embeds under a silo's model: a sample of its "train"ing data, or of its
