@@ -38,6 +38,10 @@ SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.
 ROUNDS = 120
 WARN_AFTER_ROUND = 1
 LONG = [*SMALL, f"train.rounds={ROUNDS}"]
+# A job whose start-up slurmstepd broke (see the het test) is cancelled this long after the
+# daemons' error, if it has not ended by itself, and submitted again, up to ATTEMPTS times.
+PMI_GRACE_S = 60
+ATTEMPTS = 3
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
@@ -69,6 +73,26 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while (info := self.job(job_id))["JobState"] not in FINAL:
             assert time.monotonic() < deadline, f"job {job_id} still {info['JobState']} after {timeout} s"
+            time.sleep(1)
+        return info
+
+    def pmi_errors(self) -> int:
+        """How many PMI requests the daemons could not parse so far ('error: mpi/pmi2' in slurmd's logs)."""
+        return sum(p.read_text(errors="replace").count("error: mpi/pmi2") for p in self.logs.parent.glob("slurmd-*.log"))
+
+    def wait_unless_pmi_broke(self, job_id: str, before: int, timeout: float) -> dict[str, str] | None:
+        """`wait`, or None once slurmd has logged a PMI request it could not parse (more than
+        `before`) and the job has not ended PMI_GRACE_S later: its ranks may wait in MPI_Init
+        for an answer that never comes. The job is then cancelled."""
+        deadline, broke = time.monotonic() + timeout, None
+        while (info := self.job(job_id))["JobState"] not in FINAL:
+            assert time.monotonic() < deadline, f"job {job_id} still {info['JobState']} after {timeout} s"
+            if broke is None and self.pmi_errors() > before:
+                broke = time.monotonic()
+            if broke is not None and time.monotonic() - broke > PMI_GRACE_S:
+                self.run("scancel", job_id)
+                self.wait(job_id, timeout=120)
+                return None
             time.sleep(1)
         return info
 
@@ -218,24 +242,31 @@ def test_multi_node_gpu_script_is_accepted_as_shipped(cluster):
 
 def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_rank(cluster):
     """Both components for real, on the two nodes (a heterogeneous job needs distinct nodes);
-    the silo component's ranks each host two silos. UCX_TLS=tcp,self: MPICH's shared-memory
-    transport mistakes two 'nodes' on one machine for one (not needed on real nodes)."""
+    the silo component's ranks each host two silos. MPICH's OFI netmod over TCP: with its UCX
+    netmod, UCX's shared-memory transports fail between two 'nodes' on one machine, and with
+    UCX_TLS=tcp,self its addresses make long PMI values that slurmstepd's pmi2 plugin rejected
+    in part ("value not properly terminated"), MPI_Init aborting or hanging (6 of 6 jobs from
+    a cluster this module started; 0 of 9 from one started in a shell). Not needed on real nodes."""
     name = f"t{os.getpid()}het"
     sets = [a for s in [*SMALL, "train.rounds=2", "runtime.silos_per_rank=2"] for a in ("--set", s)]
     out = PROJECT_ROOT / "runs" / name
     try:
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
+            before = cluster.pmi_errors()
             job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG,
-                                    *sets, env={"UCX_TLS": "tcp,self"})
+                                    *sets, env={"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"})
             out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
-            info = cluster.wait(job_id, timeout=600)
-            if (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0") or attempt or not mpi_layer_failed(
-                    cluster.log(name), out):
+            info = cluster.wait_unless_pmi_broke(job_id, before, timeout=600)
+            done = info is not None and (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0")
+            if done or attempt == ATTEMPTS - 1 or (info is not None and not mpi_layer_failed(cluster.log(name), out)):
                 break
-            # Once on CI (stop 29), MPI ended the job under cfl_mpi (exit 15, MPICH's fatal-error
-            # code; slurmstepd could not parse the server's PMI-2 request); not in 9 runs here.
-            print(f"het job {job_id}: MPI failed under cfl_mpi, submitted again\n{cluster.why(name, out)}")
+            # Should slurmstepd's pmi2 plugin still reject part of a PMI request while the ranks
+            # start, MPI ends the job (CI, stop 29: exit 15) or its ranks wait in MPI_Init for
+            # ever (stop 31): before MPI_Init returns, not cfl_mpi's doing. (MPICH's PMI-2 wire,
+            # MPIR_CVAR_PMI_VERSION=2, is no way out: this plugin then fails every MPI_Init.)
+            print(f"het job {job_id}: slurmstepd broke MPI's start-up, submitted again\n{cluster.why(name, out)}")
             shutil.rmtree(out, ignore_errors=True)
+        assert info is not None, f"slurmstepd broke MPI's start-up {ATTEMPTS} times\n{cluster.why(name, out)}"
         assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.why(name, out)
         summary, records = read_results(out)
         assert summary["ari"] == 1.0 and len(records) == 2
