@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from cfl_mpi.algorithms.emdcfl import projected_dim, sample_size
-from cfl_mpi.algorithms.fedwad_exchange import T_RANGE
+from cfl_mpi.strategies.emdcfl.halves import projected_dim, sample_size
+from cfl_mpi.strategies.fedwad.exchange import T_RANGE
 from cfl_mpi.config import load_config
 from cfl_mpi.data import build_silo_data, num_classes
 from cfl_mpi.ot.fedwad import client_step, gaussian_measure, uniform_measure

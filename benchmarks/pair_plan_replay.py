@@ -1,4 +1,4 @@
-"""The staged pair plan replayed on recorded all-pairs W (algorithms/staged_pairs.py).
+"""The staged pair plan replayed on recorded all-pairs W (strategies/emdcfl/staged_pairs.py).
 
     python -m benchmarks.pair_plan_replay [RUN_DIR ...] [--seeds 100] [--scale 2400]
                                           [--settings 40/2 ...] [--ways both|one|compare]
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from cfl_mpi.algorithms.cluster_extraction import extract_clusters, partition_report
-from cfl_mpi.algorithms.staged_pairs import StagedPlan
+from cfl_mpi.clustering.extraction import extract_clusters, partition_report
+from cfl_mpi.strategies.emdcfl.staged_pairs import StagedPlan
 
 RECORDED = Path(__file__).parent / "data" / "recorded_w.npz"
 SETTINGS = ((10, 1), (20, 1), (20, 2), (40, 1), (40, 2))  # (pair_sample, representatives)

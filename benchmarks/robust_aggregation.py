@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from cfl_mpi.algorithms.averaging import aggregate, update_norm
+from cfl_mpi.aggregation import aggregate, update_norm
 from cfl_mpi.config import AggregationConfig, load_config
 
 Model = dict[str, np.ndarray]

@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 from sklearn.metrics import adjusted_rand_score
 
-from cfl_mpi.algorithms.cluster_extraction import robust_clusters, symmetrised
+from cfl_mpi.clustering.extraction import robust_clusters, symmetrised
 
 from .runs import MNIST, ROOT
 
@@ -96,7 +96,7 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
 
     import torch
 
-    from cfl_mpi.algorithms.emdcfl import pair_distance, pair_reference, projected_dim, reference_distance, sample_size
+    from cfl_mpi.strategies.emdcfl.halves import pair_distance, pair_reference, projected_dim, reference_distance, sample_size
     from cfl_mpi.config import load_config
     from cfl_mpi.data import build_silo_data, num_classes
     from cfl_mpi.models import build_model, load_arrays

@@ -172,7 +172,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class AggregationConfig:
-    """How each cluster's updates become its model (algorithms/averaging.py, every strategy)."""
+    """How each cluster's updates become its model (aggregation.py, every strategy)."""
 
     # fedavg: weighted by sample counts (the paper's, EMD-CFL Alg. 1 line 21); median and
     # trimmed_mean: coordinate-wise and unweighted (Yin et al. 2018); norm_clip: every update
@@ -183,7 +183,7 @@ class AggregationConfig:
     # norm_clip: the bound M on an update's norm; null: the cluster's median update norm.
     clip_norm: float | None = None
     # Check every update against the silo's start model and the other members of its cluster
-    # before the rule (averaging.screen_updates; decisions go to metrics.jsonl).
+    # before the rule (aggregation.screen_updates; decisions go to metrics.jsonl).
     screen: bool = True
     # An update whose norm exceeds norm_ratio times the cluster's median is rejected, or
     # scaled down to that bound ("clip"). A sample count is lowered to the silo's first

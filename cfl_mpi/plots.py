@@ -67,7 +67,7 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
         noise = artifacts.get("noise")
         if noise is None:
             return None, None, label
-        from .algorithms.cluster_extraction import noise_or_one
+        from .clustering.extraction import noise_or_one
 
         noise = noise_or_one(noise)  # the unit the strategy divides by
         measure = "the energy distance" if _get(strategy, "distance") == "energy" else "W1 − τ_c"
@@ -202,7 +202,7 @@ def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_
     W = np.asarray(W, dtype=float)
     truth = np.asarray(truth)
     if directed:
-        from .algorithms.cluster_extraction import symmetrised
+        from .clustering.extraction import symmetrised
 
         D = symmetrised(W, noise)
     else:

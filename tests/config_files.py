@@ -9,6 +9,15 @@ import yaml
 
 from cfl_mpi.config import Config, load_config
 
+# Four rotated-digits silos in two rotations, PACFL: the section each test overrides.
+FOUR_SILOS = """
+name: t
+silos: 4
+data: {name: rotated_digits, rotations: [0, 180]}
+train: {rounds: 2, local_epochs: 1}
+strategy: {name: pacfl}
+"""
+
 
 def write_config(folder: Path, body: str | Mapping) -> Path:
     """`folder/c.yaml` from YAML text (dedented) or from a mapping of sections."""

@@ -17,7 +17,7 @@ from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from cfl_mpi import plots, strategies  # noqa: E402
-from cfl_mpi.algorithms.cluster_extraction import symmetrised  # noqa: E402
+from cfl_mpi.clustering.extraction import symmetrised  # noqa: E402
 
 plt = plots._pyplot()
 

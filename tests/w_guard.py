@@ -1,4 +1,4 @@
-"""The W guard's fixture (tests/test_emdcfl_reproducible.py): the clusters, W and τ of one
+"""The W guard's fixture (tests/strategies/test_emdcfl_reproducible.py): the clusters, W and τ of one
 seeded EMD-CFL run, and the machine kind that wrote them.
 
     python tests/w_guard.py     # rewrite tests/fixtures/w_guard.* from this tree, on this machine

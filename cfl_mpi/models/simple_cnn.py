@@ -45,7 +45,7 @@ class ConvEmbedding(nn.Sequential):
     `CHUNK` inputs (or the whole batch, if smaller), where oneDNN computes an image
     independently of the others; and the layers from `Flatten` on get the caller's whole batch,
     as before, since a GEMM's rounding of a row can depend on its place in the batch.
-    tests/test_models.py checks the equality on the machine at hand.
+    tests/models/test_models.py checks the equality on the machine at hand.
     """
 
     CHUNK = 64

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.base import CONTROL
 from ..config import Config, participant_count
 from ..wire.messages import Expect
+from .kinds import CONTROL
 
 TRAIN = "train"          # train, take part in the strategy's exchanges, evaluate
 EVALUATE = "evaluate"    # present but not sampled: evaluate the cluster model only

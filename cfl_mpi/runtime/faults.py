@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..algorithms.base import UPDATE
 from ..channel import SERVER, Channel
 from ..config import FaultConfig
+from .kinds import UPDATE
 
 __all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
 

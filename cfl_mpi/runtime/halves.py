@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.base import Model, RunFacts, SiloProtocol, Strategy
 from ..config import Config
 from ..data import input_channels, num_classes
 from ..strategies import REGISTRY
+from ..strategies.base import Model, RunFacts, SiloProtocol, Strategy
 
 
 def run_facts(cfg: Config) -> RunFacts:

@@ -13,16 +13,17 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from ..algorithms.base import CONTROL, EVAL, MODEL, UPDATE, Model, ServerRound
 from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..strategies import REGISTRY
+from ..strategies.base import Model, ServerRound
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
 from .halves import server_half
+from .kinds import CONTROL, EVAL, MODEL, UPDATE
 from .stop import StopRequest
 
 

@@ -8,16 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.base import EVAL, MODEL, SiloRound
 from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import SiloData, build_silo_data, num_classes
 from ..strategies import REGISTRY
+from ..strategies.base import SiloRound
 from ..wire.messages import Expect, ProtocolError
 from .compute import ComputePool
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 from .faults import SiloFaults
 from .halves import silo_half
+from .kinds import EVAL, MODEL
 
 __all__ = ["run_silo"]
 

@@ -1,6 +1,6 @@
 """Every strategy by name: the one registry that config parsing, the runtime, `compare`,
-`reproduce` and the plots read. A new strategy is a module with its parameters and `SPEC`
-(and its halves, wherever they live) plus one line here."""
+`reproduce` and the plots read. A new strategy is a package with its parameters and `SPEC`
+in `__init__.py` and its halves in `halves.py`, plus one line here."""
 from __future__ import annotations
 
 from . import cfl, emdcfl, fedavg, fedwad, ifca, oracle, pacfl

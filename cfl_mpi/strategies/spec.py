@@ -3,7 +3,7 @@
 Config parsing, `compare`, `reproduce`, the plots and the runtime all read the spec; none
 keeps a list of strategies of its own. The spec is light (dataclasses, no numpy): its
 halves are imported only by the job that runs them, so parsing a config or tabulating a
-comparison never loads torch or the algorithms.
+comparison never loads torch or a strategy's halves.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # the halves' interface; importing it pulls in numpy and the channel
-    from ..algorithms.base import Halves
+    from .base import Halves
 
 
 # torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).

@@ -1,0 +1,141 @@
+"""EMD-CFL: its parameters (the `strategy:` section), their checks and its registry entry.
+Its server and silo halves are in halves.py, beside it."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_in
+
+
+@dataclass(frozen=True)
+class EmdCflConfig(StrategyParams):
+    """EMD-CFL (Zhang, Williams, Toni): one-shot clustering after round 1 on the W1 distances W
+    between the silos' embeddings, measured through a secret random projection R per pair."""
+
+    name: Literal["emdcfl"] = "emdcfl"
+    # rule: neighbourhoods only: silos c and c' are neighbours when W < epsilon both ways.
+    epsilon: float = 0.025
+    # dim(R) = ⌊proj_ratio · dim(Z)⌋: the fraction of the embedding's dimensions R keeps.
+    proj_ratio: float = 0.9
+    # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
+    # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
+    # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
+    # too), so the server refuses a message of more rows, or a FedWaD support larger.
+    sample_fraction: float = 0.1
+    sample_cap: int = 512
+    # What a partner embeds under a silo's model: a sample of its "train"ing data, or of its
+    # "val"idation data as the authors' code does (both samples then hold min(n, |val|) rows).
+    partner_sample: Literal["train", "val"] = "train"
+    # "eval": BatchNorm on its running statistics, no dropout; "train": as the authors' code
+    # (batch statistics over batches of train.batch_size). Identical for the simple CNN.
+    embed_mode: Literal["eval", "train"] = "eval"
+    # τ_c = W1 between the silo's training and validation embeddings: "none" unprojected, "full"
+    # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does,
+    # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
+    # measured in (on small silos W's spread falls 2-3x: docs/SMALL_SILOS.md).
+    tau_projection: Literal["none", "full", "pair"] = "none"
+    # "fedwad": W1 between two silos' embeddings by FedWaD (strategies/emdcfl/fedwad.py),
+    # the server never receives an embedding; needs a Euclidean ground cost (below).
+    # "energy": the energy distance instead of W1, the debiased limit of the Sinkhorn
+    # divergence, dimension-free in its sample size (ot/energy.py); on silos of ~100 images
+    # it separates what W1 blurs (docs/SMALL_SILOS.md); no τ (it is unbiased), so no
+    # validation images needed; needs ground_cost chordal or euclidean.
+    distance: Literal["exact", "sinkhorn", "fedwad", "energy"] = "exact"
+    # Entropic regularisation of the Sinkhorn solver (distance: sinkhorn).
+    sinkhorn_reg: float = 0.1
+    # "chordal": Euclidean cost between L2-normalised embeddings, sqrt(2 * cosine): the cosine
+    # geometry in a form FedWaD can interpolate. fedwad takes chordal, euclidean, sqeuclidean.
+    ground_cost: Literal["cosine", "chordal", "euclidean", "sqeuclidean"] = "cosine"
+    # FedWaD mode: fedwad_iterations K, and fedwad_support, the support S of ξ (null: the
+    # larger of the two clouds).
+    fedwad_iterations: int = 20
+    fedwad_support: int | None = None
+    # Cluster extraction from W (clustering/extraction.py): "robust" cuts average-linkage
+    # clusters at noise_multiple times each silo's measured noise; "neighbourhoods" is the
+    # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
+    rule: Literal["robust", "neighbourhoods"] = "robust"
+    noise_multiple: float = 3.5
+    # Random halvings of the validation sample used to measure a silo's noise (the RMS of
+    # 30 draws is within ~13 % of the truth; 10 draws left ~22 % and split a true pair).
+    noise_splits: int = 30
+    # "ephemeral": X25519 keys from the OS's entropy, R is secret from everyone but the
+    # pair (deploy with this). "seeded": keys derived from the run seed so that W is
+    # bit-for-bit reproducible; anyone holding the config can rebuild R (experiments only).
+    pair_keys: Literal["ephemeral", "seeded"] = "ephemeral"
+    # Which pairs the clustering round measures: "all" of them (the paper), or "staged": all
+    # pairs among pair_sample random silos, clustered by the robust rule, then each cluster's
+    # `representatives` medoids against every other silo, which joins the cluster whose
+    # representatives are within the cut; a silo near none is measured against `retest` more
+    # members of its nearest cluster and joins it if within the cut on average over them all;
+    # the silos still near none start again among themselves (strategies/emdcfl/staged_pairs.py):
+    # about pair_sample²/2 + representatives·K·C pairs.
+    pairs: Literal["all", "staged"] = "all"
+    pair_sample: int = 40
+    representatives: int = 2
+    retest: int = 4
+    # How a staged plan measures a silo against the representatives (and retest members) it
+    # is placed by: "one_way", W[r][c] alone (its data under the member's model: the member's
+    # ω fans out and the member embeds nothing, half the work), or "both_ways", as all-pairs
+    # (docs/PAIR_PLAN.md).
+    placement: Literal["one_way", "both_ways"] = "one_way"
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows of any sample a silo embeds (its own, a partner's, its validation
+        sample): what the server accepts in an embeddings message or a reference."""
+        return self.sample_cap
+
+    @property
+    def fedwad_max_support(self) -> int:
+        """S, the support of FedWaD mode's ξ: `fedwad_support`, else a whole sample."""
+        return self.fedwad_support or self.max_rows
+
+    def problems(self, facts: ConfigFacts) -> Iterator[str]:
+        if not 0 < self.proj_ratio <= 1:
+            yield f"strategy.proj_ratio: must lie in (0, 1], got {self.proj_ratio}"
+        if int(self.proj_ratio * facts.embedding_dim) < 1:
+            yield "strategy.proj_ratio: projects the embedding to 0 dimensions (raise it)"
+        if not 0 < self.sample_fraction <= 1:
+            yield f"strategy.sample_fraction: must lie in (0, 1], got {self.sample_fraction}"
+        if self.sample_cap < 2:
+            yield f"strategy.sample_cap: must be at least 2, got {self.sample_cap}"
+        if self.sinkhorn_reg <= 0:
+            yield f"strategy.sinkhorn_reg: must be positive, got {self.sinkhorn_reg}"
+        if self.noise_multiple <= 0:
+            yield f"strategy.noise_multiple: must be positive, got {self.noise_multiple}"
+        if self.noise_splits < 2:
+            yield f"strategy.noise_splits: must be at least 2, got {self.noise_splits}"
+        if self.distance == "fedwad" and self.tau_projection == "pair":
+            yield ("strategy.tau_projection: pair needs the server to measure each pair from the embeddings "
+                   "(distance exact or sinkhorn); with distance fedwad use none or full")
+        if self.distance == "fedwad" and self.ground_cost == "cosine":
+            yield ("strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
+                   "the cosine geometry, or euclidean, or sqeuclidean)")
+        if self.distance == "energy" and self.ground_cost not in ("chordal", "euclidean"):
+            yield (f"strategy.ground_cost: distance energy needs a Euclidean distance (chordal, for the cosine "
+                   f"geometry, or euclidean): with {self.ground_cost} it is not a distance between measures")
+        if self.distance == "energy" and self.tau_projection != "none":
+            yield ("strategy.tau_projection: distance energy subtracts no τ (its estimate is unbiased: 0 on average "
+                   "between samples of one distribution); leave tau_projection at none")
+        if self.pair_sample < 2:
+            yield f"strategy.pair_sample: must be at least 2, got {self.pair_sample}"
+        if self.representatives < 1:
+            yield f"strategy.representatives: must be at least 1, got {self.representatives}"
+        if self.retest < 0:
+            yield f"strategy.retest: must be at least 0, got {self.retest}"
+        if self.pairs != "all" and self.rule != "robust":
+            yield "strategy.pairs: staged places silos by the robust rule's cut in noise units (set rule: robust)"
+        if self.fedwad_iterations < 1:
+            yield f"strategy.fedwad_iterations: must be at least 1, got {self.fedwad_iterations}"
+        if self.fedwad_support is not None and not 1 <= self.fedwad_support <= self.sample_cap:
+            yield (f"strategy.fedwad_support: must lie between 1 and sample_cap ({self.sample_cap}) or be null, "
+                   f"got {self.fedwad_support}")
+        if self.pairs == "staged" and not facts.all_from_start:
+            yield ("strategy.pairs: staged plans the pairs of every silo in round 1, so it needs every silo from the "
+                   "start (remove participation and late_silos, or use pairs: all)")
+
+
+SPEC = StrategySpec(EmdCflConfig, "EMD-CFL", halves_in(f"{__name__}.halves"),
+                    pairwise={"W": Pairwise("max(W[c][c'], W[c'][c]),  W[c][c'] = W1 − τ_c", directed=True)})

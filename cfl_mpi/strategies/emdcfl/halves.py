@@ -1,0 +1,569 @@
+"""EMD-CFL (Zhang, Williams, Toni; emd-cfl.txt Algorithm 1, SPEC §1).
+
+One-shot clustering after the first round of local training: every pair of silos (c, c')
+not yet measured agrees on a secret projection R (X25519 + HKDF), swaps embedding models
+ω directly, and sends the server its own projected embeddings under both models plus τ_c.
+The server forms W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (line 16) and extracts clusters.
+With `distance: fedwad` the projected embeddings stay on the silos and the server gets each
+W1 by FedWaD instead (fedwad.py).
+
+The round is planned before training, so that a silo starts its handshakes and ω swaps as
+soon as it has trained rather than when the slowest silo has; and a silo takes its partners'
+ω in the order they come (`OmegaSwaps`), so that a late partner holds up only its own pair.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...channel import SERVER, Channel, Pending, wait_all
+from ...clustering.extraction import (ExtractionReport, extract_clusters, noise_or_one, partition_report, place_newcomer,
+                                      symmetrised)
+from ...clustering.labels import relabel_by_first_appearance
+from ...ot.energy import energy_distance, energy_distances
+from ...ot.wasserstein import w1
+from ...privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
+                                  random_projection)
+from ...wire.messages import ArraySpec, Expect, ProtocolError, message_kind
+from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy, timed
+from ..fedwad.exchange import FEDWAD_KINDS
+from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
+from .staged_pairs import StagedPlan
+from . import EmdCflConfig, fedwad
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+SHARED_PASS_IMAGES = 4096  # the most images of a rank's silos one embedding pass takes (copied while it runs)
+PLAN = message_kind("plan")                        # server → silo: the partners to measure, and its roles
+HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
+EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
+EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and/or Z_{c|c'}R, τ_c, noise
+KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, fedwad.REFERENCE, *FEDWAD_KINDS)
+
+
+def projected_dim(s: EmdCflConfig, embedding_dim: int) -> int:
+    """dim(R) = ⌊proj_ratio · dim(Z)⌋ (SPEC §1)."""
+    return int(s.proj_ratio * embedding_dim)
+
+
+def sample_size(s: EmdCflConfig, n_train: int) -> int:
+    """n = min(10 % of the silo's training data, 512) (emd-cfl.txt §3, complexity paragraph)."""
+    return max(2, min(math.ceil(s.sample_fraction * n_train), s.max_rows, n_train))
+
+
+def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
+                       rng: np.random.Generator) -> tuple[float | None, float]:
+    """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
+    `tau_projection: full` τ_c is taken through a fresh dim(Z) × dim(Z) random projection, drawn
+    after the noise's, as the authors' code does; with `pair` it is taken per pair, through the
+    pair's R (`pair_reference`), and None here.
+
+    The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
+    projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
+    over random halvings V1, V2 of its validation embeddings and fresh random projections
+    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2) (W1(Z' R_k, V2 R_k) with `pair`), Z' a
+    random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
+    Both sampling noise and the distortion of the projection are in it; the robust cluster
+    extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
+    (w1_repeated, issue 13); where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the
+    fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the
+    full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real comparison, and
+    that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
+    With `distance: energy` τ is 0 and the noise is `energy_noise`'s.
+    """
+    if s.distance == "energy":
+        return 0.0, energy_noise(z_own, dim_r, s, rng)
+    per_pair = s.tau_projection == "pair"
+    n, halves = len(z_own), len(z_val) // 2
+    h = min(halves, n // 2)
+    null = []
+    for _ in range(s.noise_splits if h >= 1 else 0):
+        order = rng.permutation(len(z_val))
+        sub = np.sort(rng.permutation(n)[:2 * h])
+        r = random_projection(rng, z_own.shape[1], dim_r)
+        projected_own = z_own[sub] @ r
+        first, second = z_val[order[:h]], z_val[order[h:2 * h]]
+        reference = pair_distance(projected_own, second @ r, s) if per_pair else pair_distance(z_own[sub], second, s)
+        null.append(pair_distance(projected_own, first @ r, s) - reference)
+    noise = 0.0
+    if null:
+        to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
+        noise = float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
+    if per_pair:
+        return None, noise
+    if s.tau_projection == "full":
+        r = random_projection(rng, z_own.shape[1], z_own.shape[1])
+        return pair_distance(z_own @ r, z_val @ r, s), noise
+    return pair_distance(z_own, z_val, s), noise
+
+
+def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.Generator) -> float:
+    """The noise of W with `distance: energy`, which needs no τ: the energy distance's U-statistic
+    is unbiased, 0 on average between two samples of one distribution (ot/energy.py). Its spread
+    there is the permutation null (Székely & Rizzo 2013, §5): over random halvings A, B of the
+    n training embeddings and fresh projections R_k, the RMS of E(Z_A R_k, Z_B R_k). That
+    statistic is degenerate under the null, its spread ∝ 1/|A| + 1/|B|, so the RMS is scaled by
+    (2/n) / (1/|A| + 1/|B|) to W's sizes (n against n)."""
+    n, h = len(z_own), len(z_own) // 2
+    if h < 2:
+        return 0.0
+    halves = []
+    for _ in range(s.noise_splits):
+        order = rng.permutation(n)
+        r = random_projection(rng, z_own.shape[1], dim_r)
+        halves.append((z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r))
+    null = energy_distances(*(np.stack(side) for side in zip(*halves)), s.ground_cost)
+    return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
+
+
+def pair_distance(x: np.ndarray, y: np.ndarray, s: EmdCflConfig) -> float:
+    """The distance between two clouds that W is made of (line 16, before τ): W1 by the exact
+    or Sinkhorn solver (FedWaD mode's local references: exact), or with `distance: energy`
+    the energy distance, W1's debiased limit (ot/energy.py, docs/SMALL_SILOS.md)."""
+    if s.distance == "energy":
+        return energy_distance(x, y, s.ground_cost)
+    return w1(x, y, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance, s.sinkhorn_reg)
+
+
+def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdCflConfig) -> float:
+    """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R
+    (`tau_projection: pair`), so that line 16 subtracts it in the space where W1(Z_{c|c} R,
+    Z_{c'|c} R) was measured and the projection's distortion of the two cancels: on small
+    silos it is most of W's spread (docs/SMALL_SILOS.md). (With `distance: energy` there is
+    no τ: config validation refuses `pair`.)"""
+    return pair_distance(zr_own, z_val @ r, s)
+
+
+class EmdCfl(Strategy[EmdCflConfig]):
+    """Server half: schedules unmeasured pairs, computes W from projected embeddings, clusters."""
+
+    def __init__(self, params: EmdCflConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.dim_r = projected_dim(params, run.embedding_dim)
+        c = run.silos
+        self.W = np.full((c, c), np.nan)
+        np.fill_diagonal(self.W, 0.0)
+        # τ_c per silo, or τ_{c,c'} per ordered pair (`tau_projection: pair`)
+        self.tau = np.full((c, c) if params.tau_projection == "pair" else c, np.nan)
+        self.noise = np.full(c, np.nan)
+        self.extraction: dict = {}
+        self.partners: dict[int, list[tuple[int, int]]] = {}  # this stage's (partner, role) per silo
+        self.plan: StagedPlan | None = None       # the round's staged plan (`pairs: staged`)
+        self.stated: dict[int, tuple[float, ...]] = {}
+        self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
+
+    def initial_clusters(self) -> np.ndarray:
+        return np.arange(self.run.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
+
+    def before_training(self, ctx: ServerRound) -> None:
+        """Plan the round's pairs, each silo's in tournament order, and send the first plan
+        before training, so a silo needs nobody else to start. All-pairs: the pairs of silos
+        training now that were never measured (a pair is measured the first round both silos
+        train, Appendix E.4). Staged: the first stage over the silos training for the first time
+        (none in a round without such silos: the pairs its plan skipped are not measured later)."""
+        s = self.params
+        silos = sorted(ctx.participants)
+        self.stated = {}  # (noise_c[, τ_c]) as silo c first stated them this round
+        self.plan = None
+        if s.pairs == "staged":  # the pairs a plan left unmeasured stay so in later rounds
+            if ctx.first:
+                self.plan = StagedPlan(sorted(ctx.first), self.run.silos, sample=s.pair_sample,
+                                       representatives=s.representatives, noise_multiple=s.noise_multiple,
+                                       rng=np.random.default_rng([self.run.seed, 13, ctx.round]), retest=s.retest,
+                                       one_way=s.placement == "one_way")
+            wanted = (self.plan.next_pairs(self.W, self.noise) or []) if self.plan else []
+        else:
+            wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])])
+        self._send_plan(ctx, silos, wanted, more=self.plan is not None)
+
+    def _send_plan(self, ctx: ServerRound, silos: list[int], directions: list[Pair], more: bool) -> None:
+        """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
+        `more`: another plan follows in this round."""
+        self.partners = partner_roles(silos, directions)
+        plans = {silo: {"partners": np.asarray([p for p, _ in self.partners[silo]], dtype=np.int64),
+                        "roles": np.asarray([r for _, r in self.partners[silo]], dtype=np.uint8)} for silo in silos}
+        wait_all([ctx.channel.isend(silo, PLAN, ctx.round, plan, more=int(more)) for silo, plan in plans.items()])
+
+    def after_training(self, ctx: ServerRound) -> np.ndarray:
+        if self.plan is not None:
+            self._run_stages(ctx)
+        elif any(self.partners.values()):
+            self._measure(ctx, self.partners)
+            self.clusters, report = self._extract()
+            self.extraction = dataclasses.asdict(report)
+        return self.clusters
+
+    def _run_stages(self, ctx: ServerRound) -> None:
+        """Measure each stage's pairs, plan the next from W so far, until every silo is placed;
+        the clusters are the plan's (staged_pairs.py), the report over the pairs measured."""
+        s = self.params
+        silos, stages = sorted(ctx.participants), []
+        while True:
+            start = time.monotonic()
+            if any(self.partners.values()):
+                self._measure(ctx, self.partners)
+            wanted = self.plan.next_pairs(self.W, self.noise)
+            stage = self.plan.stages[len(stages)]
+            stages.append({"stage": stage.name, "silos": stage.silos, "pairs": stage.pairs,
+                           "directions": len(stage.directions),
+                           "seconds": round(time.monotonic() - start, 4),
+                           **({"orphans": stage.orphans} if stage.name in ("representatives", "retest")
+                              else {"clusters": stage.clusters})})
+            self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
+            if wanted is None:
+                break
+        measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
+        self.clusters = relabel_by_first_appearance(self.plan.labels)
+        report = partition_report(self.W, self.clusters, noise_or_one(self.noise), s.noise_multiple)
+        self.extraction = {**dataclasses.asdict(report), "pair_plan": {"plan": "staged", "pairs": measured,
+                                                                       "all_pairs": every, "stages": stages}}
+        ctx.facts["pair_plan"] = self.extraction["pair_plan"]
+        print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
+              f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: "
+              + "; ".join(f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
+                          + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
+                          + (f"{x['orphans']} near no cluster" if "orphans" in x
+                             else f"{x['clusters']} clusters") for x in stages), flush=True)
+
+    def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
+        """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
+        s = self.params
+        if s.distance == "fedwad":  # the embeddings stay on the silos
+            fedwad.measure(ctx, s, self.run.seed, partners, self.dim_r, self.tau, self.noise, self.W)
+            for c in sorted(c for c, p in partners.items() if p):  # one noise and τ per silo and round
+                claim = (float(self.noise[c]), float(self.tau[c]))
+                if self.stated.setdefault(c, claim) != claim:
+                    raise ProtocolError(f"{ctx.channel.describe(c)} sent {fedwad.REFERENCE.name} of round "
+                                        f"{ctx.round} with noise and τ {claim}; it stated {self.stated[c]} "
+                                        "earlier in this round")
+            return
+        todo = {silo: dict(p) for silo, p in partners.items() if p}  # partner → role, not received yet
+        dim_r = self.dim_r
+        # The W1 solves of a pair start as soon as both halves are in, on a pool of the
+        # server's cores, while later embeddings are still arriving (the assignment solver
+        # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
+        solves: dict[tuple[int, int], Future[tuple[float, float]]] = {}
+        with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
+            try:
+                with timed(ctx.step_seconds, "receive"):
+                    self._receive_pairs(ctx, todo, dim_r, pool, solves)
+            except BaseException:  # a bad message ends the round: drop the solves not started
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            with timed(ctx.step_seconds, "w1_after_last_message"):
+                for (c, partner), solve in solves.items():
+                    value, seconds = solve.result()
+                    self.W[c, partner] = value - self.tau[(c, partner) if self.tau.ndim == 2 else c]
+                    ctx.step_seconds["w1_solves"] = ctx.step_seconds.get("w1_solves", 0.0) + seconds
+        ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
+
+    def _receive_pairs(self, ctx: ServerRound, todo: dict[int, dict[int, int]], dim_r: int,
+                       pool: ThreadPoolExecutor, solves: dict[Pair, Future[tuple[float, float]]]) -> None:
+        """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves.
+        A silo's message for a partner holds its own cloud if it serves (else 0 rows) and its
+        cross cloud if it measures (else 0 rows), as the plan gave it the roles."""
+        s = self.params
+        # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
+        owns: dict[Pair, np.ndarray] = {}
+        crosses: dict[Pair, np.ndarray] = {}
+        per_pair, stated = self.tau.ndim == 2, self.stated
+        expect = Expect(EMBEDDINGS, ctx.round,
+                        (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
+                        {"partner": int, "tau": float, "noise": float}, max_elements=s.max_rows * dim_r,
+                        bounds={"tau": (0.0, math.inf), "noise": (0.0, math.inf)})
+        while todo:
+            msg = ctx.channel.recv_any(list(todo), lambda _: expect)
+            c, partner = msg.sender, msg.meta["partner"]
+            tau, noise = msg.meta["tau"], msg.meta["noise"]
+            # a silo states one noise, and one τ unless τ is per pair, in all its messages
+            claim = (noise,) if per_pair else (noise, tau)
+            role = todo[c].get(partner, 0)
+            own, cross = msg.arrays["own"], msg.arrays["cross"]
+            clouds = ((len(own), SERVE), (len(cross), MEASURE))
+            asked = {rows for rows, bit in clouds if role & bit}        # one size, at least 2 rows
+            unasked = [rows for rows, bit in clouds if not role & bit]  # 0 rows
+            if not role or stated.setdefault(c, claim) != claim or any(unasked) \
+                    or len(asked) != 1 or min(asked) < 2:
+                raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
+                                    f"with noise {noise}, τ {tau} and {len(own)} + {len(cross)} rows; expected a "
+                                    f"partner among {sorted(todo[c])} not sent yet, the "
+                                    f"{'noise' if per_pair else 'noise and τ'} {stated[c]} of its first embeddings, "
+                                    "and as many rows (at least 2) in each cloud its role asks for, none in another")
+            del todo[c][partner]
+            if not todo[c]:
+                del todo[c]
+            self.noise[c] = noise
+            if role & SERVE:  # τ belongs to W[c][partner]
+                self.tau[(c, partner) if per_pair else c] = tau
+                owns[(c, partner)] = own
+            if role & MEASURE:
+                crosses[(partner, c)] = cross
+            # W[r][c] compares r's data and c's data, both under r's model.
+            for d in ((c, partner), (partner, c)):
+                if d in owns and d in crosses:
+                    solves[d] = pool.submit(self._timed_w1, owns.pop(d), crosses.pop(d))
+
+    def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
+        """Clusters of the silos present from round 1 (re-extracted whenever partial
+        participation has measured more pairs), then each late silo placed in order of
+        arrival, so a late silo never moves anyone (place_newcomer)."""
+        s = self.params
+        late = [c for c, _ in self.run.late_joins]
+        base = [c for c in range(self.run.silos) if c not in late]
+        noise = noise_or_one(self.noise)  # a silo never measured stays alone (its row is all NaN)
+        W = self.W[np.ix_(base, base)]
+        if s.rule == "neighbourhoods":
+            labels, report = extract_clusters(W, rule="neighbourhoods", epsilon=s.epsilon)
+            D, cut, how = symmetrised(self.W), s.epsilon, "complete"
+        else:
+            labels, report = extract_clusters(W, rule="robust", noise=noise[base], noise_multiple=s.noise_multiple)
+            D, cut, how = symmetrised(self.W, noise), s.noise_multiple, "average"
+        clusters = np.full(self.run.silos, -1, dtype=np.int64)
+        clusters[base] = labels
+        for x in late:
+            clusters[x] = place_newcomer(D[x], clusters, cut, how)
+        return relabel_by_first_appearance(clusters), report
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise}, \
+            {"extraction": self.extraction}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        for name in ("W", "tau", "noise"):  # in place: self.artifacts holds these arrays
+            getattr(self, name)[...] = arrays[name]
+        self.extraction = meta["extraction"]
+
+    def _w1(self, x: np.ndarray, y: np.ndarray) -> float:
+        return pair_distance(x, y, self.params)
+
+    def _timed_w1(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """(W1, the thread's wall seconds on it): the server's busy time in the round."""
+        start = time.monotonic()
+        return self._w1(x, y), time.monotonic() - start
+
+    def report(self) -> dict:
+        """How the clusters were extracted, and what the paper's rule at ε would have said."""
+        paper = extract_clusters(self.W, rule="neighbourhoods", epsilon=self.params.epsilon)[0]
+        return {"extraction": self.extraction,
+                "paper_rule": {"epsilon": self.params.epsilon, "clusters": paper.tolist(),
+                               "n_clusters": int(paper.max()) + 1}}
+
+
+class OmegaSwaps:
+    """A silo's ω swaps of a stage: its ω to every partner it serves as one message, which
+    travels once per rank and is held there once (`Channel.isend_all`); theirs taken from the
+    partners it measures with in the order they arrive, one at a time. Every send is posted
+    before the first take, so no silo waits on another's taking."""
+
+    def __init__(self, channel: Channel, round: int, partners: list[tuple[int, int]],
+                 omega: dict[str, np.ndarray]) -> None:
+        self.channel, self.round = channel, round
+        served = [p for p, role in partners if role & SERVE]
+        self.sent = channel.isend_all(served, EMBEDDING_MODEL, round, omega) if served else None
+        self.awaiting = [p for p, role in partners if role & MEASURE]  # their ω not taken yet
+        self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
+
+    def take(self) -> tuple[int, dict[str, np.ndarray]] | None:
+        """(partner, its ω, read-only) of the first partner measured with whose ω is here; None
+        when all are taken and ours has left."""
+        if not self.awaiting:
+            if self.sent is not None:
+                self.sent.wait()
+            return None
+        msg = self.channel.recv_any(self.awaiting, lambda _: self.expect)
+        self.awaiting.remove(msg.sender)
+        return msg.sender, msg.arrays
+
+
+@dataclasses.dataclass
+class OwnSample:
+    """What a silo measures every pair of a round with: its own sample embedded by its own
+    model, the data its partners' models embed, and its reference and noise."""
+
+    images: np.ndarray      # the silo's training or validation images ...
+    cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
+    z_own: np.ndarray       # Z_{c|c}
+    z_val: np.ndarray       # Z^val_{c|c}
+    tau: float | None       # τ_c, or None when it is taken per pair (`tau_projection: pair`)
+    noise: float
+    embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+
+
+class EmdCflSilo(SiloProtocol[EmdCflConfig]):
+    """Silo half: handshake, ω swaps and projected embeddings for each planned partner."""
+
+    steps = ("plan", "embedding", "noise", "handshake", "swap", "send")
+
+    def __init__(self, params: EmdCflConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
+        self.dim_r = projected_dim(params, run.embedding_dim)
+        self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
+        self.more = False                          # whether the server sends another plan after it
+
+    def before_training(self, ctx: SiloRound) -> None:
+        with timed(ctx.step_seconds, "plan"):
+            self.partners, self.more = self._plan(ctx)
+
+    def after_training(self, ctx: SiloRound) -> None:
+        """Measure the planned pairs; with a staged plan the server sends the next stage's
+        partners once it has this stage's embeddings, until a plan says that none follow. One
+        key, one sample and one noise serve every stage of the round."""
+        from ...models import state_arrays  # torch: silo side only
+
+        partners, more = self.partners, self.more
+        key, omega, own = None, None, None
+        while True:
+            if partners:
+                # the key and ω go out first, so that partners can go on while this silo embeds
+                names = [p for p, _ in partners]
+                with timed(ctx.step_seconds, "handshake"):
+                    key = key or self._round_key(ctx)
+                    key_sends = self._offer_key(ctx, names, key)
+                with timed(ctx.step_seconds, "swap"):
+                    omega = omega or state_arrays(ctx.model.embedding)
+                    swaps = OmegaSwaps(ctx.channel, ctx.round, partners, omega)
+                own = own or self._own_sample(ctx)
+                with timed(ctx.step_seconds, "handshake"):
+                    seeds = self._pair_seeds(ctx, names, key, key_sends)
+                self._report(ctx, own, self._project(ctx, swaps, seeds, own, dict(partners)))
+            if not more:
+                return
+            with timed(ctx.step_seconds, "plan"):
+                partners, more = self._plan(ctx)
+
+    def _own_sample(self, ctx: SiloRound) -> OwnSample:
+        """The round's sample (n = sample_size), embedded by the silo's model, τ_c and noise."""
+        from ...training import EVAL_BATCH, embed  # torch: silo side only
+
+        s = self.params
+        rng = np.random.default_rng([self.run.seed, 11, ctx.silo, ctx.round])
+        d = ctx.data
+        n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
+            min(sample_size(s, len(d.y_train)), len(d.y_val))
+        rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
+        x_sample = d.x_train[rows]
+        images, cross_rows = (d.x_train, rows) if s.partner_sample == "train" else \
+            (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
+        embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
+                               batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH)
+        with timed(ctx.step_seconds, "embedding"):
+            z_own = ctx.compute(embed_as_set, ctx.model.embedding, x_sample)
+            z_val = ctx.compute(embed_as_set, ctx.model.embedding, d.x_val[: s.max_rows])
+        with timed(ctx.step_seconds, "noise"):
+            tau, noise = reference_distance(z_own, z_val, self.dim_r, s, rng)
+        return OwnSample(images, cross_rows, z_own, z_val, tau, noise, embed_as_set)
+
+    def _report(self, ctx: SiloRound, own: OwnSample,
+                projected: Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]) -> None:
+        """Each pair's projected embeddings to the server as soon as they exist (it measures
+        meanwhile), the cloud a role does not ask for as 0 rows; in FedWaD mode they stay here
+        and the server gets W1 by FedWaD."""
+        if self.params.distance == "fedwad":  # τ: one per silo
+            zr_own, zr_cross = {}, {}
+            for p, a, b, _ in projected:
+                if a is not None:
+                    zr_own[p] = a
+                if b is not None:
+                    zr_cross[p] = b
+            fedwad.serve_pairs(ctx, self.params, self.run.seed, zr_own, zr_cross, own.tau, own.noise)
+            return
+        none = np.zeros((0, self.dim_r), dtype=np.float32)
+        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round,
+                                     {"own": none if a is None else a, "cross": none if b is None else b},
+                                     partner=p, tau=pair_tau, noise=own.noise) for p, a, b, pair_tau in projected]
+        with timed(ctx.step_seconds, "send"):
+            wait_all(pending)
+
+    def _plan(self, ctx: SiloRound) -> tuple[list[tuple[int, int]], bool]:
+        """The (partner, role) the server asks this silo to measure with, in tournament order,
+        and whether another plan follows in this round."""
+        plan = ctx.channel.recv(SERVER, Expect(PLAN, ctx.round, (ArraySpec("partners", "int64", (None,)),
+                                                                 ArraySpec("roles", "uint8", (None,))),
+                                               {"more": int}, bounds={"more": (0, 1)}))
+        partners = [int(p) for p in plan.arrays["partners"]]
+        roles = [int(r) for r in plan.arrays["roles"]]
+        if len(set(partners)) != len(partners) or len(roles) != len(partners) \
+                or not all(0 <= p < ctx.silos and p != ctx.silo for p in partners) \
+                or not all(r in (SERVE, MEASURE, SERVE | MEASURE) for r in roles):
+            raise ProtocolError(f"{plan.who} sent an invalid plan {partners} (roles {roles}) to silo {ctx.silo} "
+                                f"in round {ctx.round}")
+        return list(zip(partners, roles)), bool(plan.meta["more"])
+
+    def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
+        """This round's X25519 key: one per silo and round serves all its partners."""
+        s = self.params
+        return new_private_key(f"{self.run.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None)
+
+    def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> Pending:
+        """The key's public half on its way to every partner (directly; once per rank)."""
+        return ctx.channel.isend_all(partners, HANDSHAKE, ctx.round, {"public_key": public_bytes(key)})
+
+    def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey,
+                    sent: Pending) -> dict[int, bytes]:
+        """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
+        key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
+        peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
+        sent.wait()
+        context = f"seed={self.run.seed}|round={ctx.round}".encode()
+        return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
+
+    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
+                 roles: dict[int, int]) -> Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]:
+        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c', both projected by the pair's R:
+        Z_{c|c}R where this silo serves c' (at once where it only serves), Z_{c|c'}R — own
+        data (`own.cross_rows`: of the training or the validation sample) embedded with c''s model in
+        the mode and batches of z_own — where it measures, as c''s ω arrives; None for the
+        other. τ the silo's, or the pair's own through R (`tau_projection: pair`; 0 where it
+        only measures: τ belongs to W[c][c'])."""
+        from ...models import load_arrays, scratch_copy
+
+        dim_z, dim_r = own.z_own.shape[1], self.dim_r
+
+        def projected(p: int, z_cross: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None, float]:
+            r = projection_matrix(seeds[p], dim_z, dim_r)
+            zr_own = own.z_own @ r if roles[p] & SERVE else None
+            tau = own.tau if own.tau is not None else \
+                pair_reference(zr_own, own.z_val, r, self.params) if zr_own is not None else 0.0
+            return p, zr_own, None if z_cross is None else z_cross @ r, tau
+
+        def embed_under(items: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+            """Each silo's data (`images[rows]`) embedded by a model holding the partner's ω that
+            they share: the compute worker's own scratch copy, so there are as many in the
+            process as workers, not one per silo; in eval mode, one pass for them all (each
+            image's embedding is its own: the same values as a pass per silo)."""
+            borrowed = scratch_copy(ctx.model.embedding)
+            load_arrays(borrowed, items[0][0])
+            x = [images[rows] for _, images, rows in items]
+            return np.split(own.embed_as_set(borrowed, np.concatenate(x)), np.cumsum([len(a) for a in x])[:-1])
+
+        # silos of this process that embed under the same ω (shared, read-only) share a pass;
+        # in train mode BatchNorm normalises by the batch, so each silo has a pass of its own
+        shared = self.params.embed_mode == "eval"
+        limit = max(1, SHARED_PASS_IMAGES // max(1, len(own.cross_rows))) if shared else 1
+
+        for p in [p for p, role in roles.items() if role == SERVE]:
+            yield projected(p, None)
+        while True:
+            with timed(ctx.step_seconds, "swap"):
+                swapped = swaps.take()
+            if swapped is None:
+                return
+            p, theirs = swapped
+            with timed(ctx.step_seconds, "embedding"):
+                # Z_{c|c'}: own data, partner's model
+                z_cross = ctx.compute.batched(("embed_under", id(next(iter(theirs.values())))), embed_under,
+                                              (theirs, own.images, own.cross_rows), limit)
+            del theirs, swapped
+            yield projected(p, z_cross)
+
+
+HALVES = Halves(EmdCfl, EmdCflSilo, KINDS)

@@ -1,0 +1,18 @@
+"""FedAvg: its parameters (the `strategy:` section), their checks and its registry entry.
+Its server and silo halves are in halves.py, beside it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..spec import StrategyParams, StrategySpec, halves_in
+
+
+@dataclass(frozen=True)
+class FedAvgConfig(StrategyParams):
+    """FedAvg (McMahan et al. 2017): every silo in one cluster, the baseline without clustering."""
+
+    name: Literal["fedavg"] = "fedavg"
+
+
+SPEC = StrategySpec(FedAvgConfig, "FedAvg", halves_in(f"{__name__}.halves"), clusters=False)

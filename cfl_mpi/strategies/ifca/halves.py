@@ -1,0 +1,209 @@
+"""IFCA (Ghosh, Chung, Yin, Ramchandran, NeurIPS 2020): K cluster models, assignment by loss.
+
+Every round, before training, the server sends each silo all K cluster models (`model`
+messages of that round, `cluster` = k, `clusters` = K); the silo evaluates each on its own
+training data, sends the K losses (`losses`) and trains the one of lowest loss, as
+IFCA's clients estimate their identity themselves. The server assigns with `ifca_assign`
+on the loss table, checks that every silo chose what its losses say, and averages each
+cluster's updates into its model (FedAvg per cluster, `aggregate`). A cluster nobody
+joined keeps its model. The models evaluated at the end of a round are the silos' cluster
+models.
+
+Initialisation (`strategy.init`):
+- "random": K models drawn one after another from the run's torch seed (model 0 is θ(0)),
+  as the authors' code does.
+- "silos" (default): round 1 trains from θ(0) like every method; then the server picks K
+  of the trained silo models by farthest-first traversal of the loss table (the first at
+  random from the seed; each next one the model of the silo worst served by those picked
+  so far) and the silos join the one of lowest loss. With random models the losses on
+  8 silos differ by ~0.005 nats, so the first assignment is noise and an unused model
+  never wins again; seeding from trained models is k-means++'s deterministic cousin
+  (Gonzalez 1985) in loss space, at the cost of one IFCA round of messages.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+
+from ...channel import SERVER, wait_all
+from ...runtime.kinds import MODEL
+from ...wire.messages import ArraySpec, Expect, ProtocolError, message_kind
+from ..base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
+from .assign import ifca_assign
+from . import IfcaConfig
+
+LOSSES = message_kind("losses")  # silo → server: the losses of the K cluster models on its data
+KINDS = (LOSSES,)
+
+#: a loss the wire accepts standing for a diverged model (the channel refuses inf/NaN)
+HUGE_LOSS = float(np.finfo(np.float64).max)
+
+
+def number_of_clusters(s: IfcaConfig, truth: np.ndarray) -> int:
+    """K: the configured number, or the number of true clusters (EMD-CFL Appendix D.3)."""
+    return s.k or int(len(np.unique(truth)))
+
+
+def losses_expect(round: int, k: int, meta: dict[str, type]) -> Expect:
+    return Expect(LOSSES, round, (ArraySpec("losses", "float64", (k,)),), meta)
+
+
+class Ifca(Strategy[IfcaConfig]):
+    """Server half: holds the K models, sends them out, assigns from the loss table."""
+
+    def __init__(self, params: IfcaConfig, run: RunFacts, truth: np.ndarray) -> None:
+        super().__init__(params, run, truth)
+        self.k = number_of_clusters(params, truth)
+        self.models: list[Model] | None = None
+        self.losses = np.full((run.silos, self.k), np.nan)
+        self.seeds: list[int] = []
+        self.artifacts = {"losses": self.losses}
+
+    def initial_clusters(self) -> np.ndarray:
+        return np.zeros(self.run.silos, dtype=np.int64)  # everyone trains from θ(0) until assigned
+
+    def before_training(self, ctx: ServerRound) -> None:
+        s = self.params
+        if self.models is None:
+            if s.init == "silos":
+                return  # round 1 trains from θ(0); the models are seeded after training
+            self.models = self.run.initial_models(self.k)  # torch: only for init: random
+        self._assign(ctx)
+
+    def after_training(self, ctx: ServerRound) -> np.ndarray:
+        if self.models is None:
+            self._seed(ctx)
+        return self.clusters
+
+    def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
+        """FedAvg per cluster, which becomes that cluster's model for the next round."""
+        models = super().aggregate(ctx)
+        for c in ctx.updates:
+            self.models[self.clusters[c]] = models[c]
+        return models
+
+    def _broadcast(self, ctx: ServerRound, model: Model, k: int) -> list:
+        """Model k to every participant: once per rank, shared there (Channel.isend_all)."""
+        return [ctx.channel.isend_all(ctx.participants, MODEL, ctx.round, model, cluster=k, clusters=self.k)]
+
+    def _assign(self, ctx: ServerRound) -> None:
+        """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
+        pending = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
+        chosen = {}
+        expect = losses_expect(ctx.round, self.k, {"cluster": int})
+        for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect):
+            c = msg.sender
+            self.losses[c], chosen[c] = msg.arrays["losses"], msg.meta["cluster"]
+        wait_all(pending)
+        here = ctx.participants  # the others keep their cluster until they train again
+        self.clusters[here] = ifca_assign(self.losses[here])
+        for c in here:
+            if chosen[c] != self.clusters[c]:
+                raise ProtocolError(f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
+                                    f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
+                                    f"{self.clusters[c]}")
+            ctx.start_models[c] = self.models[self.clusters[c]]
+
+    def _seed(self, ctx: ServerRound) -> None:
+        """init "silos": farthest-first traversal of the trained silo models in loss space."""
+        here = ctx.participants
+        if len(here) < self.k:
+            raise ValueError(f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
+                             "(use strategy.init: random, or more participants)")
+        picked = [here[int(np.random.default_rng([self.run.seed, 43]).integers(len(here)))]]
+        expect = losses_expect(ctx.round, 1, {"candidate": int})
+        for k in range(self.k):
+            pending = self._broadcast(ctx, ctx.updates[picked[k]], k)
+            for msg in ctx.channel.recv_each(here, lambda _: expect):
+                if msg.meta["candidate"] != k:
+                    raise ProtocolError(f"{msg.who} sent losses of round {ctx.round} for candidate "
+                                        f"{msg.meta['candidate']}, expected candidate {k}")
+                self.losses[msg.sender, k] = msg.arrays["losses"][0]
+            wait_all(pending)
+            if k + 1 < self.k:
+                served = self.losses[here, :k + 1].min(axis=1)
+                served[[here.index(c) for c in picked]] = -np.inf
+                picked.append(here[int(np.argmax(served))])
+        self.seeds = picked
+        self.models = [ctx.updates[c] for c in picked]
+        self.clusters[here] = ifca_assign(self.losses[here])
+
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
+        arrays = {"clusters": self.clusters, "losses": self.losses}
+        for k, model in enumerate(self.models or []):
+            arrays.update({f"model{k}/{name}": a for name, a in model.items()})
+        return arrays, {"seeds": self.seeds, "has_models": self.models is not None}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        self.clusters = arrays["clusters"].astype(np.int64)
+        self.losses[...] = arrays["losses"]
+        self.seeds = meta["seeds"]
+        self.models = None
+        if meta["has_models"]:
+            self.models = [{name.split("/", 1)[1]: a for name, a in arrays.items() if name.startswith(f"model{k}/")}
+                           for k in range(self.k)]
+
+    def report(self) -> dict:
+        return {"ifca": {"k": self.k, "init": self.params.init, "seed_silos": self.seeds}}
+
+
+class IfcaSilo(SiloProtocol[IfcaConfig]):
+    """Silo half: evaluates the cluster models on its training data, trains the best one."""
+
+    def _models(self, ctx: SiloRound, what: str):
+        """Receive the round's models 0..K-1 in order, yielding (k, arrays)."""
+        from ...models import state_arrays
+
+        template = state_arrays(ctx.model)
+        expect = Expect.like(MODEL, ctx.round, template, {"cluster": int, "clusters": int})
+        k, total = 0, None
+        while total is None or k < total:
+            msg = ctx.channel.recv(SERVER, expect)
+            total = msg.meta["clusters"] if total is None else total
+            if msg.meta["cluster"] != k or msg.meta["clusters"] != total or not 1 <= total <= ctx.silos:
+                raise ProtocolError(f"{msg.who} sent {what} {msg.meta['cluster']} of "
+                                    f"{msg.meta['clusters']} in round {ctx.round}, expected number {k} of "
+                                    f"{total} (at most {ctx.silos})")
+            yield k, msg.arrays
+            k += 1
+
+    def _loss(self, ctx: SiloRound, arrays: dict[str, np.ndarray]) -> float:
+        from ...models import load_arrays, scratch_copy
+        from ...training import evaluate
+
+        def loss_of_model() -> float:
+            """On the compute worker's own scratch model: as many in the process as workers,
+            not one per silo."""
+            scratch = scratch_copy(ctx.model)
+            load_arrays(scratch, arrays)
+            return evaluate(scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
+
+        loss = ctx.compute(loss_of_model)
+        return loss if np.isfinite(loss) else HUGE_LOSS
+
+    def _seeding_round(self, ctx: SiloRound) -> bool:
+        return ctx.round == 1 and self.params.init == "silos"
+
+    def before_training(self, ctx: SiloRound) -> None:
+        if self._seeding_round(ctx):
+            return
+        from ...models import load_arrays
+
+        models, losses = [], []
+        for _, arrays in self._models(ctx, "cluster model"):
+            models.append(arrays)
+            losses.append(self._loss(ctx, arrays))
+        table = np.asarray(losses, dtype=np.float64)
+        choice = int(ifca_assign(table[None, :])[0])
+        ctx.channel.send(SERVER, LOSSES, ctx.round, {"losses": table}, cluster=choice)
+        ctx.compute(load_arrays, ctx.model, models[choice])  # train the chosen cluster's model
+
+    def after_training(self, ctx: SiloRound) -> None:
+        if not self._seeding_round(ctx):
+            return
+        for k, arrays in self._models(ctx, "seed candidate"):
+            ctx.channel.send(SERVER, LOSSES, ctx.round,
+                               {"losses": np.array([self._loss(ctx, arrays)])}, candidate=k)
+
+
+HALVES = Halves(Ifca, IfcaSilo, KINDS)

@@ -1,0 +1,18 @@
+"""the Oracle: its parameters (the `strategy:` section), their checks and its registry entry.
+Its server and silo halves are in halves.py, beside it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..spec import StrategyParams, StrategySpec, halves_in
+
+
+@dataclass(frozen=True)
+class OracleConfig(StrategyParams):
+    """Oracle: the true clusters of the data partition, the upper bound every method aims at."""
+
+    name: Literal["oracle"] = "oracle"
+
+
+SPEC = StrategySpec(OracleConfig, "Oracle", halves_in(f"{__name__}.halves"))

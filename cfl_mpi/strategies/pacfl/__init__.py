@@ -1,0 +1,37 @@
+"""PACFL: its parameters (the `strategy:` section), their checks and its registry entry.
+Its server and silo halves are in halves.py, beside it."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_in
+
+
+@dataclass(frozen=True)
+class PacflConfig(StrategyParams):
+    """PACFL (pacfl.txt): one-shot clustering on principal angles between data subspaces."""
+
+    name: Literal["pacfl"] = "pacfl"
+    # Left singular vectors per class (pacfl.txt, Appendix: p = 3 for its main tables).
+    p: int = 3
+    # Per class and stacked, as the authors' code does; false: top p of the whole data matrix.
+    per_class: bool = True
+    # Proximity A[i][j] in degrees: "sum" of the principal angles (Eq. 3) or the "smallest" (Eq. 2).
+    measure: Literal["sum", "smallest"] = "sum"
+    # Distance threshold of average-linkage clustering on A, in degrees. It depends on the
+    # data (dimension, samples per class) and is tuned per data set, as the EMD-CFL authors
+    # did (Appendix D.3). 600 suits the rotated digits (seeds 0-4: within-cluster A <= 536,
+    # between >= 694); summary.json lists the merge heights to choose it from elsewhere.
+    beta: float = 600.0
+
+    def problems(self, facts: ConfigFacts) -> Iterator[str]:
+        if self.p < 1:
+            yield f"strategy.p: must be at least 1, got {self.p}"
+        if self.beta <= 0:
+            yield f"strategy.beta: must be positive (degrees), got {self.beta}"
+
+
+SPEC = StrategySpec(PacflConfig, "PACFL", halves_in(f"{__name__}.halves"),
+                    pairwise={"A": Pairwise("A[i][j]: principal angles (degrees)")})

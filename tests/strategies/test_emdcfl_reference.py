@@ -1,0 +1,44 @@
+"""The silo's reference distance τ and noise scale (emdcfl.reference_distance)."""
+import numpy as np
+import ot
+
+from cfl_mpi.strategies.emdcfl.halves import reference_distance, sample_size
+from cfl_mpi.config import EmdCflConfig
+from cfl_mpi.ot.wasserstein import w1
+
+
+def clouds(seed, n, scale=1.0):
+    """Non-negative (ReLU-like) embeddings; `scale` stretches the first half of the features."""
+    x = np.abs(np.random.default_rng(seed).normal(size=(n, 32)))
+    x[:, :16] *= scale
+    return x.astype(np.float32)
+
+
+def test_tau_is_w1_between_training_and_validation_embeddings():
+    z, v = clouds(0, 60), clouds(1, 40)
+    tau, noise = reference_distance(z, v, 28, EmdCflConfig(), np.random.default_rng(0))
+    cost = ot.dist(z.astype(np.float64), v.astype(np.float64), metric="cosine")
+    assert abs(tau - ot.emd2(np.full(60, 1 / 60), np.full(40, 1 / 40), cost)) < 1e-9
+    assert noise > 0
+
+
+def test_noise_is_the_spread_of_w_under_the_same_distribution():
+    """A W entry between two silos of one distribution lies within a few noise units of 0;
+    one between different distributions lies far outside."""
+    s = EmdCflConfig()
+    z, v = clouds(0, 200), clouds(1, 200)
+    tau, noise = reference_distance(z, v, 28, s, np.random.default_rng(0))
+    rng = np.random.default_rng(5)
+    r = rng.standard_normal((32, 28)).astype(np.float32)
+    same = w1(z @ r, clouds(2, 200) @ r) - tau
+    other = w1(z @ r, clouds(3, 200, scale=10.0) @ r) - tau
+    assert abs(same) < 3.5 * noise < other
+
+
+def test_deterministic_given_the_generator_and_sample_size_rule():
+    z, v = clouds(0, 50), clouds(1, 30)
+    a = reference_distance(z, v, 28, EmdCflConfig(), np.random.default_rng(7))
+    b = reference_distance(z, v, 28, EmdCflConfig(), np.random.default_rng(7))
+    assert a == b
+    s = EmdCflConfig()
+    assert sample_size(s, 647) == 65 and sample_size(s, 100_000) == 512 and sample_size(s, 5) == 2

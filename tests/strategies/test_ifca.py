@@ -1,0 +1,57 @@
+"""IFCA (Ghosh et al.) offline: its parameters, and the server's check that each silo trains
+the cluster its losses chose. Whole runs: tests/test_compare.py and test_backends.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
+from cfl_mpi.config import ConfigError, IfcaConfig
+from cfl_mpi.runtime.halves import server_half
+from cfl_mpi.runtime.kinds import MODEL
+from cfl_mpi.strategies.base import ServerRound
+from cfl_mpi.strategies.ifca.halves import LOSSES
+from cfl_mpi.wire.messages import Expect, ProtocolError
+from config_files import FOUR_SILOS, config_from
+
+
+def test_paper_defaults(tmp_path):
+    assert config_from(tmp_path, FOUR_SILOS, "strategy.name=ifca").strategy == IfcaConfig(k=None, init="silos")
+
+
+@pytest.mark.parametrize("overrides,field,words", [
+    (["strategy.name=ifca", "strategy.k=5"], "strategy.k", "between 1 and silos (4)"),
+    (["strategy.name=ifca", "strategy.init=zeros"], "strategy.init", "one of 'silos', 'random'"),
+])
+def test_errors_name_the_field(tmp_path, overrides, field, words):
+    with pytest.raises(ConfigError) as err:
+        config_from(tmp_path, FOUR_SILOS, *overrides)
+    assert str(err.value).startswith(field + ":") and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp_path):
+    cfg = config_from(tmp_path, FOUR_SILOS, "strategy.name=ifca", "strategy.init=random")
+    hub = LocalHub()
+    server, silos = LocalChannel(SERVER, hub, 5, 0.01), [LocalChannel(c, hub, 5, 0.01) for c in range(4)]
+    losses = [[0.1, 0.9], [0.2, 0.8], [0.9, 0.1], [0.7, 0.3]]
+    strategy = server_half(cfg, np.array([0, 0, 1, 1]))
+    model = {"w": np.zeros(3, np.float32)}
+    strategy.models = [model, model]
+    ctx = ServerRound(1, server, [0, 1, 2, 3], {}, {}, {c: model for c in range(4)})
+
+    def answer(chosen):
+        for c, (table, k) in enumerate(zip(losses, chosen)):
+            silos[c].send(SERVER, LOSSES, 1, {"losses": np.array(table)}, cluster=k)
+
+    answer([0, 0, 1, 0])  # silo 3 claims cluster 0
+    with pytest.raises(ProtocolError, match=r"silo 3 sent losses of round 1 and chose cluster 0, but .* cluster 1"):
+        strategy._assign(ctx)
+    answer([0, 0, 1, 1])
+    strategy._assign(ctx)
+    np.testing.assert_array_equal(strategy.clusters, [0, 0, 1, 1])
+    assert ctx.start_models[3] is strategy.models[1]
+    # each _assign sent every silo the K = 2 models, in order
+    for silo in silos:
+        expect = Expect.like(MODEL, 1, model, {"cluster": int, "clusters": int})
+        clusters = [silo.recv(SERVER, expect).meta["cluster"] for _ in range(4)]
+        assert clusters == [0, 1, 0, 1] and not hub.waiting(SERVER, silo.me)

@@ -1,0 +1,247 @@
+"""The staged pair plan (strategies/emdcfl/staged_pairs.py): each stage's decisions on matrices whose
+answer is known, replayed as look-ups into a full W, as the server fills W stage by stage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from cfl_mpi.clustering.extraction import extract_clusters
+from cfl_mpi.strategies.emdcfl.staged_pairs import StagedPlan
+from cfl_mpi.config import ConfigError, load_config
+from jobs import PROJECT_ROOT, run_job, simulate_job
+
+
+def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
+    """W in noise units: |N(0, 1)| within a cluster, `gap` + |N(0, 1)| between; and the truth."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(len(sizes)), sizes)
+    W = np.abs(rng.normal(size=(len(truth), len(truth)))) + gap * (truth[:, None] != truth[None, :])
+    np.fill_diagonal(W, 0.0)
+    return W, truth
+
+
+def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0, retest: int = 0,
+           before_stage=None, one_way: bool = False) -> StagedPlan:
+    """Run a plan to the end, filling a NaN matrix from W with the directions it asks for
+    (`before_stage(plan, directions)` may edit W before a stage's entries are read from it)."""
+    C = len(W)
+    plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=3.5,
+                      rng=np.random.default_rng(seed), retest=retest, one_way=one_way)
+    measured = np.full_like(W, np.nan)
+    np.fill_diagonal(measured, 0.0)
+    while (directions := plan.next_pairs(measured, np.ones(C))) is not None:
+        if before_stage:
+            before_stage(plan, directions)
+        for r, c in directions:
+            assert np.isnan(measured[r, c]), f"direction {(r, c)} planned twice"
+            measured[r, c] = W[r, c]
+    return plan
+
+
+@pytest.mark.parametrize("one_way", [False, True])
+def test_well_separated_clusters_are_found_with_a_fraction_of_the_pairs(one_way):
+    W, truth = clustered_W([50, 50, 50, 50])
+    plan = replay(W, sample=20, representatives=2, one_way=one_way)
+    assert adjusted_rand_score(truth, plan.labels) == 1.0
+    names = [s.name for s in plan.stages]
+    assert names == ["sample", "representatives"]
+    assert plan.stages[0].clusters == 4 and plan.stages[1].orphans == 0
+    # sample²/2 + representatives · K · (C − sample)
+    assert [s.pairs for s in plan.stages] == [190, 2 * 4 * 180]
+    assert [len(s.directions) for s in plan.stages] == [2 * 190, (1 if one_way else 2) * 2 * 4 * 180]
+    assert sum(s.pairs for s in plan.stages) < 0.3 * 200 * 199 / 2
+
+
+def test_a_cluster_the_sample_misses_is_found_among_the_silos_near_no_representative():
+    W, truth = clustered_W([40, 40, 3])  # the third cluster: 3 of 83 silos
+    missed = 0
+    for seed in range(10):
+        plan = replay(W, sample=10, seed=seed)
+        assert adjusted_rand_score(truth, plan.labels) == 1.0, seed
+        if plan.stages[0].clusters == 2:  # this sample drew none of the third cluster
+            missed += 1
+            assert plan.stages[1].orphans == 3 and plan.stages[2].name == "all" and plan.stages[2].clusters == 1
+    assert missed >= 3  # 10 of 83 silos miss 3 of them with probability ~0.67
+
+
+@pytest.mark.parametrize("one_way", [False, True])
+def test_a_member_just_beyond_its_representatives_cut_joins_its_cluster_on_retest(one_way):
+    """Silo x's distance to both representatives of its cluster is 3.8 (cut 3.5), to every other
+    member ~0.8: it joins after `retest` more members; with no retest it is a cluster alone.
+    One way, x is measured under the members' models only: W[member][x]."""
+    W, truth = clustered_W([30, 30], seed=4)
+    seen = {}
+
+    def beyond_reps(plan: StagedPlan, directions: list[tuple[int, int]]) -> None:
+        if plan.stages[-1].name == "representatives":
+            drawn = {s for d in plan.stages[0].directions for s in d}
+            reps = sorted(drawn & {s for d in directions for s in d})
+            assert not one_way or all(r in reps for r, _ in directions)
+            left = sorted({s for d in directions for s in d} - set(reps))
+            x = seen["x"] = next(c for c in left if truth[c] == 0)
+            same = [r for r in reps if truth[r] == 0]
+            W[x, same] = W[same, x] = 3.8
+
+    plan = replay(W, sample=12, representatives=2, retest=4, before_stage=beyond_reps, one_way=one_way)
+    assert [s.name for s in plan.stages] == ["sample", "representatives", "retest"]
+    assert plan.stages[1].orphans == 1 and plan.stages[2].orphans == 0 and plan.stages[2].pairs == 4
+    retest = plan.stages[2].directions
+    assert len(retest) == (4 if one_way else 8) and all(seen["x"] in d and truth[list(d)].tolist() == [0, 0] for d in retest)
+    assert not one_way or all(c == seen["x"] for _, c in retest)
+    assert adjusted_rand_score(truth, plan.labels) == 1.0
+    alone = replay(W, sample=12, representatives=2, retest=0, before_stage=beyond_reps, one_way=one_way)
+    assert [s.name for s in alone.stages] == ["sample", "representatives", "all"]
+    assert len(set(alone.labels)) == 3 and np.sum(alone.labels == alone.labels[seen["x"]]) == 1
+
+
+def test_a_missed_cluster_is_still_found_after_its_silos_are_retested():
+    W, truth = clustered_W([40, 40, 3])
+    for seed in range(10):
+        plan = replay(W, sample=10, seed=seed, retest=4)
+        assert adjusted_rand_score(truth, plan.labels) == 1.0, seed
+        if plan.stages[0].clusters == 2:
+            assert [s.name for s in plan.stages[1:]] == ["representatives", "retest", "all"]
+            assert plan.stages[2].orphans == 3 and plan.stages[2].pairs == 3 * 4
+
+
+def test_with_no_more_silos_than_the_sample_the_plan_is_all_pairs_and_the_robust_rule():
+    W, truth = clustered_W([5, 5, 2], seed=3)
+    plan = replay(W, sample=12)
+    assert [s.name for s in plan.stages] == ["all"] and plan.stages[0].pairs == 66
+    np.testing.assert_array_equal(plan.labels, extract_clusters(W, noise=np.ones(12))[0])
+
+
+def test_the_representatives_are_the_medoids_not_an_outlying_member():
+    W, _ = clustered_W([6, 6], seed=1)
+    W[0, 1:6] = W[1:6, 0] = 3.0  # silo 0 is inside its cluster's cut but farther than the rest
+    plan = StagedPlan(list(range(12)), 12, sample=8, representatives=1, noise_multiple=3.5,
+                      rng=np.random.default_rng(0), one_way=True)
+    measured = np.full_like(W, np.nan)
+    np.fill_diagonal(measured, 0.0)
+    pairs = plan.next_pairs(measured, np.ones(12))
+    drawn = sorted({s for p in pairs for s in p})
+    for a, b in pairs:
+        measured[[a, b], [b, a]] = W[[a, b], [b, a]]
+    reps = sorted({r for r, _ in plan.next_pairs(measured, np.ones(12))})  # one way: (representative, silo)
+    assert 0 in drawn and 0 not in reps and len(reps) == 2
+
+
+def test_the_plan_is_a_function_of_its_seed():
+    W, _ = clustered_W([30, 30, 30], seed=2)
+    a, b, c = (replay(W, sample=15, seed=s) for s in (4, 4, 5))
+    assert [s.directions for s in a.stages] == [s.directions for s in b.stages] != [s.directions for s in c.stages]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("strategy.pairs=staged --set strategy.rule=neighbourhoods",
+     "strategy.pairs: staged places silos by the robust rule's cut"),
+    ("strategy.pairs=staged --set participation.fraction=0.5", "strategy.pairs: staged plans the pairs of every silo"),
+    ("strategy.pair_sample=1", "strategy.pair_sample: must be at least 2, got 1"),
+    ("strategy.representatives=0", "strategy.representatives: must be at least 1, got 0"),
+    ("strategy.retest=-1", "strategy.retest: must be at least 0, got -1"),
+])
+def test_option_errors_name_the_field(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(PROJECT_ROOT / "configs/digits.yaml", override.split(" --set "))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# 8 digit silos (2 per rotation), small CNN: the first sample of 4 silos holds 3 rotations,
+# so the fourth's 2 silos are near no representative, are retested against the one member of
+# their nearest cluster not measured yet (every cluster then holds 2 silos, 1 of them the
+# representative), and are measured among themselves.
+STAGED = ["silos=8", "train.rounds=1", "model.channels=[16,32]", "strategy.pairs=staged", "strategy.pair_sample=4",
+          "strategy.representatives=1", "strategy.pair_keys=seeded"]
+
+
+def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> None:
+    plan = records[0]["pair_plan"]
+    assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4  # all-pairs finds the 4 rotations too
+    assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [("sample", 6), ("representatives", 12),
+                                                                  ("retest", 2), ("all", 1)]
+    assert plan["stages"][0]["clusters"] == 3 and plan["stages"][1]["orphans"] == plan["stages"][2]["orphans"] == 2
+    # the sample and the last silos both ways, the placing stages one way (placement: one_way)
+    assert [s["directions"] for s in plan["stages"]] == [12, 12, 2, 2]
+    assert plan["pairs"] == 21 and plan["all_pairs"] == 28
+    assert summary["extraction"]["pair_plan"] == plan and summary["extraction"]["unmeasured_pairs"] == 28 - 21
+
+
+@pytest.mark.mpi
+def test_staged_plan_through_mpirun_finds_the_rotations_and_the_cluster_its_sample_missed(tmp_path):
+    proc, summary, records = run_job("configs/digits.yaml", tmp_path, *STAGED, n=3)
+    assert "staged pair plan measured 21 of 28 pairs" in proc.stdout
+    assert "representatives: 12 pairs of 7 silos, one way, 2 near no cluster" in proc.stdout
+    assert_found_with_an_orphan_stage(records, summary)
+
+
+@pytest.mark.job
+def test_staged_plan_in_fedwad_mode(tmp_path):
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "strategy.distance=fedwad",
+                                    "strategy.ground_cost=chordal")
+    assert_found_with_an_orphan_stage(records, summary)
+
+
+@pytest.mark.job
+def test_staged_plan_measures_nothing_after_its_round(tmp_path):
+    """The pairs the plan left unmeasured stay so: round 2 swaps no ω and sends no embeddings
+    (it measured all 9 the plan skipped at first, a C = 400 run all 76,140)."""
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "train.rounds=2")
+    assert_found_with_an_orphan_stage(records[:1], summary)
+    assert records[1]["clusters"] == records[0]["clusters"] and "pair_plan" not in records[1]
+    assert records[1]["bytes"]["embedding_model"] == records[1]["bytes"]["embeddings"] == 0
+
+
+# ------------------------------------------------------------------ one-way pairs on the wire
+
+def server_with_plan(directions: list[tuple[int, int]]):
+    """An EmdCfl server that has sent 3 silos the plan for `directions`, with their channels."""
+    from cfl_mpi.strategies.base import ServerRound
+    from cfl_mpi.channel import SERVER
+    from cfl_mpi.channel.local import LocalChannel, LocalHub
+    from cfl_mpi.runtime.halves import server_half
+
+    cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["silos=3", "data.rotations=[0,90,180]"])
+    hub = LocalHub()
+    server = server_half(cfg, np.zeros(3, dtype=np.int64))
+    ctx = ServerRound(1, LocalChannel(SERVER, hub, 5.0, 0.01), [0, 1, 2], {}, {}, first={0, 1, 2})
+    server._send_plan(ctx, [0, 1, 2], directions, more=False)
+    return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}
+
+
+def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
+    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS, pair_distance
+    from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE
+
+    server, ctx, silos = server_with_plan([(0, 1), (0, 2), (2, 0)])
+    assert server.partners == {0: [(2, SERVE | MEASURE), (1, SERVE)], 1: [(0, MEASURE)], 2: [(0, SERVE | MEASURE)]}
+    rng = np.random.default_rng(0)
+    dim = server.dim_r
+    cloud = {k: rng.normal(size=(6, dim)).astype(np.float32) for k in ("0own", "0cross", "1cross", "2own", "2cross")}
+    none = np.zeros((0, dim), np.float32)
+    for silo, partner, own, cross, tau in ((0, 1, cloud["0own"], none, 0.5), (1, 0, none, cloud["1cross"], 0.2),
+                                           (0, 2, cloud["0own"], cloud["0cross"], 0.5),
+                                           (2, 0, cloud["2own"], cloud["2cross"], 0.1)):
+        silos[silo].send(-1, EMBEDDINGS, 1, {"own": own, "cross": cross}, partner=partner, tau=tau, noise=0.01)
+    server._measure(ctx, server.partners)
+    s = server.params
+    assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
+    assert np.isnan(server.W[1, 0])  # silo 1's model embedded nothing
+    assert server.W[0, 2] == pytest.approx(pair_distance(cloud["0own"], cloud["2cross"], s) - 0.5)
+    assert server.W[2, 0] == pytest.approx(pair_distance(cloud["2own"], cloud["0cross"], s) - 0.1)
+    assert np.isnan(server.tau[1])  # τ_1 belongs to no entry measured
+
+
+@pytest.mark.parametrize("own_rows, cross_rows", [(6, 6), (6, 0), (0, 0)])
+def test_a_silo_that_sends_a_cloud_its_role_does_not_ask_for_is_named(own_rows, cross_rows):
+    """Silo 1 only measures with silo 0: its message holds the cross cloud alone."""
+    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
+    from cfl_mpi.wire.messages import ProtocolError
+
+    server, ctx, silos = server_with_plan([(0, 1)])
+    dim = server.dim_r
+    silos[1].send(-1, EMBEDDINGS, 1, {"own": np.ones((own_rows, dim), np.float32),
+                                      "cross": np.ones((cross_rows, dim), np.float32)}, partner=0, tau=0.0, noise=0.1)
+    with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 .* {own_rows} \\+ "
+                                            f"{cross_rows} rows"):
+        server._measure(ctx, server.partners)
