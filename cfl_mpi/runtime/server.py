@@ -6,19 +6,20 @@ and in the in-process simulator."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
+from ..aggregation import Decision
 from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..strategies import REGISTRY
-from ..strategies.base import Model, ServerRound
+from ..strategies.base import Model, ServerRound, timed
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
@@ -28,6 +29,7 @@ from .stop import StopRequest
 
 
 MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
+PHASES = ("train", "clustering", "aggregation", "evaluation")  # of a round's wall time, as recorded
 
 
 def eval_expect(round: int, kinds: tuple[Kind, ...], backdoor: bool = False, steps: int = 0) -> Expect:
@@ -112,50 +114,28 @@ class Server:
         return self.finish(recorder, time.monotonic() - start)
 
     def round(self, t: int, needs_model: set[int]) -> dict:
-        cfg, channel = self.cfg, self.channel
-        here = present(cfg, t)
-        training = participants(cfg, t)
-        needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
-        first = {c for c in training if c not in self.trained}
-        wait_all([channel.isend(c, CONTROL, t, action=TRAIN if c in training else EVALUATE if c in here else WAIT,
-                                model=int(c in needs_model), first=int(c in first)) for c in range(cfg.silos)])
-        wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
-
-        phases: dict[str, float] = {}
-        updates, n_samples = {}, {}
-        ctx = ServerRound(t, channel, training, updates, n_samples, self.start_models, first, self.first_counts,
+        """Round t: tell each silo what to do, let the strategy cluster around the silos'
+        training, aggregate, hand out the next start models, gather the evaluations."""
+        here, training, first = self.announce(t, needs_model)
+        ctx = ServerRound(t, self.channel, training, {}, {}, self.start_models, first, self.first_counts,
                           cores=self.cores)
-        t0 = time.monotonic()
-        self.strategy.before_training(ctx)
-        before = time.monotonic() - t0
-
-        t0 = time.monotonic()
-        expect = Expect.like(UPDATE, t, self.theta0, {"n_samples": int}, {"n_samples": (1, MAX_SAMPLES)})
-        arrived = {msg.sender: msg for msg in channel.recv_each(training, lambda _: expect)}
-        for c in sorted(arrived):  # silo order, not arrival order: the run is a function of the seed
-            updates[c], n_samples[c] = arrived[c].arrays, arrived[c].meta["n_samples"]
-        phases["train"] = time.monotonic() - t0
-        self.trained |= set(training)
-
-        t0 = time.monotonic()
-        clusters = self.strategy.after_training(ctx)
-        phases["clustering"] = before + time.monotonic() - t0
-
-        t0 = time.monotonic()
-        self.start_models = self.strategy.aggregate(ctx)
-        flagged = [d for d in ctx.decisions if d.action != "accepted"]
-        for d in flagged:
-            print(f"round {t}: {d.action} the update of {channel.describe(d.silo)}: {d.reason}", flush=True)
-        sends = self.send_models(t, here, clusters)
-        phases["aggregation"] = time.monotonic() - t0
-
-        t0 = time.monotonic()
-        # Receive while the models are still in flight: a silo that sent a stray message (a
-        # second update, say) may be blocked until it is taken, and would never take its
-        # model; receiving first turns that deadlock into a ProtocolError naming it.
-        record = self.evaluations(t, here)
-        wait_all(sends)
-        phases["evaluation"] = time.monotonic() - t0
+        phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
+        with timed(phases, "clustering"):
+            self.strategy.before_training(ctx)
+        with timed(phases, "train"):
+            self.receive_updates(ctx)
+        with timed(phases, "clustering"):
+            clusters = self.strategy.after_training(ctx)
+        with timed(phases, "aggregation"):
+            self.start_models = self.strategy.aggregate(ctx)
+            flagged = self.report_decisions(t, ctx.decisions)
+            sends = self.send_models(t, here, clusters)
+        with timed(phases, "evaluation"):
+            # Receive while the models are still in flight: a silo that sent a stray message (a
+            # second update, say) may be blocked until it is taken, and would never take its
+            # model; receiving first turns that deadlock into a ProtocolError naming it.
+            record = self.evaluations(t, here)
+            wait_all(sends)
         record.update({
             "participants": training,
             "ari": float(adjusted_rand_score(self.truth[here], clusters[here])),
@@ -167,10 +147,39 @@ class Server:
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
-        print(f"round {t}/{cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
+        print(f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
               f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
               + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
         return record
+
+    def announce(self, t: int, needs_model: set[int]) -> tuple[list[int], list[int], set[int]]:
+        """Tell every silo what round t asks of it (train, evaluate or wait; whether a model
+        comes, whether it trains for the first time) and send the models that must come;
+        (the silos present, those training, those training for the first time)."""
+        cfg = self.cfg
+        here, training = present(cfg, t), participants(cfg, t)
+        needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
+        first = {c for c in training if c not in self.trained}
+        wait_all([self.channel.isend(c, CONTROL, t, action=TRAIN if c in training else EVALUATE if c in here else WAIT,
+                                     model=int(c in needs_model), first=int(c in first)) for c in range(cfg.silos)])
+        wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
+        return here, training, first
+
+    def receive_updates(self, ctx: ServerRound) -> None:
+        """The training silos' weight updates and sample counts into `ctx`, in silo order, not
+        arrival order: the run is a function of the seed."""
+        expect = Expect.like(UPDATE, ctx.round, self.theta0, {"n_samples": int}, {"n_samples": (1, MAX_SAMPLES)})
+        arrived = {msg.sender: msg for msg in self.channel.recv_each(ctx.participants, lambda _: expect)}
+        for c in sorted(arrived):
+            ctx.updates[c], ctx.n_samples[c] = arrived[c].arrays, arrived[c].meta["n_samples"]
+        self.trained |= set(ctx.participants)
+
+    def report_decisions(self, t: int, decisions: list[Decision]) -> list[Decision]:
+        """The updates the aggregation rule did not accept as sent, each printed with its reason."""
+        flagged = [d for d in decisions if d.action != "accepted"]
+        for d in flagged:
+            print(f"round {t}: {d.action} the update of {self.channel.describe(d.silo)}: {d.reason}", flush=True)
+        return flagged
 
     def send_models(self, t: int, silos: list[int], clusters: np.ndarray) -> list[Pending]:
         """Each silo's start model of round t + 1 and its cluster: one message per distinct model
