@@ -1,4 +1,4 @@
-"""CFL maths (bipartition, split criterion, orthonormal transform, parameter tree) and IFCA."""
+"""CFL maths (bipartition, split criterion, orthonormal transform, parameter tree)."""
 from __future__ import annotations
 
 import json
@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 
 from cfl_mpi.clustering.bipartition import (
-                                            ClusterTree,
-                                            max_cross_similarity,
-                                            optimal_bipartition,
-                                            orthonormal_transform,
-                                            pairwise_cosine,
-                                            should_split,
-                                            update_norms,
-                                            )
-from cfl_mpi.strategies.ifca.assign import ifca_assign
+    ClusterTree,
+    max_cross_similarity,
+    optimal_bipartition,
+    orthonormal_transform,
+    pairwise_cosine,
+    should_split,
+    update_norms,
+)
 
 
 def _brute_force_min_max_cross(S: np.ndarray) -> float:
@@ -148,16 +147,3 @@ def test_cluster_tree_to_dict_is_json() -> None:
                         "split_round": 21, "n_references": 0}
     assert nodes[2]["split_round"] == 40 and nodes[2]["n_references"] == 3
     assert nodes[4] == {"id": 4, "parent": 2, "children": [], "members": [5], "split_round": None, "n_references": 1}
-
-
-def test_ifca_assign_argmin_with_ties() -> None:
-    losses = np.array([
-        [0.5, 0.2, 0.9],
-        [0.3, 0.3, 0.1],
-        [0.4, 0.4, 0.7],  # tie: lowest index
-        [np.nan, 0.8, 0.8],  # diverged model never wins; then tie
-        [0.7, 0.7, 0.7],
-    ])
-    out = ifca_assign(losses)
-    assert out.dtype == np.int64
-    np.testing.assert_array_equal(out, [1, 2, 0, 1, 0])

@@ -10,11 +10,11 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.clustering.extraction import (
-                                           extract_clusters,
-                                           neighbourhood_clusters,
-                                           robust_clusters,
-                                           symmetrised,
-                                           )
+    extract_clusters,
+    neighbourhood_clusters,
+    robust_clusters,
+    symmetrised,
+)
 
 NOISE = 0.003  # spread of W between same-distribution silos, as in the real 16-silo matrix
 SEEDS = range(5)

@@ -7,13 +7,13 @@ from scipy.linalg import subspace_angles
 from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.clustering.principal_angles import (
-                                                 class_subspace_basis,
-                                                 extend_proximity_matrix,
-                                                 hierarchical_clusters,
-                                                 place_new_silos,
-                                                 principal_angles,
-                                                 proximity_matrix,
-                                                 )
+    class_subspace_basis,
+    extend_proximity_matrix,
+    hierarchical_clusters,
+    place_new_silos,
+    principal_angles,
+    proximity_matrix,
+)
 
 D, P, N_CLASSES, N_PER_CLASS = 40, 2, 2, 30
 

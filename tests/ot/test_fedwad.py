@@ -25,18 +25,18 @@ import ot
 import pytest
 
 from cfl_mpi.ot.fedwad import (
-                               FedWaDResult,
-                               Measure,
-                               as_measure,
-                               client_distance,
-                               client_step,
-                               fedwad,
-                               interpolate,
-                               interpolation_times,
-                               optimal_plan,
-                               server_step,
-                               wasserstein,
-                               )
+    FedWaDResult,
+    Measure,
+    as_measure,
+    client_distance,
+    client_step,
+    fedwad,
+    interpolate,
+    interpolation_times,
+    optimal_plan,
+    server_step,
+    wasserstein,
+)
 
 MONOTONE_RTOL = 1e-9  # allowed relative increase of the bound between two iterations
 

@@ -15,7 +15,8 @@ from config_files import FOUR_SILOS, config_from
 def test_paper_defaults(tmp_path):
     cfl = config_from(tmp_path, FOUR_SILOS, "strategy.name=cfl").strategy
     assert (cfl.eps1, cfl.eps2, cfl.warmup_rounds, cfl.gamma_max, cfl.transform) == (0.4, 1.6, 20, 0.0, False)
-    assert isinstance(config_from(tmp_path, FOUR_SILOS, "strategy.name=cfl", "strategy.transform=true").strategy, CflConfig)
+    hidden = config_from(tmp_path, FOUR_SILOS, "strategy.name=cfl", "strategy.transform=true").strategy
+    assert isinstance(hidden, CflConfig) and hidden.transform
 
 
 @pytest.mark.parametrize("overrides,field,words", [

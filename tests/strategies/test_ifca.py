@@ -1,5 +1,6 @@
-"""IFCA (Ghosh et al.) offline: its parameters, and the server's check that each silo trains
-the cluster its losses chose. Whole runs: tests/test_compare.py and test_backends.py."""
+"""IFCA (Ghosh et al.) offline: its parameters, its assignment by lowest loss, and the server's
+check that each silo trains the cluster its losses chose. Whole runs: tests/test_compare.py
+and test_backends.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +11,7 @@ from cfl_mpi.config import ConfigError, IfcaConfig
 from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.runtime.kinds import MODEL
 from cfl_mpi.strategies.base import ServerRound
+from cfl_mpi.strategies.ifca.assign import ifca_assign
 from cfl_mpi.strategies.ifca.halves import LOSSES
 from cfl_mpi.wire.messages import Expect, ProtocolError
 from config_files import FOUR_SILOS, config_from
@@ -27,6 +29,19 @@ def test_errors_name_the_field(tmp_path, overrides, field, words):
     with pytest.raises(ConfigError) as err:
         config_from(tmp_path, FOUR_SILOS, *overrides)
     assert str(err.value).startswith(field + ":") and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ifca_assign_argmin_with_ties() -> None:
+    losses = np.array([
+        [0.5, 0.2, 0.9],
+        [0.3, 0.3, 0.1],
+        [0.4, 0.4, 0.7],  # tie: lowest index
+        [np.nan, 0.8, 0.8],  # diverged model never wins; then tie
+        [0.7, 0.7, 0.7],
+    ])
+    out = ifca_assign(losses)
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, [1, 2, 0, 1, 0])
 
 
 def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp_path):
