@@ -3,6 +3,7 @@ the exit code of a config error (2, with one line on stderr)."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import shutil
 import sys
@@ -15,7 +16,7 @@ T = TypeVar("T")
 
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "count", "exit_now", "find_mpirun",
+__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "count", "exit_now", "exit_rank", "find_mpirun",
            "load_run_config", "prepare_results_folder", "run_arguments", "split_list"]
 
 
@@ -83,15 +84,26 @@ def announce(cfg: Config, hosted: str) -> None:
 
 
 def exit_now(code: int) -> NoReturn:
-    """End a run's process once its results are on disk (metrics.jsonl is flushed per round,
-    the checkpoint fsynced, MPI finalized), without the interpreter's teardown. Unloading
-    torch, scipy and scikit-learn cost ~1.4 s of CPU a process here, so 41 ranks on 2 cores
-    took 26 s to exit (benchmarks/results/20261126-startup-exit.md); and a simulated run,
-    complete, once aborted in that teardown ("terminate called without an active exception")."""
+    """End the simulator's process once its results are on disk (metrics.jsonl is flushed per
+    round, the checkpoint fsynced), without the interpreter's teardown: a simulated run,
+    complete, once aborted in it ("terminate called without an active exception")."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
+
+def exit_rank(code: int) -> NoReturn:
+    """End an MPI rank once MPI is finalized and the results are on disk: the C libraries' exit
+    handlers run (libc's `exit`), the interpreter's teardown does not. Unloading torch, scipy
+    and scikit-learn cost ~1.4 s of CPU a process here, so 41 ranks on 2 cores took 26 s to
+    exit (benchmarks/results/20261126-startup-exit.md). Skipping the C handlers too (`os._exit`)
+    is wrong under MPICH's hydra: its proxy took such a rank, exit code 0, for one that died
+    without finalizing and killed the job's other ranks (mpiexec exit 9, "Killed (signal 9)"):
+    26 of 30 seven-rank jobs of a script that only finalizes, and the backdoor test in CI."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).exit(code)
+    raise AssertionError("unreachable: libc exit returned")
 
 def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:
     print(f"{prog}: config error: {message}", file=sys.stderr, flush=True)

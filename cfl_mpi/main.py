@@ -19,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .channel import SERVER, LocalHub, RankLayout, party_name
-from .cli import EXIT_CONFIG, announce, count, exit_now, load_run_config, prepare_results_folder, run_arguments
+from .cli import EXIT_CONFIG, announce, count, exit_rank, load_run_config, prepare_results_folder, run_arguments
 from .config import Config, ConfigError, check_world
 from .results import record_failure
 from .runtime.compute import ComputePool
@@ -174,7 +174,7 @@ def cli(argv: list[str] | None = None) -> None:
         record_failure(cfg.results_dir(), text)
         time.sleep(ABORT_GRACE_S)
         comm.Abort(1)
-    exit_now(stop.exit_code if stopped else 0)  # 130 after a Ctrl-C: an interrupted command, its checkpoint intact
+    exit_rank(stop.exit_code if stopped else 0)  # 130 after a Ctrl-C: an interrupted command, its checkpoint intact
 
 
 if __name__ == "__main__":
