@@ -69,25 +69,14 @@ class Cluster:
         line = self.run("scontrol", "show", "job", "-o", job_id).stdout.splitlines()[0]
         return dict(field.split("=", 1) for field in line.split() if "=" in field)
 
-    def wait(self, job_id: str, timeout: float = 1500) -> dict[str, str]:
-        deadline = time.monotonic() + timeout
-        while (info := self.job(job_id))["JobState"] not in FINAL:
-            assert time.monotonic() < deadline, f"job {job_id} still {info['JobState']} after {timeout} s"
-            time.sleep(1)
-        return info
-
-    def pmi_errors(self) -> int:
-        """How many PMI requests the daemons could not parse so far ('error: mpi/pmi2' in slurmd's logs)."""
-        return sum(p.read_text(errors="replace").count("error: mpi/pmi2") for p in self.logs.parent.glob("slurmd-*.log"))
-
-    def wait_unless_pmi_broke(self, job_id: str, before: int, timeout: float) -> dict[str, str] | None:
-        """`wait`, or None once slurmd has logged a PMI request it could not parse (more than
-        `before`) and the job has not ended PMI_GRACE_S later: its ranks may wait in MPI_Init
-        for an answer that never comes. The job is then cancelled."""
+    def wait(self, job_id: str, timeout: float = 1500, pmi_errors_before: int | None = None) -> dict[str, str] | None:
+        """The job's final `scontrol` fields. With `pmi_errors_before`: None instead once slurmd
+        has logged more PMI requests it could not parse and the job has not ended PMI_GRACE_S
+        later (its ranks may wait in MPI_Init for an answer that never comes); it is cancelled."""
         deadline, broke = time.monotonic() + timeout, None
         while (info := self.job(job_id))["JobState"] not in FINAL:
             assert time.monotonic() < deadline, f"job {job_id} still {info['JobState']} after {timeout} s"
-            if broke is None and self.pmi_errors() > before:
+            if pmi_errors_before is not None and broke is None and self.pmi_errors() > pmi_errors_before:
                 broke = time.monotonic()
             if broke is not None and time.monotonic() - broke > PMI_GRACE_S:
                 self.run("scancel", job_id)
@@ -95,6 +84,11 @@ class Cluster:
                 return None
             time.sleep(1)
         return info
+
+    def pmi_errors(self) -> int:
+        """How many PMI requests the daemons could not parse so far ('error: mpi/pmi2' in slurmd's logs)."""
+        logs = self.logs.parent.glob("slurmd-*.log")
+        return sum(p.read_text(errors="replace").count("error: mpi/pmi2") for p in logs)
 
     def log(self, name: str) -> str:
         """A job's output; bytes that are not UTF-8 replaced (slurmstepd may echo a malformed
@@ -256,7 +250,7 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
             job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG,
                                     *sets, env={"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"})
             out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
-            info = cluster.wait_unless_pmi_broke(job_id, before, timeout=600)
+            info = cluster.wait(job_id, timeout=600, pmi_errors_before=before)
             done = info is not None and (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0")
             if done or attempt == ATTEMPTS - 1 or (info is not None and not mpi_layer_failed(cluster.log(name), out)):
                 break
