@@ -194,15 +194,27 @@ def decode_header(data: bytes, sender: int, who: str, expect: Expect) -> tuple[L
     return parsed, meta
 
 
-# Elements per step of the finite check: its temporary stays in cache (64 KiB of bools), which
-# makes the check 1.5x faster than one np.isfinite over a 45 MB array (benchmarks/wire.py).
-FINITE_CHECK_CHUNK = 1 << 16
+# The finite check reads every received float once, as row sums: a matrix-vector product with
+# ones, which BLAS runs at memory speed, in half the time of np.isfinite over the same bytes
+# (one thread, 45 MB: 3.4 against 6.2 ms; 3.5 MB: 0.12 against 0.21 ms). IEEE arithmetic
+# carries NaN and ±inf into every sum they enter (inf − inf is NaN), so a finite sum proves its
+# row finite; finite values can also overflow a sum (near float32's 3.4e38), and only such a
+# row is read again, element by element.
+FINITE_ROW = 4096
+_ONES = {np.dtype(t): np.ones(FINITE_ROW, dtype=t) for t in ("float32", "float64")}
 
 
 def all_finite(a: np.ndarray) -> bool:
     """Whether every element of a floating array is finite (neither NaN nor ±inf)."""
     flat = a.reshape(-1)
-    return all(np.isfinite(flat[i:i + FINITE_CHECK_CHUNK]).all() for i in range(0, flat.size, FINITE_CHECK_CHUNK))
+    ones = _ONES.get(flat.dtype)
+    if ones is None:  # float16 and other widths: no BLAS
+        return bool(np.isfinite(flat).all())
+    body = flat.size - flat.size % FINITE_ROW
+    rows = flat[:body].reshape(-1, FINITE_ROW)
+    with np.errstate(over="ignore", invalid="ignore"):  # what the check looks for
+        suspects = np.flatnonzero(~np.isfinite(rows @ ones))
+    return all(np.isfinite(rows[i]).all() for i in suspects) and bool(np.isfinite(flat[body:]).all())
 
 
 def check_payload(arrays: dict[str, np.ndarray], who: str, expect: Expect) -> None:

@@ -19,7 +19,7 @@ from cfl_mpi.runtime.kinds import UPDATE
 from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.runtime.server import eval_expect
-from cfl_mpi.wire.messages import (ALLOWED_DTYPES, FINITE_CHECK_CHUNK, ArraySpec, Expect, ProtocolError, all_finite,
+from cfl_mpi.wire.messages import (ALLOWED_DTYPES, FINITE_ROW, ArraySpec, Expect, ProtocolError, all_finite,
                                    decode_header, encode_header)
 
 ROUND = 3
@@ -124,11 +124,17 @@ def test_the_receive_path_accepts_only_what_fits(which, data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(size=st.integers(0, 3 * FINITE_CHECK_CHUNK), dtype=st.sampled_from(["float32", "float64"]),
-       bad=st.sampled_from([None, np.nan, np.inf, -np.inf]), where=st.floats(0, 1), shape_2d=st.booleans())
-def test_the_chunked_finite_check_agrees_with_numpy(size, dtype, bad, where, shape_2d):
-    """Bad values anywhere, chunk edges included, are found; finite arrays pass."""
-    a = np.linspace(-1e30, 1e30, size).astype(dtype)
+@given(size=st.integers(0, 3 * FINITE_ROW + 7), dtype=st.sampled_from(["float16", "float32", "float64"]),
+       bad=st.sampled_from([None, np.nan, np.inf, -np.inf]), where=st.floats(0, 1), shape_2d=st.booleans(),
+       overflowing=st.booleans())
+def test_the_finite_check_agrees_with_numpy(size, dtype, bad, where, shape_2d, overflowing):
+    """Bad values anywhere, row edges and the tail included, are found; finite arrays pass,
+    those whose row sums overflow too (one row or many of the type's largest values)."""
+    if overflowing:
+        a = np.full(size, np.finfo(dtype).max, dtype)
+        a[1::3] *= -1
+    else:
+        a = np.linspace(-1e30, 1e30, size).astype(dtype) if dtype != "float16" else np.linspace(-6e4, 6e4, size, dtype=dtype)
     if bad is not None and size:
         a[min(int(where * size), size - 1)] = bad
     if shape_2d and size % 2 == 0:
