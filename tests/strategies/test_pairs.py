@@ -1,24 +1,64 @@
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE, partner_roles, tournament
+from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE, partner_roles, tournament_slot
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 40])
-def test_tournament_covers_every_pair_once_in_disjoint_slots(n):
-    slots = tournament(list(range(n)))
-    pairs = [p for slot in slots for p in slot]
-    assert sorted(pairs) == list(itertools.combinations(range(n), 2))
-    for slot in slots:
-        members = [s for p in slot for s in p]
+def circle_method(silos: list[int]) -> list[list[tuple[int, int]]]:
+    """The tournament written out slot by slot (the reference for the closed form): player 0
+    stays, the others rotate one place per slot, position k plays position n − 1 − k."""
+    players = list(silos) + ([None] if len(silos) % 2 else [])
+    n, slots = len(players), []
+    for _ in range(n - 1):
+        pairs = [(players[i], players[n - 1 - i]) for i in range(n // 2)]
+        slots.append([tuple(sorted(p)) for p in pairs if None not in p])
+        players = [players[0], players[-1], *players[1:-1]]
+    return slots
+
+
+def reference_partner_roles(silos, directions):
+    """partner_roles by walking circle_method's slots in order."""
+    roles = {}
+    for r, c in directions:
+        roles[(r, c)] = roles.get((r, c), 0) | SERVE
+        roles[(c, r)] = roles.get((c, r), 0) | MEASURE
+    partners = {s: [] for s in silos}
+    for slot in circle_method(sorted(silos)):
+        for a, b in slot:
+            if (a, b) in roles:
+                partners[a].append((b, roles[(a, b)]))
+                partners[b].append((a, roles[(b, a)]))
+    return partners
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 40, 101])
+def test_the_closed_form_slot_is_the_circle_methods(n):
+    slots = circle_method(list(range(n)))
+    assert sorted(p for slot in slots for p in slot) == list(itertools.combinations(range(n), 2))
+    for s, slot in enumerate(slots):
+        members = [x for p in slot for x in p]
         assert len(members) == len(set(members))
+        for i, j in slot:
+            assert tournament_slot(i, j, n + n % 2) == tournament_slot(j, i, n + n % 2) == s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 60), min_size=1, max_size=25).flatmap(
+    lambda silos: st.tuples(st.just(sorted(silos)), st.lists(
+        st.tuples(st.sampled_from(sorted(silos)), st.sampled_from(sorted(silos))).filter(lambda d: d[0] != d[1]),
+        max_size=40))))
+def test_partner_roles_match_the_tournament_walked_slot_by_slot(case):
+    silos, directions = case
+    assert partner_roles(silos, directions) == reference_partner_roles(silos, directions)
 
 
 def test_partner_order_is_consistent_between_the_two_sides():
     wanted = [(0, 1), (2, 3), (0, 3), (1, 2)]
     partners = partner_roles([0, 1, 2, 3], [d for a, b in wanted for d in ((a, b), (b, a))])
-    slot_of = {p: i for i, slot in enumerate(tournament([0, 1, 2, 3])) for p in slot}
+    slot_of = {p: i for i, slot in enumerate(circle_method([0, 1, 2, 3])) for p in slot}
     for silo, plist in partners.items():
         slots = [slot_of[tuple(sorted((silo, p)))] for p, _ in plist]
         assert slots == sorted(slots)

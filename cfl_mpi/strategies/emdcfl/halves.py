@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -186,11 +187,18 @@ class EmdCfl(Strategy[EmdCflConfig]):
 
     def _send_plan(self, ctx: ServerRound, silos: list[int], directions: list[Pair], more: bool) -> None:
         """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
-        `more`: another plan follows in this round."""
+        `more`: another plan follows in this round. Silos with the same plan get it as one
+        message (`isend_all`: once per rank): at C = 2,400 most plans of a stage are the same
+        (no partners, or the same representatives): with a message per silo and the whole
+        tournament, round 2's empty plans took 6.5 s, with neither 0.03 s."""
         self.partners = partner_roles(silos, directions)
-        plans = {silo: {"partners": np.asarray([p for p, _ in self.partners[silo]], dtype=np.int64),
-                        "roles": np.asarray([r for _, r in self.partners[silo]], dtype=np.uint8)} for silo in silos}
-        wait_all([ctx.channel.isend(silo, PLAN, ctx.round, plan, more=int(more)) for silo, plan in plans.items()])
+        alike: dict[tuple[tuple[int, int], ...], list[int]] = defaultdict(list)
+        for silo in silos:
+            alike[tuple(self.partners[silo])].append(silo)
+        wait_all([ctx.channel.isend_all(group, PLAN, ctx.round,
+                                        {"partners": np.asarray([p for p, _ in plan], dtype=np.int64),
+                                         "roles": np.asarray([r for _, r in plan], dtype=np.uint8)}, more=int(more))
+                  for plan, group in alike.items()])
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         if self.plan is not None:

@@ -21,29 +21,31 @@ def both_ways(pairs: list[Pair]) -> list[Pair]:
     return [d for a, b in pairs for d in ((a, b), (b, a))]
 
 
-def tournament(silos: list[int]) -> list[list[tuple[int, int]]]:
-    """Slots of disjoint pairs covering every pair of `silos` once (n−1 slots, n if odd)."""
-    players: list[int | None] = list(silos) + ([None] if len(silos) % 2 else [])
-    n = len(players)
-    slots = []
-    for _ in range(n - 1):
-        pairs = [(players[i], players[n - 1 - i]) for i in range(n // 2)]
-        slots.append([tuple(sorted(p)) for p in pairs if None not in p])
-        players = [players[0], players[-1], *players[1:-1]]  # rotate all but the first
-    return slots
+def tournament_slot(i: int, j: int, n: int) -> int:
+    """The slot in which players i ≠ j (indices 0..n−1, n even: pad an odd field with a bye)
+    meet in the circle method: player 0 stays put while the others rotate one place per slot
+    through positions 1..n−1, and slot s pairs position k with position n−1−k. Player j ≥ 1
+    sits at position 1 + (j − 1 + s) mod (n − 1) in slot s, so 0 meets j when that is n − 1,
+    and i, j ≥ 1 meet when their positions sum to n − 1: i + j + 2s ≡ 0 (mod n − 1), solvable
+    as n − 1 is odd. In closed form, so that planning a stage costs its pairs, not the C²/2
+    pairs of the whole tournament (12 s a stage at C = 2,400)."""
+    m = n - 1
+    if i == 0 or j == 0:
+        return -(i + j) % m
+    return -(i + j) * ((m + 1) // 2) % m  # (m + 1) / 2 is the inverse of 2 mod m
 
 
 def partner_roles(silos: list[int], directions: Iterable[Pair]) -> dict[int, list[tuple[int, int]]]:
-    """Each silo's (partner, role) for the pairs of the wanted `directions` (r, c), in
-    tournament-slot order: SERVE for r, MEASURE for c, both where both directions are wanted."""
+    """Each silo's (partner, role) for the pairs of the wanted `directions` (r, c), in the
+    order of the slots of a round-robin tournament of `silos` (sorted): SERVE for r, MEASURE
+    for c, both where both directions are wanted."""
     roles: dict[Pair, int] = {}
     for r, c in directions:
         roles[(r, c)] = roles.get((r, c), 0) | SERVE
         roles[(c, r)] = roles.get((c, r), 0) | MEASURE
-    partners: dict[int, list[tuple[int, int]]] = {s: [] for s in silos}
-    for slot in tournament(sorted(silos)):
-        for a, b in slot:
-            if (a, b) in roles:
-                partners[a].append((b, roles[(a, b)]))
-                partners[b].append((a, roles[(b, a)]))
-    return partners
+    index = {s: k for k, s in enumerate(sorted(silos))}
+    players = len(silos) + len(silos) % 2
+    slotted: dict[int, list[tuple[int, int, int]]] = {s: [] for s in silos}
+    for (a, b), role in roles.items():
+        slotted[a].append((tournament_slot(index[a], index[b], players), b, role))
+    return {s: [(b, role) for _, b, role in sorted(mine)] for s, mine in slotted.items()}
