@@ -28,7 +28,7 @@ def tournament_slot(i: int, j: int, n: int) -> int:
     sits at position 1 + (j − 1 + s) mod (n − 1) in slot s, so 0 meets j when that is n − 1,
     and i, j ≥ 1 meet when their positions sum to n − 1: i + j + 2s ≡ 0 (mod n − 1), solvable
     as n − 1 is odd. In closed form, so that planning a stage costs its pairs, not the C²/2
-    pairs of the whole tournament (12 s a stage at C = 2,400)."""
+    pairs of the whole tournament (~3 s a plan at C = 2,400)."""
     m = n - 1
     if i == 0 or j == 0:
         return -(i + j) % m
@@ -44,8 +44,8 @@ def partner_roles(silos: list[int], directions: Iterable[Pair]) -> dict[int, lis
         roles[(r, c)] = roles.get((r, c), 0) | SERVE
         roles[(c, r)] = roles.get((c, r), 0) | MEASURE
     index = {s: k for k, s in enumerate(sorted(silos))}
-    players = len(silos) + len(silos) % 2
+    n = len(silos) + len(silos) % 2  # players, with a bye for an odd field
     slotted: dict[int, list[tuple[int, int, int]]] = {s: [] for s in silos}
     for (a, b), role in roles.items():
-        slotted[a].append((tournament_slot(index[a], index[b], players), b, role))
+        slotted[a].append((tournament_slot(index[a], index[b], n), b, role))
     return {s: [(b, role) for _, b, role in sorted(mine)] for s, mine in slotted.items()}
