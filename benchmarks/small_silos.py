@@ -35,7 +35,7 @@ def load(run: Path) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """(config, W, noise, true groups) of a run folder."""
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     truth = np.array(list(json.loads((run / "clusters.json").read_text())["truth"].values()))
-    return cfg, np.load(run / "W.npy"), np.load(run / "noise.npy"), truth
+    return cfg, np.load(run / "W.npy"), np.load(run / "noise.npy"), truth  # noise: NaN for a silo that served no pair
 
 
 def group_means(D: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -62,8 +62,8 @@ def pair_margin(D: np.ndarray, truth: np.ndarray) -> tuple[float, float, float]:
 def describe(run: Path) -> str:
     cfg, W, noise, truth = load(run)
     D = symmetrised(W, noise)
-    lines = [f"## {run}", f"silos {len(truth)}, median noise {np.median(noise):.4g} "
-             f"(spread {np.percentile(noise, 10):.3g}–{np.percentile(noise, 90):.3g}), "
+    lines = [f"## {run}", f"silos {len(truth)}, median noise {np.nanmedian(noise):.4g} "
+             f"(spread {np.nanpercentile(noise, 10):.3g}–{np.nanpercentile(noise, 90):.3g}), "
              f"strategy {json.dumps({k: v for k, v in cfg['strategy'].items() if k != 'name'})}"]
     means = group_means(D, truth)
     lines.append("mean max(W, Wᵀ) in noise units, group × group:")

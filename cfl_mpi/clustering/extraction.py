@@ -211,9 +211,11 @@ def symmetrised(W: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
 
 def partition_report(W: np.ndarray, labels: np.ndarray, noise: np.ndarray, noise_multiple: float) -> ExtractionReport:
     """The robust rule's report (margin, spread) for a partition found another way, e.g. by a
-    staged pair plan: over the pairs measured, in noise units."""
-    W = _validated(W)
-    return _report("robust", np.asarray(labels), symmetrised(W, noise), float(np.median(noise)), "measured",
+    staged pair plan: over the pairs measured, in noise units. A silo whose noise is NaN
+    served no pair (its row of W is all NaN); the noise scale is the median of the others'."""
+    W, noise = _validated(W), np.asarray(noise, dtype=float)
+    scale = float(np.nanmedian(noise)) if np.isfinite(noise).any() else 1.0
+    return _report("robust", np.asarray(labels), symmetrised(W, noise_or_one(noise)), scale, "measured",
                    noise_multiple, W)
 
 

@@ -219,17 +219,34 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
     dim = server.dim_r
     cloud = {k: rng.normal(size=(6, dim)).astype(np.float32) for k in ("0own", "0cross", "1cross", "2own", "2cross")}
     none = np.zeros((0, dim), np.float32)
-    for silo, partner, own, cross, tau in ((0, 1, cloud["0own"], none, 0.5), (1, 0, none, cloud["1cross"], 0.2),
-                                           (0, 2, cloud["0own"], cloud["0cross"], 0.5),
-                                           (2, 0, cloud["2own"], cloud["2cross"], 0.1)):
-        silos[silo].send(-1, EMBEDDINGS, 1, {"own": own, "cross": cross}, partner=partner, tau=tau, noise=0.01)
+    for silo, partner, own, cross, tau, noise in ((0, 1, cloud["0own"], none, 0.5, 0.01),
+                                                  (1, 0, none, cloud["1cross"], 0.0, 0.0),  # it only measures
+                                                  (0, 2, cloud["0own"], cloud["0cross"], 0.5, 0.01),
+                                                  (2, 0, cloud["2own"], cloud["2cross"], 0.1, 0.02)):
+        silos[silo].send(-1, EMBEDDINGS, 1, {"own": own, "cross": cross}, partner=partner, tau=tau, noise=noise)
     server._measure(ctx, server.partners)
     s = server.params
     assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
     assert np.isnan(server.W[1, 0])  # silo 1's model embedded nothing
     assert server.W[0, 2] == pytest.approx(pair_distance(cloud["0own"], cloud["2cross"], s) - 0.5)
     assert server.W[2, 0] == pytest.approx(pair_distance(cloud["2own"], cloud["0cross"], s) - 0.1)
-    assert np.isnan(server.tau[1])  # τ_1 belongs to no entry measured
+    assert np.isnan(server.tau[1]) and np.isnan(server.noise[1])  # they belong to no entry measured
+    assert server.noise[[0, 2]].tolist() == [0.01, 0.02]
+
+
+@pytest.mark.parametrize("tau, noise", [(0.0, 0.1), (0.3, 0.0)])
+def test_a_silo_that_states_a_noise_or_tau_where_it_only_measures_is_named(tau, noise):
+    """Both belong to the rows of W a silo serves: where it only measures it sends 0 and 0,
+    and anything else is a message its plan did not ask for."""
+    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
+    from cfl_mpi.wire.messages import ProtocolError
+
+    server, ctx, silos = server_with_plan([(0, 1)])
+    silos[1].send(-1, EMBEDDINGS, 1, {"own": np.zeros((0, server.dim_r), np.float32),
+                                      "cross": np.ones((6, server.dim_r), np.float32)}, partner=0, tau=tau, noise=noise)
+    with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 with noise {noise}, "
+                                            f"τ {tau} .*0 and 0 where it only measures"):
+        server._measure(ctx, server.partners)
 
 
 @pytest.mark.parametrize("own_rows, cross_rows", [(6, 6), (6, 0), (0, 0)])
@@ -241,7 +258,7 @@ def test_a_silo_that_sends_a_cloud_its_role_does_not_ask_for_is_named(own_rows, 
     server, ctx, silos = server_with_plan([(0, 1)])
     dim = server.dim_r
     silos[1].send(-1, EMBEDDINGS, 1, {"own": np.ones((own_rows, dim), np.float32),
-                                      "cross": np.ones((cross_rows, dim), np.float32)}, partner=0, tau=0.0, noise=0.1)
+                                      "cross": np.ones((cross_rows, dim), np.float32)}, partner=0, tau=0.0, noise=0.0)
     with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 .* {own_rows} \\+ "
                                             f"{cross_rows} rows"):
         server._measure(ctx, server.partners)

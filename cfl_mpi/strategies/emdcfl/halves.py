@@ -230,7 +230,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
                 break
         measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
         self.clusters = relabel_by_first_appearance(self.plan.labels)
-        report = partition_report(self.W, self.clusters, noise_or_one(self.noise), s.noise_multiple)
+        report = partition_report(self.W, self.clusters, self.noise, s.noise_multiple)
         self.extraction = {**dataclasses.asdict(report), "pair_plan": {"plan": "staged", "pairs": measured,
                                                                        "all_pairs": every, "stages": stages}}
         ctx.facts["pair_plan"] = self.extraction["pair_plan"]
@@ -291,25 +291,28 @@ class EmdCfl(Strategy[EmdCflConfig]):
             msg = ctx.channel.recv_any(list(todo), lambda _: expect)
             c, partner = msg.sender, msg.meta["partner"]
             tau, noise = msg.meta["tau"], msg.meta["noise"]
-            # a silo states one noise, and one τ unless τ is per pair, in all its messages
+            # where it serves, a silo states one noise, and one τ unless τ is per pair, in all its
+            # messages; where it only measures, neither (both 0): they belong to W[c][partner]
             claim = (noise,) if per_pair else (noise, tau)
             role = todo[c].get(partner, 0)
             own, cross = msg.arrays["own"], msg.arrays["cross"]
             clouds = ((len(own), SERVE), (len(cross), MEASURE))
             asked = {rows for rows, bit in clouds if role & bit}        # one size, at least 2 rows
             unasked = [rows for rows, bit in clouds if not role & bit]  # 0 rows
-            if not role or stated.setdefault(c, claim) != claim or any(unasked) \
-                    or len(asked) != 1 or min(asked) < 2:
+            stated_ok = stated.setdefault(c, claim) == claim if role & SERVE else noise == tau == 0.0
+            if not role or not stated_ok or any(unasked) or len(asked) != 1 or min(asked) < 2:
+                said = f"the {'noise' if per_pair else 'noise and τ'} {stated[c]} it stated first" if c in stated \
+                    else "one noise and τ"
                 raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
                                     f"with noise {noise}, τ {tau} and {len(own)} + {len(cross)} rows; expected a "
-                                    f"partner among {sorted(todo[c])} not sent yet, the "
-                                    f"{'noise' if per_pair else 'noise and τ'} {stated[c]} of its first embeddings, "
-                                    "and as many rows (at least 2) in each cloud its role asks for, none in another")
+                                    f"partner among {sorted(todo[c])} not sent yet, {said} where it serves "
+                                    "(0 and 0 where it only measures), and as many rows (at least 2) in each "
+                                    "cloud its role asks for, none in another")
             del todo[c][partner]
             if not todo[c]:
                 del todo[c]
-            self.noise[c] = noise
-            if role & SERVE:  # τ belongs to W[c][partner]
+            if role & SERVE:  # τ and the noise belong to W[c][partner]
+                self.noise[c] = noise
                 self.tau[(c, partner) if per_pair else c] = tau
                 owns[(c, partner)] = own
             if role & MEASURE:
@@ -393,17 +396,30 @@ class OmegaSwaps:
 
 
 @dataclasses.dataclass
-class OwnSample:
-    """What a silo measures every pair of a round with: its own sample embedded by its own
-    model, the data its partners' models embed, and its reference and noise."""
+class Reference:
+    """A silo's side of the rows W[c][·] it serves: its sample embedded by its own model, its
+    reference and its noise (the unit row c is cut in)."""
 
-    images: np.ndarray      # the silo's training or validation images ...
-    cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
     z_own: np.ndarray       # Z_{c|c}
     z_val: np.ndarray       # Z^val_{c|c}
     tau: float | None       # τ_c, or None when it is taken per pair (`tau_projection: pair`)
     noise: float
+
+
+@dataclasses.dataclass
+class OwnSample:
+    """What a silo measures every pair of a round with: the data its partners' models embed,
+    and, once it serves a partner, its `Reference`. A silo that only measures (a one-way
+    placing stage's, staged_pairs.py) never needs its own model's embeddings: τ and the noise
+    belong to the rows of W it serves, so it skips them (at C = 2,400 that is all but ~50
+    silos)."""
+
+    images: np.ndarray      # the silo's training or validation images ...
+    cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
+    x_sample: np.ndarray    # the sample its own model embeds, Z_{c|c}
+    rng: np.random.Generator  # the round's draws after the sample's: the noise's
     embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+    reference: Reference | None = None  # once the silo serves
 
 
 class EmdCflSilo(SiloProtocol[EmdCflConfig]):
@@ -449,7 +465,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 partners, more = self._plan(ctx)
 
     def _own_sample(self, ctx: SiloRound) -> OwnSample:
-        """The round's sample (n = sample_size), embedded by the silo's model, τ_c and noise."""
+        """The round's sample (n = sample_size) and the images partners' models embed."""
         from ...training import EVAL_BATCH, embed  # torch: silo side only
 
         s = self.params
@@ -458,36 +474,43 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
             min(sample_size(s, len(d.y_train)), len(d.y_val))
         rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
-        x_sample = d.x_train[rows]
         images, cross_rows = (d.x_train, rows) if s.partner_sample == "train" else \
             (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
                                batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH)
-        with timed(ctx.step_seconds, "embedding"):
-            z_own = ctx.compute(embed_as_set, ctx.model.embedding, x_sample)
-            z_val = ctx.compute(embed_as_set, ctx.model.embedding, d.x_val[: s.max_rows])
-        with timed(ctx.step_seconds, "noise"):
-            tau, noise = reference_distance(z_own, z_val, self.dim_r, s, rng)
-        return OwnSample(images, cross_rows, z_own, z_val, tau, noise, embed_as_set)
+        return OwnSample(images, cross_rows, d.x_train[rows], rng, embed_as_set)
+
+    def _reference(self, ctx: SiloRound, own: OwnSample) -> Reference:
+        """The sample embedded by the silo's model, τ_c and the noise: once a round, when the
+        silo first serves a partner."""
+        if own.reference is None:
+            with timed(ctx.step_seconds, "embedding"):
+                z_own = ctx.compute(own.embed_as_set, ctx.model.embedding, own.x_sample)
+                z_val = ctx.compute(own.embed_as_set, ctx.model.embedding, ctx.data.x_val[: self.params.max_rows])
+            with timed(ctx.step_seconds, "noise"):
+                own.reference = Reference(z_own, z_val, *reference_distance(z_own, z_val, self.dim_r, self.params,
+                                                                             own.rng))
+        return own.reference
 
     def _report(self, ctx: SiloRound, own: OwnSample,
-                projected: Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]) -> None:
+                projected: Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float, float]]) -> None:
         """Each pair's projected embeddings to the server as soon as they exist (it measures
         meanwhile), the cloud a role does not ask for as 0 rows; in FedWaD mode they stay here
-        and the server gets W1 by FedWaD."""
+        and the server gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
         if self.params.distance == "fedwad":  # τ: one per silo
+            reference = self._reference(ctx, own)
             zr_own, zr_cross = {}, {}
-            for p, a, b, _ in projected:
+            for p, a, b, _, _ in projected:
                 if a is not None:
                     zr_own[p] = a
                 if b is not None:
                     zr_cross[p] = b
-            fedwad.serve_pairs(ctx, self.params, self.run.seed, zr_own, zr_cross, own.tau, own.noise)
+            fedwad.serve_pairs(ctx, self.params, self.run.seed, zr_own, zr_cross, reference.tau, reference.noise)
             return
         none = np.zeros((0, self.dim_r), dtype=np.float32)
         pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round,
                                      {"own": none if a is None else a, "cross": none if b is None else b},
-                                     partner=p, tau=pair_tau, noise=own.noise) for p, a, b, pair_tau in projected]
+                                     partner=p, tau=tau, noise=noise) for p, a, b, tau, noise in projected]
         with timed(ctx.step_seconds, "send"):
             wait_all(pending)
 
@@ -525,23 +548,28 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
     def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
-                 roles: dict[int, int]) -> Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float]]:
-        """(c', Z_{c|c}R, Z_{c|c'}R, τ) for every partner c', both projected by the pair's R:
+                 roles: dict[int, int]) -> Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float, float]]:
+        """(c', Z_{c|c}R, Z_{c|c'}R, τ, noise) for every partner c', both projected by the pair's R:
         Z_{c|c}R where this silo serves c' (at once where it only serves), Z_{c|c'}R — own
         data (`own.cross_rows`: of the training or the validation sample) embedded with c''s model in
         the mode and batches of z_own — where it measures, as c''s ω arrives; None for the
-        other. τ the silo's, or the pair's own through R (`tau_projection: pair`; 0 where it
-        only measures: τ belongs to W[c][c'])."""
+        other. τ the silo's, or the pair's own through R (`tau_projection: pair`), and the
+        silo's noise; both 0 where it only measures: they belong to W[c][c'])."""
         from ...models import load_arrays, scratch_copy
 
-        dim_z, dim_r = own.z_own.shape[1], self.dim_r
+        dim_z, dim_r = self.run.embedding_dim, self.dim_r
 
-        def projected(p: int, z_cross: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None, float]:
+        def projected(p: int, z_cross: np.ndarray | None
+                      ) -> tuple[int, np.ndarray | None, np.ndarray | None, float, float]:
             r = projection_matrix(seeds[p], dim_z, dim_r)
-            zr_own = own.z_own @ r if roles[p] & SERVE else None
-            tau = own.tau if own.tau is not None else \
-                pair_reference(zr_own, own.z_val, r, self.params) if zr_own is not None else 0.0
-            return p, zr_own, None if z_cross is None else z_cross @ r, tau
+            zr_cross = None if z_cross is None else z_cross @ r
+            if not roles[p] & SERVE:
+                return p, None, zr_cross, 0.0, 0.0
+            reference = self._reference(ctx, own)
+            zr_own = reference.z_own @ r
+            tau = reference.tau if reference.tau is not None else pair_reference(zr_own, reference.z_val, r,
+                                                                                 self.params)
+            return p, zr_own, zr_cross, tau, reference.noise
 
         def embed_under(items: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]) -> list[np.ndarray]:
             """Each silo's data (`images[rows]`) embedded by a model holding the partner's ω that
