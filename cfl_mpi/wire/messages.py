@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,15 +137,23 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def decode_header(data: bytes, sender: int, who: str, expect: Expect) -> tuple[Layout, dict[str, Any]]:
-    """Parse and check a header that came from `sender` (named `who`) against `expect`;
-    ProtocolError naming the sender, the kind and the round otherwise, whatever the bytes."""
+def read_header(data: bytes) -> Any:
+    """A header's JSON, every number finite and within int64; ValueError (or RecursionError)
+    otherwise. Not yet checked against anything a receiver expects (`decode_header`)."""
+    return json.loads(data.decode(), parse_constant=_non_finite, parse_float=_finite_float, parse_int=_int64)
+
+
+def decode_header(data: bytes, sender: int, who: str, expect: Expect,
+                  read: Callable[[bytes], Any] = read_header) -> tuple[Layout, dict[str, Any]]:
+    """Parse (`read`: a message for several receivers is read once, channel/local.py) and check
+    a header that came from `sender` (named `who`) against `expect`; ProtocolError naming the
+    sender, the kind and the round otherwise, whatever the bytes."""
 
     def fail(why: str) -> ProtocolError:
         return ProtocolError(f"{who} sent a bad message (expected {expect.kind} of round {expect.round}): {why}")
 
     try:
-        header = json.loads(data.decode(), parse_constant=_non_finite, parse_float=_finite_float, parse_int=_int64)
+        header = read(data)
     except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
         raise fail(f"header is not JSON ({str(err)[:200]})") from None
     except RecursionError:
@@ -191,7 +200,7 @@ def decode_header(data: bytes, sender: int, who: str, expect: Expect) -> tuple[L
         if math.prod(shape) > expect.max_elements:  # Python integers: no overflow
             raise fail(f"array {spec.name!r} declares {shape}, over the size limit")
         parsed.append((spec.name, entry[1], shape))
-    return parsed, meta
+    return parsed, dict(meta)  # the receiver's own: `read` may share the header
 
 
 # The finite check reads every received float once, as row sums: a matrix-vector product with
@@ -208,7 +217,7 @@ def all_finite(a: np.ndarray) -> bool:
     """Whether every element of a floating array is finite (neither NaN nor ±inf)."""
     flat = a.reshape(-1)
     ones = _ONES.get(flat.dtype)
-    if ones is None:  # float16 and other widths: no BLAS
+    if ones is None or flat.size < FINITE_ROW:  # float16 and other widths: no BLAS; under a row: no gain
         return bool(np.isfinite(flat).all())
     body = flat.size - flat.size % FINITE_ROW
     rows = flat[:body].reshape(-1, FINITE_ROW)

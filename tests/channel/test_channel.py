@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from cfl_mpi.channel import SERVER, ChannelClosed, LocalChannel, LocalHub, PeerTimeout, RankLayout
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
+from cfl_mpi.wire.messages import check_payload as local_check
+from cfl_mpi.wire.messages import read_header as local_read
 
 PING = message_kind("test_ping")
 PONG = message_kind("test_pong")
@@ -61,6 +63,29 @@ def test_a_message_to_several_silos_is_checked_by_each_receiver():
         server.recv(0, EXPECT)
     with pytest.raises(ValueError, match="repeated or itself"):
         silo.isend_all([1, 1], PING, 4, GOOD, n_samples=1)
+
+
+def test_a_message_to_several_silos_is_read_and_checked_once_yet_each_receiver_gets_its_verdict(monkeypatch):
+    """One JSON read and one finite check for every receiver of the rank, but each receiver
+    checks the header against what it expects, and a non-finite payload fails each of them."""
+    import cfl_mpi.channel.local as local
+
+    reads, checks = [], []
+    monkeypatch.setattr(local, "read_header", lambda data: reads.append(data) or local_read(data))
+    monkeypatch.setattr(local, "check_payload", lambda *a: checks.append(a) or local_check(*a))
+    hub = LocalHub()
+    server, *silos = (LocalChannel(a, hub, 5.0, 0.02) for a in (SERVER, 0, 1, 2))
+    server.isend_all([0, 1, 2], PING, 4, GOOD, n_samples=10)
+    for silo in silos[:2]:
+        assert silo.recv(SERVER, EXPECT).meta == {"n_samples": 10}
+    with pytest.raises(ProtocolError, match="server sent a bad message .* round 5.*message is for round 4"):
+        silos[2].recv(SERVER, Expect.like(PING, 5, GOOD, {"n_samples": int}))
+    assert len(reads) == 1 and len(checks) == 1
+    server.isend_all([0, 1], PING, 4, {"w": np.full((2, 3), np.inf, np.float32)}, n_samples=10)
+    for silo in silos[:2]:
+        with pytest.raises(ProtocolError, match="server sent non-finite values in 'w' of test_ping"):
+            silo.recv(SERVER, EXPECT)
+    assert len(checks) == 2
 
 
 def bad_frames():
