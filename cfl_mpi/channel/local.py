@@ -191,11 +191,12 @@ class LocalHub:
             layout, meta = decode_header(frame.header, src, who, expect, frame.read_header)
             arrays = _fitted(frame.arrays(fetch_shared and (lambda f: fetch_shared(f, layout)), who, what), layout,
                              who, what)
-            frame.check_once(lambda: check_payload(arrays, who, expect))
-            return Message(expect.kind, expect.round, src, arrays, meta, who)
         else:
             raise ProtocolError(f"{who} sent a payload where a header of {what} belongs")
-        check_payload(arrays, who, expect)
+        if isinstance(frame, SharedFrame):
+            frame.check_once(lambda: check_payload(arrays, who, expect))
+        else:
+            check_payload(arrays, who, expect)
         return Message(expect.kind, expect.round, src, arrays, meta, who)
 
     def fail(self, why: str) -> None:

@@ -416,7 +416,7 @@ class OwnSample:
 
     images: np.ndarray      # the silo's training or validation images ...
     cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
-    x_sample: np.ndarray    # the sample its own model embeds, Z_{c|c}
+    sample_rows: np.ndarray  # the training rows its own model embeds, Z_{c|c} (copied only if it serves)
     rng: np.random.Generator  # the round's draws after the sample's: the noise's
     embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
     reference: Reference | None = None  # once the silo serves
@@ -478,14 +478,14 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
             (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
         embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
                                batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH)
-        return OwnSample(images, cross_rows, d.x_train[rows], rng, embed_as_set)
+        return OwnSample(images, cross_rows, rows, rng, embed_as_set)
 
     def _reference(self, ctx: SiloRound, own: OwnSample) -> Reference:
         """The sample embedded by the silo's model, τ_c and the noise: once a round, when the
         silo first serves a partner."""
         if own.reference is None:
             with timed(ctx.step_seconds, "embedding"):
-                z_own = ctx.compute(own.embed_as_set, ctx.model.embedding, own.x_sample)
+                z_own = ctx.compute(own.embed_as_set, ctx.model.embedding, ctx.data.x_train[own.sample_rows])
                 z_val = ctx.compute(own.embed_as_set, ctx.model.embedding, ctx.data.x_val[: self.params.max_rows])
             with timed(ctx.step_seconds, "noise"):
                 own.reference = Reference(z_own, z_val, *reference_distance(z_own, z_val, self.dim_r, self.params,
