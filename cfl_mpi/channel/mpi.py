@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
 from .base import SERVER, Pending, PeerTimeout
 from .layout import RankLayout
-from .local import LocalChannel, LocalHub, OversizedHeader, SharedFrame
+from .local import INLINE_MAX_BYTES, INLINE_MAX_MESSAGE, InlineFrame, LocalChannel, LocalHub, OversizedHeader, SharedFrame, inline_buffer
 
 __all__ = ["MpiChannel", "MpiInbox"]
 
@@ -49,6 +49,11 @@ PAYLOAD_MAX_SLEEP_S = 1e-3
 # replies polled every runtime.max_poll_sleep_ms and its 1,600 IFCA model messages of 420 KB
 # to 400 silos took 239 s a round.
 SENDING_MAX_SLEEP_S = 1e-3
+# The inbox tests only this many of its rank's oldest sends a poll: a server slower than its
+# silos leaves thousands of them in flight (C = 2,400: one Testsome over all of them, and a list
+# rebuilt, on each of 89,930 polls was a silo rank's largest Python cost after the
+# embeddings). MPI progresses every request on any call; the owner of a send tests its own.
+SENDS_TESTED = 64
 ENVELOPE_FIXED = 8            # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
 
@@ -79,7 +84,7 @@ class MpiInbox:
                              f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
         self._stop = threading.Event()
         self._nudged = threading.Event()
-        self._sends: list[MPI.Request] = []  # the rank's sends in flight (under mpi_lock)
+        self._sends: deque[MPI.Request] = deque()  # the rank's sends in flight, oldest first (under mpi_lock)
         # by sender: frames whose payloads are to come, with their receivers
         self._filling: dict[int, deque[tuple[SharedFrame, list[int]]]] = defaultdict(deque)
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
@@ -118,12 +123,15 @@ class MpiInbox:
 
     def _sending(self) -> bool:
         """Whether a send of the rank is still in flight (testing them progresses them). One
-        Testsome for all: a Testall per message cost 13 ms a poll with 2,000 sends in flight."""
+        Testsome for the `SENDS_TESTED` oldest: a Testall per message cost 13 ms a poll with
+        2,000 sends in flight."""
         with self.mpi_lock:
-            if self._sends:
-                MPI.Request.Testsome(self._sends)  # completed ones become null
-                self._sends = [r for r in self._sends if r]
-            return bool(self._sends)
+            sends = self._sends
+            oldest = [sends.popleft() for _ in range(min(SENDS_TESTED, len(sends)))]
+            if oldest:
+                MPI.Request.Testsome(oldest)  # completed ones (here or by their owner) are null
+                sends.extendleft(reversed([r for r in oldest if r]))
+            return bool(sends)
 
     def _run(self) -> None:
         sleep = 5e-5
@@ -160,14 +168,17 @@ class MpiInbox:
     @staticmethod
     def _frame(handle: MPI.Message, size: int, tag: int) -> object:
         """What a pair's queue holds for a matched message (`mpi_lock` held): a payload's handle,
-        a header's bytes, or an `OversizedHeader`, never read."""
+        a header's bytes, a small message whole (`InlineFrame`), or an `OversizedHeader` (the
+        job fails on it; one over an inline message's limit is never read)."""
         if tag % 2:
             return RemotePayload(handle, size)
-        if size > MAX_HEADER_BYTES:  # the job fails on it
+        if size > INLINE_MAX_MESSAGE:
             return OversizedHeader(size)
         raw = bytearray(size)
         handle.Recv([raw, MPI.BYTE])
-        return bytes(raw)
+        if InlineFrame.marks(raw):
+            return InlineFrame(raw)
+        return OversizedHeader(size) if size > MAX_HEADER_BYTES else bytes(raw)
 
     def _file_multicast(self, handle: MPI.Message, size: int, rank: int, tag: int
                         ) -> tuple[list[tuple[int, int, object]], list[int]]:
@@ -289,10 +300,14 @@ class MpiChannel(LocalChannel):
         return self.inbox.tag_of(src, dest)
 
     def _post(self, dest: int, header: bytes, arrays: list[np.ndarray]) -> Pending:
+        """A header, then a message per array; a small message in one (`InlineFrame`). A header
+        without arrays stays alone, as `send_header_only`'s withheld payload must."""
         if not self._remote(dest):
             return super()._post(dest, header, arrays)
-        return self._isend(self.layout.rank_of(dest), self.tag_of(self.me, dest), np.frombuffer(header, np.uint8),
-                           arrays)
+        rank, tag, sent = self.layout.rank_of(dest), self.tag_of(self.me, dest), carried(arrays)
+        if 0 < sum(a.nbytes for a in sent) <= INLINE_MAX_BYTES:
+            return self._isend(rank, tag, inline_buffer(header, sent), [])
+        return self._isend(rank, tag, np.frombuffer(header, np.uint8), arrays)
 
     def _isend(self, rank: int, tag: int, first: np.ndarray, arrays: list[np.ndarray]) -> Pending:
         """Post `first` (a header or an envelope) on `tag` and each carried array's bytes on

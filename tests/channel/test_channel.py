@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cfl_mpi.channel import SERVER, ChannelClosed, LocalChannel, LocalHub, PeerTimeout, RankLayout
+from cfl_mpi.channel.local import InlineFrame, inline_buffer
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 from cfl_mpi.wire.messages import check_payload as local_check
 from cfl_mpi.wire.messages import read_header as local_read
@@ -189,3 +190,29 @@ def test_rank_layout_names_parties_with_their_rank():
     assert layout.describe(SERVER) == "the server (rank 0)" and layout.describe(7) == "silo 7 (rank 2)"
     with pytest.raises(ValueError):
         RankLayout(4, 5)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["uint8", "int64", "float32", "float64"]),
+                          st.lists(st.integers(0, 4), max_size=3)), min_size=1, max_size=4))
+def test_a_small_message_from_another_rank_arrives_whole_and_writeable(specs):
+    """An inline message (MPI: header and arrays in one buffer) gives back the arrays it was
+    made of, whatever their dtypes' alignment, as arrays the receiver may write to."""
+    arrays = {f"a{i}": np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+              for i, (dtype, shape) in enumerate(specs)}
+    hub, server, _ = pair()
+    header = encode_header(PING, 4, 0, arrays, {})
+    hub.deliver(0, SERVER, InlineFrame(bytearray(inline_buffer(header, list(arrays.values())).tobytes())))
+    msg = server.recv(0, Expect.like(PING, 4, arrays))
+    for name, a in arrays.items():
+        assert msg.arrays[name].dtype == a.dtype and msg.arrays[name].flags.writeable
+        np.testing.assert_array_equal(msg.arrays[name], a)
+
+
+def test_an_inline_message_whose_bytes_do_not_fit_its_header_is_refused():
+    hub, server, _ = pair()
+    header = encode_header(PING, 4, 0, GOOD, {"n_samples": 10})
+    short = inline_buffer(header, [GOOD["w"]])[:-4]
+    hub.deliver(0, SERVER, InlineFrame(bytearray(short.tobytes())))
+    with pytest.raises(ProtocolError, match="silo 0 sent a payload of test_ping .round 4. that does not fit its "
+                                            "header: 20 bytes, header declared 24"):
+        server.recv(0, EXPECT)

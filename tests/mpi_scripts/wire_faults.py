@@ -12,6 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from cfl_mpi.channel import SERVER, ChannelClosed, LocalHub, PeerTimeout, RankLayout
+from cfl_mpi.channel.local import inline_buffer
 from cfl_mpi.channel.mpi import MpiChannel, MpiInbox, envelope
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 
@@ -40,6 +41,13 @@ def raw_send(ch, header: bytes, payloads):
         ch.comm.Send([p.view(np.uint8), MPI.BYTE], dest=0, tag=tag + 1)
 
 
+def overrun(buffer: np.ndarray) -> np.ndarray:
+    """An inline message whose header length says more bytes than the message holds."""
+    buffer = buffer.copy()
+    buffer[4:8] = np.frombuffer((len(buffer) + 1).to_bytes(4, "little"), np.uint8)
+    return buffer
+
+
 def cases():
     """(name, what silo 0 does through its channel on a fresh communicator)."""
     header = encode_header(UPDATE, 4, 0, GOOD, {"n_samples": 10})
@@ -57,6 +65,10 @@ def cases():
         "header_without_payload": lambda c: c.send_header_only(SERVER, UPDATE, 4, GOOD, n_samples=10),
         "nan_meta": lambda c: raw_send(c, header.replace(b'"n_samples":10', b'"n_samples":NaN'), [GOOD["w"]]),
         "forged_sender": lambda c: raw_send(c, encode_header(UPDATE, 4, 5, GOOD, {"n_samples": 10}), [GOOD["w"]]),
+        # a small message travels whole (header and arrays in one MPI message): the same checks
+        "inline_short_payload": lambda c: raw_send(c, inline_buffer(header, [np.ones(4, np.float32)]).tobytes(), []),
+        "inline_long_payload": lambda c: raw_send(c, inline_buffer(header, [np.ones(7, np.float32)]).tobytes(), []),
+        "inline_header_overrun": lambda c: raw_send(c, overrun(inline_buffer(header, [GOOD["w"]])).tobytes(), []),
     }
 
 

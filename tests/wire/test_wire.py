@@ -38,6 +38,9 @@ def test_good_message_arrives_intact(report):
     ("header_without_payload", "whose payload did not follow within 2 s"),
     ("nan_meta", "non-finite number NaN"),
     ("forged_sender", "claims sender 5"),
+    ("inline_short_payload", "16 bytes, header declared 24"),
+    ("inline_long_payload", "28 bytes, header declared 24"),
+    ("inline_header_overrun", "with a header of"),
 ])
 def test_bad_messages_are_rejected_with_sender_kind_and_round(report, case, words):
     result = report[case]
