@@ -209,7 +209,18 @@ def server_with_plan(directions: list[tuple[int, int]]):
     return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}
 
 
+def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=()) -> dict[str, np.ndarray]:
+    """The arrays of one embeddings message (a silo's batch of pairs)."""
+    def clouds(arrays):
+        return np.stack(arrays).astype(np.float32) if len(arrays) else np.zeros((0, 0, dim), np.float32)
+
+    return {"served": np.asarray(served, np.int64), "own": clouds(own), "tau": np.asarray(tau, np.float64),
+            "measured": np.asarray(measured, np.int64), "cross": clouds(cross)}
+
+
 def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
+    """Clouds arrive in batches, as a silo sends whatever is ready: silo 0's own clouds for both
+    partners it serves in one message, its cross cloud for silo 2 in another."""
     from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS, pair_distance
     from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE
 
@@ -218,12 +229,11 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
     rng = np.random.default_rng(0)
     dim = server.dim_r
     cloud = {k: rng.normal(size=(6, dim)).astype(np.float32) for k in ("0own", "0cross", "1cross", "2own", "2cross")}
-    none = np.zeros((0, dim), np.float32)
-    for silo, partner, own, cross, tau, noise in ((0, 1, cloud["0own"], none, 0.5, 0.01),
-                                                  (1, 0, none, cloud["1cross"], 0.0, 0.0),  # it only measures
-                                                  (0, 2, cloud["0own"], cloud["0cross"], 0.5, 0.01),
-                                                  (2, 0, cloud["2own"], cloud["2cross"], 0.1, 0.02)):
-        silos[silo].send(-1, EMBEDDINGS, 1, {"own": own, "cross": cross}, partner=partner, tau=tau, noise=noise)
+    for silo, arrays, noise in ((0, batch(dim, [1, 2], [cloud["0own"]] * 2, [0.5, 0.5]), 0.01),
+                                (1, batch(dim, measured=[0], cross=[cloud["1cross"]]), 0.0),  # it only measures
+                                (0, batch(dim, measured=[2], cross=[cloud["0cross"]]), 0.0),
+                                (2, batch(dim, [0], [cloud["2own"]], [0.1], [0], [cloud["2cross"]]), 0.02)):
+        silos[silo].send(-1, EMBEDDINGS, 1, arrays, noise=noise)
     server._measure(ctx, server.partners)
     s = server.params
     assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
@@ -234,31 +244,48 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
     assert server.noise[[0, 2]].tolist() == [0.01, 0.02]
 
 
-@pytest.mark.parametrize("tau, noise", [(0.0, 0.1), (0.3, 0.0)])
-def test_a_silo_that_states_a_noise_or_tau_where_it_only_measures_is_named(tau, noise):
-    """Both belong to the rows of W a silo serves: where it only measures it sends 0 and 0,
-    and anything else is a message its plan did not ask for."""
+def test_a_silo_that_states_a_noise_where_it_only_measures_is_named():
+    """The noise belongs to the rows of W a silo serves: a batch that serves no partner states
+    0, and anything else is a message its plan did not ask for."""
     from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
     from cfl_mpi.wire.messages import ProtocolError
 
     server, ctx, silos = server_with_plan([(0, 1)])
-    silos[1].send(-1, EMBEDDINGS, 1, {"own": np.zeros((0, server.dim_r), np.float32),
-                                      "cross": np.ones((6, server.dim_r), np.float32)}, partner=0, tau=tau, noise=noise)
-    with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 with noise {noise}, "
-                                            f"τ {tau} .*0 and 0 where it only measures"):
+    silos[1].send(-1, EMBEDDINGS, 1, batch(server.dim_r, measured=[0], cross=[np.ones((6, server.dim_r))]),
+                  noise=0.1)
+    with pytest.raises(ProtocolError, match="silo 1 sent embeddings of round 1 with noise 0.1 where it serves no "
+                                            r"partner .*\[\(0, 2\)\]"):
         server._measure(ctx, server.partners)
 
 
-@pytest.mark.parametrize("own_rows, cross_rows", [(6, 6), (6, 0), (0, 0)])
-def test_a_silo_that_sends_a_cloud_its_role_does_not_ask_for_is_named(own_rows, cross_rows):
-    """Silo 1 only measures with silo 0: its message holds the cross cloud alone."""
+@pytest.mark.parametrize("case, words", [
+    ("own cloud", "partners served \\[0\\]: one it does not serve"),
+    ("cross twice", "partners measured \\[0\\]: one it does not measure with or sent already"),
+    ("no cloud", "0 own clouds and 0 τ for 0 partners served, 0 cross clouds for 0 measured"),
+    ("one row", "clouds of \\[1\\] rows"),
+    ("two sizes", "clouds of \\[6\\] rows, expected 5"),
+    ("no τ", "1 own clouds and 0 τ for 1 partners served"),
+])
+def test_a_batch_its_plan_did_not_ask_for_is_named(case, words):
+    """Silo 1 only measures with silo 0 (one cross cloud); silo 0 serves silo 1 (one own
+    cloud, its τ and noise); both ways in two cases. Anything else names the silo, the kind,
+    the round and the fault."""
     from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
     from cfl_mpi.wire.messages import ProtocolError
 
-    server, ctx, silos = server_with_plan([(0, 1)])
+    server, ctx, silos = server_with_plan([(0, 1), (1, 0)] if case in ("two sizes", "cross twice") else [(0, 1)])
     dim = server.dim_r
-    silos[1].send(-1, EMBEDDINGS, 1, {"own": np.ones((own_rows, dim), np.float32),
-                                      "cross": np.ones((cross_rows, dim), np.float32)}, partner=0, tau=0.0, noise=0.0)
-    with pytest.raises(ProtocolError, match=f"silo 1 sent embeddings of round 1 for partner 0 .* {own_rows} \\+ "
-                                            f"{cross_rows} rows"):
+    ones = np.ones((6, dim))
+    sender, sent = {
+        "own cloud": (1, [batch(dim, [0], [ones], [0.0])]),
+        "cross twice": (1, [batch(dim, measured=[0], cross=[ones])] * 2),  # its own cloud still due
+        "no cloud": (1, [batch(dim)]),
+        "one row": (1, [batch(dim, measured=[0], cross=[ones[:1]])]),
+        # silo 0 serves and measures silo 1: its second batch's cloud is larger than its first's
+        "two sizes": (0, [batch(dim, [1], [ones[:5]], [0.1]), batch(dim, measured=[1], cross=[ones])]),
+        "no τ": (0, [batch(dim, [1], [ones])]),
+    }[case]
+    for arrays in sent:
+        silos[sender].send(-1, EMBEDDINGS, 1, arrays, noise=0.0 if sender == 1 else 0.01)
+    with pytest.raises(ProtocolError, match=f"silo {sender} sent embeddings of round 1 with .*{words}"):
         server._measure(ctx, server.partners)

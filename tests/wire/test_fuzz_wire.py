@@ -28,8 +28,10 @@ MODEL = {"conv.weight": np.zeros((4, 1, 3, 3), np.float32), "conv.bias": np.zero
 EXPECTS = [
     Expect.like(UPDATE, ROUND, MODEL, {"n_samples": int}, {"n_samples": (1, 1 << 31)}),
     eval_expect(ROUND, tuple(UPDATE for _ in range(5)), backdoor=True),
-    Expect(EMBEDDINGS, ROUND, (ArraySpec("own", "float32", (None, 5)), ArraySpec("cross", "float32", (None, 5))),
-           {"partner": int, "tau": float, "noise": float}, max_elements=64 * 5, bounds={"tau": (0, math.inf)}),
+    Expect(EMBEDDINGS, ROUND, (ArraySpec("served", "int64", (None,)), ArraySpec("own", "float32", (None, None, 5)),
+                               ArraySpec("tau", "float64", (None,)), ArraySpec("measured", "int64", (None,)),
+                               ArraySpec("cross", "float32", (None, None, 5))),
+           {"noise": float}, max_elements=64 * 5, bounds={"noise": (0, math.inf)}),
 ]
 SENDER = 2
 FUZZ = settings(max_examples=3500, suppress_health_check=list(HealthCheck), database=None)

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from ...ot.energy import energy_distance, energy_distances
 from ...ot.wasserstein import w1
 from ...privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
                                   random_projection)
-from ...wire.messages import ArraySpec, Expect, ProtocolError, message_kind
+from ...wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from ..fedwad.exchange import FEDWAD_KINDS
 from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
@@ -42,11 +43,13 @@ from . import EmdCflConfig, fedwad
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+# (c', Z_{c|c}R or None, Z_{c|c'}R or None, τ, noise): a silo's projected clouds for partner c'
+Projected = tuple[int, np.ndarray | None, np.ndarray | None, float, float]
 SHARED_PASS_IMAGES = 4096  # the most images of a rank's silos one embedding pass takes (copied while it runs)
 PLAN = message_kind("plan")                        # server → silo: the partners to measure, and its roles
 HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
 EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
-EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and/or Z_{c|c'}R, τ_c, noise
+EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and Z_{c|c'}R of a batch of pairs, τ, noise
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, fedwad.REFERENCE, *FEDWAD_KINDS)
 
 
@@ -275,52 +278,83 @@ class EmdCfl(Strategy[EmdCflConfig]):
 
     def _receive_pairs(self, ctx: ServerRound, todo: dict[int, dict[int, int]], dim_r: int,
                        pool: ThreadPoolExecutor, solves: dict[Pair, Future[tuple[float, float]]]) -> None:
-        """Receive the embeddings of every pair in `todo`, record τ and noise, start W1 solves.
-        A silo's message for a partner holds its own cloud if it serves (else 0 rows) and its
-        cross cloud if it measures (else 0 rows), as the plan gave it the roles."""
-        s = self.params
-        # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
+        """Receive the embeddings of every pair in `todo` (partner → the roles not received
+        yet), record τ and noise, start W1 solves. A silo's message carries a batch: its own
+        cloud for partners it serves (`served`, `own`, `tau`) and its cross cloud for partners
+        it measures with (`measured`, `cross`), as its plan gave it the roles; a silo sends what
+        is ready whenever it would otherwise wait (at C = 2,400: one message a silo and stage,
+        not one a pair, for the server to take)."""
+        # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|c}R
         owns: dict[Pair, np.ndarray] = {}
         crosses: dict[Pair, np.ndarray] = {}
-        per_pair, stated = self.tau.ndim == 2, self.stated
-        expect = Expect(EMBEDDINGS, ctx.round,
-                        (ArraySpec("own", "float32", (None, dim_r)), ArraySpec("cross", "float32", (None, dim_r))),
-                        {"partner": int, "tau": float, "noise": float}, max_elements=s.max_rows * dim_r,
-                        bounds={"tau": (0.0, math.inf), "noise": (0.0, math.inf)})
+        per_pair = self.tau.ndim == 2
+        rows: dict[int, int] = {}  # each silo's cloud size, the same in all its clouds of the round
+
+        def expect(c: int) -> Expect:  # at most a cloud of each role per planned partner
+            return Expect(EMBEDDINGS, ctx.round,
+                          (ArraySpec("served", "int64", (None,)), ArraySpec("own", "float32", (None, None, dim_r)),
+                           ArraySpec("tau", "float64", (None,)), ArraySpec("measured", "int64", (None,)),
+                           ArraySpec("cross", "float32", (None, None, dim_r))),
+                          {"noise": float}, max_elements=max(1, len(todo[c])) * self.params.max_rows * dim_r,
+                          bounds={"noise": (0.0, math.inf)})
+
         while todo:
-            msg = ctx.channel.recv_any(list(todo), lambda _: expect)
-            c, partner = msg.sender, msg.meta["partner"]
-            tau, noise = msg.meta["tau"], msg.meta["noise"]
-            # where it serves, a silo states one noise, and one τ unless τ is per pair, in all its
-            # messages; where it only measures, neither (both 0): they belong to W[c][partner]
-            claim = (noise,) if per_pair else (noise, tau)
-            role = todo[c].get(partner, 0)
-            own, cross = msg.arrays["own"], msg.arrays["cross"]
-            clouds = ((len(own), SERVE), (len(cross), MEASURE))
-            asked = {rows for rows, bit in clouds if role & bit}        # one size, at least 2 rows
-            unasked = [rows for rows, bit in clouds if not role & bit]  # 0 rows
-            stated_ok = stated.setdefault(c, claim) == claim if role & SERVE else noise == tau == 0.0
-            if not role or not stated_ok or any(unasked) or len(asked) != 1 or min(asked) < 2:
-                said = f"the {'noise' if per_pair else 'noise and τ'} {stated[c]} it stated first" if c in stated \
-                    else "one noise and τ"
-                raise ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} for partner {partner} "
-                                    f"with noise {noise}, τ {tau} and {len(own)} + {len(cross)} rows; expected a "
-                                    f"partner among {sorted(todo[c])} not sent yet, {said} where it serves "
-                                    "(0 and 0 where it only measures), and as many rows (at least 2) in each "
-                                    "cloud its role asks for, none in another")
-            del todo[c][partner]
+            msg = ctx.channel.recv_any(list(todo), expect)
+            c, a, noise = msg.sender, msg.arrays, msg.meta["noise"]
+            served, measured = a["served"].tolist(), a["measured"].tolist()
+            self._check_batch(ctx, msg, todo[c], rows, served, measured, noise)
+            for p in served:
+                todo[c][p] &= ~SERVE
+            for p in measured:
+                todo[c][p] &= ~MEASURE
+            todo[c] = {p: role for p, role in todo[c].items() if role}
             if not todo[c]:
                 del todo[c]
-            if role & SERVE:  # τ and the noise belong to W[c][partner]
+            for p, own, tau in zip(served, a["own"], a["tau"].tolist()):  # τ and the noise belong to W[c][p]
                 self.noise[c] = noise
-                self.tau[(c, partner) if per_pair else c] = tau
-                owns[(c, partner)] = own
-            if role & MEASURE:
-                crosses[(partner, c)] = cross
+                self.tau[(c, p) if per_pair else c] = tau
+                owns[(c, p)] = own
+            for p, cross in zip(measured, a["cross"]):
+                crosses[(p, c)] = cross
             # W[r][c] compares r's data and c's data, both under r's model.
-            for d in ((c, partner), (partner, c)):
+            for d in [(c, p) for p in served] + [(p, c) for p in measured]:
                 if d in owns and d in crosses:
                     solves[d] = pool.submit(self._timed_w1, owns.pop(d), crosses.pop(d))
+
+    def _check_batch(self, ctx: ServerRound, msg: Message, roles: dict[int, int], rows: dict[int, int],
+                     served: list[int], measured: list[int], noise: float) -> None:
+        """A batch from silo c must hold clouds its plan asks for (`roles`: partner → roles not
+        received yet), each of one size (at least 2 rows) in all its clouds of the round; where
+        it serves, the one noise, and the one τ unless τ is per pair, it states in all its
+        messages of the round; where it serves no partner in the batch, noise 0."""
+        c, own, cross, tau = msg.sender, msg.arrays["own"], msg.arrays["cross"], msg.arrays["tau"]
+        per_pair = self.tau.ndim == 2
+
+        def refuse(problem: str) -> ProtocolError:
+            return ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} with {problem}; partners not sent "
+                                 f"yet (partner, roles: 1 serve, 2 measure): {sorted(roles.items())[:8]}")
+
+        if len(own) != len(served) or len(tau) != len(served) or len(cross) != len(measured) \
+                or not (served or measured):
+            raise refuse(f"{len(own)} own clouds and {len(tau)} τ for {len(served)} partners served, "
+                         f"{len(cross)} cross clouds for {len(measured)} measured (at least one cloud)")
+        if len(set(served)) != len(served) or not all(roles.get(p, 0) & SERVE for p in served):
+            raise refuse(f"partners served {served[:8]}: one it does not serve or sent already")
+        if len(set(measured)) != len(measured) or not all(roles.get(p, 0) & MEASURE for p in measured):
+            raise refuse(f"partners measured {measured[:8]}: one it does not measure with or sent already")
+        sizes = {cloud.shape[1] for cloud in (own, cross) if len(cloud)}
+        size = rows.setdefault(c, min(sizes))
+        if sizes != {size} or size < 2:
+            raise refuse(f"clouds of {sorted(sizes)} rows, expected {size} (one size, at least 2, in all of the round)")
+        if (tau < 0).any() or (not per_pair and len(set(tau.tolist())) > 1):
+            raise refuse(f"τ {tau[:8].tolist()} (at least 0{'' if per_pair else ', one for all partners'})")
+        if not served:
+            if noise != 0.0:
+                raise refuse(f"noise {noise} where it serves no partner (0: the noise belongs to the rows it serves)")
+            return
+        claim = (noise,) if per_pair else (noise, float(tau[0]))
+        if self.stated.setdefault(c, claim) != claim:
+            raise refuse(f"noise and τ {claim}, having stated {self.stated[c]} earlier in this round")
 
     def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
         """Clusters of the silos present from round 1 (re-extracted whenever partial
@@ -382,6 +416,10 @@ class OmegaSwaps:
         self.sent = channel.isend_all(served, EMBEDDING_MODEL, round, omega) if served else None
         self.awaiting = [p for p, role in partners if role & MEASURE]  # their ω not taken yet
         self.expect = Expect.like(EMBEDDING_MODEL, round, omega)
+
+    def here(self) -> bool:
+        """Whether a partner's ω is here for `take`, which then does not wait."""
+        return bool(self.awaiting) and self.channel.ready(self.awaiting) is not None
 
     def take(self) -> tuple[int, dict[str, np.ndarray]] | None:
         """(partner, its ω, read-only) of the first partner measured with whose ω is here; None
@@ -492,27 +530,48 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                                                                              own.rng))
         return own.reference
 
-    def _report(self, ctx: SiloRound, own: OwnSample,
-                projected: Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float, float]]) -> None:
-        """Each pair's projected embeddings to the server as soon as they exist (it measures
-        meanwhile), the cloud a role does not ask for as 0 rows; in FedWaD mode they stay here
-        and the server gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
+    def _report(self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | None]) -> None:
+        """The pairs' projected embeddings to the server (it measures meanwhile): those ready
+        go as one message whenever `projected` would wait (None), so the server takes a message
+        a silo and stage where their ω all arrive together, and gets the early pairs early where
+        they do not. In FedWaD mode they stay here and the server gets W1 by FedWaD (from
+        every silo with partners: its τ and noise)."""
         if self.params.distance == "fedwad":  # τ: one per silo
             reference = self._reference(ctx, own)
             zr_own, zr_cross = {}, {}
-            for p, a, b, _, _ in projected:
+            for p, a, b, _, _ in filter(None, projected):
                 if a is not None:
                     zr_own[p] = a
                 if b is not None:
                     zr_cross[p] = b
             fedwad.serve_pairs(ctx, self.params, self.run.seed, zr_own, zr_cross, reference.tau, reference.noise)
             return
-        none = np.zeros((0, self.dim_r), dtype=np.float32)
-        pending = [ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round,
-                                     {"own": none if a is None else a, "cross": none if b is None else b},
-                                     partner=p, tau=tau, noise=noise) for p, a, b, tau, noise in projected]
+        pending, ready = [], []
+        for item in chain(projected, [None]):
+            if item is not None:
+                ready.append(item)
+            elif ready:
+                arrays, noise = self._batch(ready)
+                pending.append(ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, arrays, noise=noise))
+                ready = []
         with timed(ctx.step_seconds, "send"):
             wait_all(pending)
+
+    def _batch(self, ready: list[Projected]) -> tuple[dict[str, np.ndarray], float]:
+        """The arrays and noise of one embeddings message: own clouds (and τ) for the partners
+        served, cross clouds for those measured with; the noise where it serves, else 0."""
+        served = [(p, a, tau) for p, a, _, tau, _ in ready if a is not None]
+        measured = [(p, b) for p, _, b, _, _ in ready if b is not None]
+
+        def clouds(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.stack(arrays) if arrays else np.zeros((0, 0, self.dim_r), dtype=np.float32)
+
+        arrays = {"served": np.asarray([p for p, _, _ in served], dtype=np.int64),
+                  "own": clouds([a for _, a, _ in served]),
+                  "tau": np.asarray([tau for _, _, tau in served], dtype=np.float64),
+                  "measured": np.asarray([p for p, _ in measured], dtype=np.int64),
+                  "cross": clouds([b for _, b in measured])}
+        return arrays, next((noise for _, a, _, _, noise in ready if a is not None), 0.0)
 
     def _plan(self, ctx: SiloRound) -> tuple[list[tuple[int, int]], bool]:
         """The (partner, role) the server asks this silo to measure with, in tournament order,
@@ -548,8 +607,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
     def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
-                 roles: dict[int, int]) -> Iterator[tuple[int, np.ndarray | None, np.ndarray | None, float, float]]:
-        """(c', Z_{c|c}R, Z_{c|c'}R, τ, noise) for every partner c', both projected by the pair's R:
+                 roles: dict[int, int]) -> Iterator[Projected | None]:
+        """(c', Z_{c|c}R, Z_{c|c'}R, τ, noise) for every partner c', both projected by the pair's R,
+        and None before each wait for a partner's ω (what is ready can go meanwhile):
         Z_{c|c}R where this silo serves c' (at once where it only serves), Z_{c|c'}R — own
         data (`own.cross_rows`: of the training or the validation sample) embedded with c''s model in
         the mode and batches of z_own — where it measures, as c''s ω arrives; None for the
@@ -559,8 +619,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
 
         dim_z, dim_r = self.run.embedding_dim, self.dim_r
 
-        def projected(p: int, z_cross: np.ndarray | None
-                      ) -> tuple[int, np.ndarray | None, np.ndarray | None, float, float]:
+        def projected(p: int, z_cross: np.ndarray | None) -> Projected:
             r = projection_matrix(seeds[p], dim_z, dim_r)
             zr_cross = None if z_cross is None else z_cross @ r
             if not roles[p] & SERVE:
@@ -589,6 +648,8 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         for p in [p for p, role in roles.items() if role == SERVE]:
             yield projected(p, None)
         while True:
+            if not swaps.here():
+                yield None
             with timed(ctx.step_seconds, "swap"):
                 swapped = swaps.take()
             if swapped is None:
