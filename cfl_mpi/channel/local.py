@@ -17,8 +17,8 @@ import numpy as np
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError, check_payload, decode_header, read_header
 from .base import Channel, ChannelClosed, Pending
 
-__all__ = ["INLINE_MAX_BYTES", "INLINE_MAX_MESSAGE", "InlineFrame", "LocalChannel", "LocalHub", "OversizedHeader", "SharedFrame",
-           "inline_buffer"]
+__all__ = ["INLINE_MAX_BYTES", "INLINE_MAX_MESSAGE", "InlineFrame", "LocalChannel", "LocalHub", "OversizedHeader",
+           "SharedFrame", "inline_buffer"]
 
 # What a pair's queue holds: a message posted in-process (header, arrays); a `SharedFrame`
 # (one message for several receivers); or, filed by a rank's MPI inbox (mpi.py), a header
@@ -42,8 +42,9 @@ class OversizedHeader:
 
 # A message from another rank whose arrays hold up to this many bytes travels as one MPI
 # message, header and arrays together (`InlineFrame`), not a header and a message per array:
-# at C = 2,400 the server takes ~20,000 projected embeddings of ~20 KB in a clustering round,
-# each costing a second match by the inbox, a wait for its payload and a receive.
+# a second MPI message costs the receiving rank a match by its inbox, and the receiver a wait
+# for its payload and a receive (C = 2,400: the inboxes' CPU −5 core-seconds;
+# benchmarks/results/20261127-batched-embeddings.md).
 INLINE_MAX_BYTES = 1 << 16
 _INLINE_MARK = 0    # an inline message's first byte; a header (JSON) starts with "{"
 _INLINE_PREFIX = 8  # the mark, 3 bytes of padding, the header's length (uint32, little-endian)

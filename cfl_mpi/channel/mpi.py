@@ -30,7 +30,8 @@ from mpi4py import MPI
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
 from .base import SERVER, Pending, PeerTimeout
 from .layout import RankLayout
-from .local import INLINE_MAX_BYTES, INLINE_MAX_MESSAGE, InlineFrame, LocalChannel, LocalHub, OversizedHeader, SharedFrame, inline_buffer
+from .local import (INLINE_MAX_BYTES, INLINE_MAX_MESSAGE, InlineFrame, LocalChannel, LocalHub, OversizedHeader,
+                    SharedFrame, inline_buffer)
 
 __all__ = ["MpiChannel", "MpiInbox"]
 

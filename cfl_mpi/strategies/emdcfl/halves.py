@@ -49,7 +49,7 @@ SHARED_PASS_IMAGES = 4096  # the most images of a rank's silos one embedding pas
 PLAN = message_kind("plan")                        # server → silo: the partners to measure, and its roles
 HANDSHAKE = message_kind("handshake")              # silo ↔ silo: X25519 public key
 EMBEDDING_MODEL = message_kind("embedding_model")  # silo ↔ silo: the embedding part ω of a silo's model
-EMBEDDINGS = message_kind("embeddings")            # silo → server: Z_{c|c}R and Z_{c|c'}R of a batch of pairs, τ, noise
+EMBEDDINGS = message_kind("embeddings")            # silo → server: a batch of pairs' Z_{c|c}R, Z_{c|c'}R, τ, noise
 KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, fedwad.REFERENCE, *FEDWAD_KINDS)
 
 
@@ -284,7 +284,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         it measures with (`measured`, `cross`), as its plan gave it the roles; a silo sends what
         is ready whenever it would otherwise wait (at C = 2,400: one message a silo and stage,
         not one a pair, for the server to take)."""
-        # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|c}R
+        # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
         owns: dict[Pair, np.ndarray] = {}
         crosses: dict[Pair, np.ndarray] = {}
         per_pair = self.tau.ndim == 2
