@@ -290,12 +290,13 @@ class EmdCfl(Strategy[EmdCflConfig]):
         per_pair = self.tau.ndim == 2
         rows: dict[int, int] = {}  # each silo's cloud size, the same in all its clouds of the round
 
+        specs = (ArraySpec("served", "int64", (None,)), ArraySpec("own", "float32", (None, None, dim_r)),
+                 ArraySpec("tau", "float64", (None,)), ArraySpec("measured", "int64", (None,)),
+                 ArraySpec("cross", "float32", (None, None, dim_r)))
+
         def expect(c: int) -> Expect:  # at most a cloud of each role per planned partner
-            return Expect(EMBEDDINGS, ctx.round,
-                          (ArraySpec("served", "int64", (None,)), ArraySpec("own", "float32", (None, None, dim_r)),
-                           ArraySpec("tau", "float64", (None,)), ArraySpec("measured", "int64", (None,)),
-                           ArraySpec("cross", "float32", (None, None, dim_r))),
-                          {"noise": float}, max_elements=max(1, len(todo[c])) * self.params.max_rows * dim_r,
+            return Expect(EMBEDDINGS, ctx.round, specs, {"noise": float},
+                          max_elements=max(1, len(todo[c])) * self.params.max_rows * dim_r,
                           bounds={"noise": (0.0, math.inf)})
 
         while todo:
@@ -310,8 +311,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
             todo[c] = {p: role for p, role in todo[c].items() if role}
             if not todo[c]:
                 del todo[c]
-            for p, own, tau in zip(served, a["own"], a["tau"].tolist()):  # τ and the noise belong to W[c][p]
+            if served:  # τ and the noise belong to the rows W[c][·] it serves
                 self.noise[c] = noise
+            for p, own, tau in zip(served, a["own"], a["tau"].tolist()):
                 self.tau[(c, p) if per_pair else c] = tau
                 owns[(c, p)] = own
             for p, cross in zip(measured, a["cross"]):
