@@ -130,5 +130,5 @@ def test_a_failing_rank_ends_the_job_with_its_name(tmp_path):
 @pytest.mark.job
 def test_real_mnist_test_split_8_silos(shared_data, tmp_path):
     summary, records = simulate_job(DIGITS, tmp_path, "data.name=rotated_mnist", f"data.root={shared_data / 'mnist'}",
-                                  "data.pool=test", "data.download=false", "data.test_fraction=0.1", "train.rounds=2", SEEDED)
+                                  "data.pool=test", "data.download=false", "data.test_fraction=0.1", "train.rounds=1", SEEDED)
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4
