@@ -271,8 +271,14 @@ class _MpiPending(Pending):
         self.channel.wait_until(self.done, lambda: "a send to complete")
 
     def done(self) -> bool:
-        with self.channel.mpi_lock:
-            complete = MPI.Request.Testall(self.requests)
+        """Without the rank's MPI lock where the inbox has seen every request complete (mpi4py
+        nulls a request in place once a test has seen it complete): 1,200 silo threads of a
+        rank that poll their sends at once were seen queued ~190 deep on that lock."""
+        if any(self.requests):
+            with self.channel.mpi_lock:
+                complete = MPI.Request.Testall(self.requests)
+        else:
+            complete = True
         if complete:
             self.buffers.clear()
         return complete

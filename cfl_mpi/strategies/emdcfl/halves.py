@@ -497,8 +497,10 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                     swaps = OmegaSwaps(ctx.channel, ctx.round, partners, omega)
                 own = own or self._own_sample(ctx)
                 with timed(ctx.step_seconds, "handshake"):
-                    seeds = self._pair_seeds(ctx, names, key, key_sends)
+                    seeds = self._pair_seeds(ctx, names, key)
                 self._report(ctx, own, self._project(ctx, swaps, seeds, own, dict(partners)))
+                with timed(ctx.step_seconds, "handshake"):
+                    key_sends.wait()  # left long ago: a wait now costs no poll of MPI
             if not more:
                 return
             with timed(ctx.step_seconds, "plan"):
@@ -599,12 +601,10 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         """The key's public half on its way to every partner (directly; once per rank)."""
         return ctx.channel.isend_all(partners, HANDSHAKE, ctx.round, {"public_key": public_bytes(key)})
 
-    def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey,
-                    sent: Pending) -> dict[int, bytes]:
+    def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> dict[int, bytes]:
         """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
         key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
         peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
-        sent.wait()
         context = f"seed={self.run.seed}|round={ctx.round}".encode()
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
