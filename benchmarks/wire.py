@@ -17,10 +17,18 @@ and how much waiting ranks slow a working one.
 4. The server sends each of 100 and 1,200 silos on each of two ranks one message of two
    small arrays (EMD-CFL's plan at C = 2,400), all waiting in `recv`: seconds until every
    silo holds its own.
+5. EMD-CFL's placing stage at C = 2,400 without its computations (`--worker handshake
+   --parties 1200` under `mpirun -n 3`): every silo takes its plan, offers its key to 4
+   representatives (two on each rank) and takes theirs, takes their ω and sends the server
+   its clouds; each representative offers its key and ω to every other silo, takes their keys
+   in order and sends its own clouds. Seconds until the server holds every silo's clouds, and
+   the CPU seconds of each rank: the channel's share of the stage's burst, in which 1,200
+   silo threads of a rank wake at once.
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import threading
@@ -32,6 +40,7 @@ SIZES_MB = (1, 3.5, 14, 45)
 WAITING = 8
 PARTIES = (1, 100, 500)  # silos waiting on one rank
 FAN_OUT = (100, 1200)  # silos on each of two ranks, each sent one message (a staged plan's shape)
+HANDSHAKE_PARTIES = 1200  # silos on each of two ranks: C = 2,400
 WAIT_S = 5.0
 PATHS = ("channel", "raw, reused buffer", "raw, fresh buffer")
 
@@ -120,7 +129,8 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
         print(f"{work(repeats):.4f}", flush=True)
         return
     layout = RankLayout(parties, 1) if mode == "parties" else \
-        RankLayout(parties * (size - 1), size - 1) if mode == "fanout" else RankLayout(size - 1, size - 1)
+        RankLayout(parties * (size - 1), size - 1) if mode in ("fanout", "handshake") else \
+        RankLayout(size - 1, size - 1)
     here = [SERVER] if rank == 0 else list(layout.silos_on(rank))
     rt = RuntimeConfig()  # the runtime's default polling
     blob, ack = message_kind("bench_blob"), message_kind("bench_ack")
@@ -163,6 +173,8 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
             comm.Reduce(done, slowest, op=MPI.MAX, root=0)
             if rank == 0:
                 print(f"{slowest[0]:.3f}", flush=True)
+        elif mode == "handshake":
+            placing_stage(comm, layout, channels)
         elif rank == 0:  # waiting: rank 0 works; every other rank waits in recv until it is done
             seconds = work(repeats)
             for silo in range(size - 1):
@@ -172,10 +184,68 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
             channels[0].recv(SERVER, Expect(ack, 0))
 
 
+def placing_stage(comm, layout, channels) -> None:
+    """Section 5: the messages of EMD-CFL's placing stage (halves.py), timed from a barrier."""
+
+    from cfl_mpi.channel import SERVER
+    from cfl_mpi.channel.base import wait_all
+    from cfl_mpi.wire.messages import ArraySpec, Expect, message_kind
+
+    plan_kind, key_kind, omega_kind, clouds_kind = (message_kind(f"bench_{k}") for k in
+                                                    ("plan", "key", "omega", "clouds"))
+    silos = layout.silos
+    reps = [0, 1, silos // 2, silos // 2 + 1]
+    # the narrow CNN's ω (16 and 32 channels, 64-dimensional embedding) and projected clouds
+    # of 90 images in 57 dimensions, as at C = 2,400 (configs/rotated_mnist_ifca_shape.yaml)
+    omega = {f"w{i}": np.ones(n, np.float32) for i, n in enumerate((144, 16, 4608, 32, 100352, 64))}
+    cloud = np.ones((90, 57), np.float32)
+    plan_expect = Expect(plan_kind, 0, (ArraySpec("partners", "int64", (None,)),))
+    key_expect = Expect(key_kind, 0, (ArraySpec("public_key", "uint8", (32,)),))
+    omega_expect = Expect.like(omega_kind, 0, omega)
+    clouds_expect = Expect(clouds_kind, 0, (ArraySpec("clouds", "float32", (None, 90, 57)),))
+
+    def partners_of(silo: int) -> list[int]:
+        return [s for s in range(silos) if s not in reps] if silo in reps else reps
+
+    def silo(channel) -> None:
+        partners = [int(p) for p in channel.recv(SERVER, plan_expect).arrays["partners"]]
+        keys = channel.isend_all(partners, key_kind, 0, {"public_key": np.zeros(32, np.uint8)})
+        omegas = channel.isend_all(partners, omega_kind, 0, omega) if channel.me in reps else None
+        for p in partners:  # in order, as `_pair_seeds`
+            channel.recv(p, key_expect)
+        if omegas is None:
+            for _ in channel.recv_each(partners, lambda _: omega_expect):
+                pass
+        channel.send(SERVER, clouds_kind, 0, {"clouds": np.stack([cloud] * len(partners))})
+        wait_all([keys] + ([omegas] if omegas else []))
+
+    comm.Barrier()
+    start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    if comm.Get_rank() == 0:
+        server = channels[0]
+        wait_all([server.isend(s, plan_kind, 0, {"partners": np.array(partners_of(s), np.int64)})
+                  for s in range(silos)])
+        for _ in server.recv_each(range(silos), lambda _: clouds_expect):
+            pass
+    else:
+        threads = [threading.Thread(target=silo, args=(c,)) for c in channels]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    end = resource.getrusage(resource.RUSAGE_SELF)
+    rows = comm.gather((time.perf_counter() - start, end.ru_utime - usage.ru_utime, end.ru_stime - usage.ru_stime,
+                        end.ru_nvcsw - usage.ru_nvcsw + end.ru_nivcsw - usage.ru_nivcsw), root=0)
+    if comm.Get_rank() == 0:  # wall, then user + system CPU seconds and context switches per rank
+        print(f"{max(r[0] for r in rows):.2f} s | " +
+              " | ".join(f"{user:.2f} + {system:.2f} s, {switches / 1000:.0f}k" for _, user, system, switches in rows),
+              flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", choices=["transfer", "waiting", "parties", "fanout"])
+    parser.add_argument("--worker", choices=["transfer", "waiting", "parties", "fanout", "handshake"])
     parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -207,6 +277,11 @@ def main(argv: list[str] | None = None) -> None:
     for parties in FAN_OUT:
         seconds = [float(launch(3, "fanout", 1, parties)) for _ in range(repeats)]
         print(f"| {parties} | {np.median(seconds):.2f} |", flush=True)
+    print("\n| EMD-CFL's placing stage, 1,200 silos on each of 2 ranks | seconds | rank 0, 1, 2: user + system CPU "
+          "seconds, context switches |\n|---|---|---|")
+    for _ in range(repeats):
+        wall, ranks = launch(3, "handshake", 1, HANDSHAKE_PARTIES).strip().split(" s | ", 1)
+        print(f"| | {wall} | {ranks} |", flush=True)
 
 
 if __name__ == "__main__":
