@@ -486,25 +486,33 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         partners, more = self.partners, self.more
         key, omega, own = None, None, None
         while True:
+            in_flight: list[Pending] = []
             if partners:
                 # the key and ω go out first, so that partners can go on while this silo embeds
                 names = [p for p, _ in partners]
                 with timed(ctx.step_seconds, "handshake"):
                     key = key or self._round_key(ctx)
-                    key_sends = self._offer_key(ctx, names, key)
+                    in_flight.append(self._offer_key(ctx, names, key))
                 with timed(ctx.step_seconds, "swap"):
                     omega = omega or state_arrays(ctx.model.embedding)
                     swaps = OmegaSwaps(ctx.channel, ctx.round, partners, omega)
                 own = own or self._own_sample(ctx)
                 with timed(ctx.step_seconds, "handshake"):
                     seeds = self._pair_seeds(ctx, names, key)
-                self._report(ctx, own, self._project(ctx, swaps, seeds, own, dict(partners)))
-                with timed(ctx.step_seconds, "handshake"):
-                    key_sends.wait()  # left long ago: a wait now costs no poll of MPI
-            if not more:
+                in_flight += self._report(ctx, own, self._project(ctx, swaps, seeds, own, dict(partners)))
+            following = None
+            if more:
+                with timed(ctx.step_seconds, "plan"):
+                    following = self._plan(ctx)
+            # The stage's sends are waited for once the next plan is here: the server plans from
+            # the stage's embeddings, so they have left, and the wait polls MPI once (the inbox
+            # moves them meanwhile). Waiting at once, each of 2,400 silos polled its embeddings
+            # (~12 times) until the server took them.
+            with timed(ctx.step_seconds, "send"):
+                wait_all(in_flight)
+            if following is None:
                 return
-            with timed(ctx.step_seconds, "plan"):
-                partners, more = self._plan(ctx)
+            partners, more = following
 
     def _own_sample(self, ctx: SiloRound) -> OwnSample:
         """The round's sample (n = sample_size) and the images partners' models embed."""
@@ -534,12 +542,12 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                                                                              own.rng))
         return own.reference
 
-    def _report(self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | None]) -> None:
+    def _report(self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | None]) -> list[Pending]:
         """The pairs' projected embeddings to the server (it measures meanwhile): those ready
         go as one message whenever `projected` would wait (None), so the server takes a message
         a silo and stage where their ω all arrive together, and gets the early pairs early where
-        they do not. In FedWaD mode they stay here and the server gets W1 by FedWaD (from
-        every silo with partners: its τ and noise)."""
+        they do not; the sends, still in flight. In FedWaD mode they stay here and the server
+        gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
         if self.params.distance == "fedwad":  # τ: one per silo
             reference = self._reference(ctx, own)
             zr_own, zr_cross = {}, {}
@@ -549,7 +557,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 if b is not None:
                     zr_cross[p] = b
             fedwad.serve_pairs(ctx, self.params, self.run.seed, zr_own, zr_cross, reference.tau, reference.noise)
-            return
+            return []
         pending, ready = [], []
         for item in chain(projected, [None]):
             if item is not None:
@@ -558,8 +566,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 arrays, noise = self._batch(ready)
                 pending.append(ctx.channel.isend(SERVER, EMBEDDINGS, ctx.round, arrays, noise=noise))
                 ready = []
-        with timed(ctx.step_seconds, "send"):
-            wait_all(pending)
+        return pending
 
     def _batch(self, ready: list[Projected]) -> tuple[dict[str, np.ndarray], float]:
         """The arrays and noise of one embeddings message: own clouds (and τ) for the partners
