@@ -506,8 +506,8 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                     following = self._plan(ctx)
             # The stage's sends are waited for once the next plan is here: the server plans from
             # the stage's embeddings, so they have left, and the wait polls MPI once (the inbox
-            # moves them meanwhile). Waiting at once, each of 2,400 silos polled its embeddings
-            # (~12 times) until the server took them.
+            # moves them meanwhile). Waiting at once, each silo polled its embeddings until the
+            # server took them (~12 times at C = 2,400: benchmarks/wire.py part 5).
             with timed(ctx.step_seconds, "send"):
                 wait_all(in_flight)
             if following is None:
