@@ -2,6 +2,8 @@
 answer is known, replayed as look-ups into a full W, as the server fills W stage by stage."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
@@ -22,14 +24,19 @@ def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.
 
 
 def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0, retest: int = 0,
-           before_stage=None, one_way: bool = False) -> StagedPlan:
-    """Run a plan to the end, filling a NaN matrix from W with the directions it asks for
-    (`before_stage(plan, directions)` may edit W before a stage's entries are read from it)."""
+           before_stage=None, one_way: bool = False, silos=None, placed=None, members=(),
+           measured=None) -> StagedPlan:
+    """Run a plan over `silos` (default: all) to the end, filling `measured` (default: a fresh
+    NaN matrix) from W with the directions it asks for (`before_stage(plan, directions)` may
+    edit W before a stage's entries are read from it); `placed` and `members` as in a later
+    round."""
     C = len(W)
-    plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=3.5,
-                      rng=np.random.default_rng(seed), retest=retest, one_way=one_way)
-    measured = np.full_like(W, np.nan)
-    np.fill_diagonal(measured, 0.0)
+    plan = StagedPlan(list(range(C)) if silos is None else silos, C, sample=sample, representatives=representatives,
+                      noise_multiple=3.5, rng=np.random.default_rng(seed), retest=retest, one_way=one_way,
+                      placed=placed, members=members)
+    if measured is None:
+        measured = np.full_like(W, np.nan)
+        np.fill_diagonal(measured, 0.0)
     while (directions := plan.next_pairs(measured, np.ones(C))) is not None:
         if before_stage:
             before_stage(plan, directions)
@@ -91,7 +98,7 @@ def test_a_member_just_beyond_its_representatives_cut_joins_its_cluster_on_retes
     assert not one_way or all(c == seen["x"] for _, c in retest)
     assert adjusted_rand_score(truth, plan.labels) == 1.0
     alone = replay(W, sample=12, representatives=2, retest=0, before_stage=beyond_reps, one_way=one_way)
-    assert [s.name for s in alone.stages] == ["sample", "representatives", "all"]
+    assert [s.name for s in alone.stages] == ["sample", "representatives"]  # x: a cluster alone, no stage
     assert len(set(alone.labels)) == 3 and np.sum(alone.labels == alone.labels[seen["x"]]) == 1
 
 
@@ -127,6 +134,88 @@ def test_the_representatives_are_the_medoids_not_an_outlying_member():
     assert 0 in drawn and 0 not in reps and len(reps) == 2
 
 
+def later_round(W: np.ndarray, first: list[int], new: list[int], members: list[int], seed: int = 0,
+                representatives: int = 1, retest: int = 0) -> tuple[StagedPlan, StagedPlan, np.ndarray]:
+    """A plan over the silos `first` of round 1, then one over `new` silos in a later round
+    in which the placed silos `members` train (late silos, partial participation)."""
+    measured = np.full_like(W, np.nan)
+    np.fill_diagonal(measured, 0.0)
+    first_plan = replay(W, sample=10, representatives=representatives, seed=seed, one_way=True, silos=first,
+                        measured=measured)
+    later = replay(W, sample=10, representatives=representatives, seed=seed + 1, retest=retest, one_way=True,
+                   silos=new, placed=first_plan.labels, members=members, measured=measured)
+    return first_plan, later, measured
+
+
+def test_silos_new_in_a_later_round_join_the_clusters_of_the_members_training_with_them():
+    W, truth = clustered_W([30, 30, 30], seed=5)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(90)
+    first, new = sorted(order[:60].tolist()), sorted(order[60:].tolist())
+    members = sorted(rng.choice(first, 20, replace=False).tolist())  # a third of the placed silos train
+    first_plan, later, measured = later_round(W, first, new, members, representatives=2)
+    assert (later.labels[first] == first_plan.labels[first]).all()  # nobody placed earlier moves
+    assert adjusted_rand_score(truth, later.labels) == 1.0 and later.unplaced == []
+    assert [s.name for s in later.stages] == ["representatives"]
+    reps = sorted({r for r, _ in later.stages[0].directions})
+    assert set(reps) <= set(members) and sorted(truth[reps].tolist()) == [0, 0, 1, 1, 2, 2]
+    assert later.stages[0].pairs == len(reps) * len(new) and np.isnan(measured[np.ix_(new, new)]).sum() == 30 * 29
+
+
+def test_an_earlier_representative_training_again_represents_its_cluster_again():
+    """The best measured members first: an earlier representative was measured against every
+    silo it placed, a silo it placed against one or two members only."""
+    W, truth = clustered_W([30, 30], seed=3)
+    measured = np.full_like(W, np.nan)
+    np.fill_diagonal(measured, 0.0)
+    first_plan = replay(W, sample=10, one_way=True, silos=list(range(50)), measured=measured)
+    earlier = sorted({r for r, _ in first_plan.stages[1].directions})
+    placed_only = [c for c in range(50) if c not in {s for d in first_plan.stages[0].directions for s in d}]
+    members = sorted(earlier + placed_only[:10])
+    later = replay(W, sample=10, one_way=True, silos=list(range(50, 60)), placed=first_plan.labels, members=members,
+                   measured=measured)
+    assert sorted({r for r, _ in later.stages[0].directions}) == earlier
+    assert adjusted_rand_score(truth, later.labels) == 1.0
+
+
+def test_a_new_cluster_among_the_new_silos_is_found_when_every_cluster_has_a_member_training():
+    W, truth = clustered_W([30, 30, 15], seed=6)
+    # round 1: 50 silos of the first two clusters; later: the other 10 and the third cluster's 15
+    _, later, _ = later_round(W, list(range(50)), list(range(50, 75)), members=[0, 1, 2, 30, 31, 32], retest=2)
+    assert adjusted_rand_score(truth, later.labels) == 1.0 and later.unplaced == []
+    assert [s.name for s in later.stages] == ["representatives", "retest", "sample", "representatives"]
+    assert later.stages[0].orphans == later.stages[1].orphans == 15 and later.stages[2].clusters == 1
+    assert {m for m, _ in later.stages[1].directions} <= {0, 1, 2, 30, 31, 32, *range(50, 75)}  # training now
+
+
+def test_silos_near_no_cluster_wait_unplaced_while_a_cluster_has_no_member_training():
+    W, truth = clustered_W([30, 30], seed=7)
+    first, new = list(range(20)) + list(range(30, 50)), list(range(20, 30)) + list(range(50, 60))
+    first_plan, later, measured = later_round(W, first, new, members=[0, 1, 2])  # only cluster 0 trains
+    assert [s.name for s in later.stages] == ["representatives"] and later.stages[0].orphans == 10
+    assert later.unplaced == list(range(50, 60)) and (later.labels[50:60] == -1).all()
+    assert (later.labels[20:30] == later.labels[0]).all()
+    # a later round in which cluster 1 has a member: they join it
+    again = replay(W, sample=10, seed=9, one_way=True, silos=later.unplaced, placed=later.labels,
+                   members=[0, 30], measured=measured)
+    assert adjusted_rand_score(truth, again.labels) == 1.0 and again.unplaced == []
+
+
+def test_one_silo_near_no_cluster_is_a_cluster_of_its_own_without_a_stage():
+    W, truth = clustered_W([20, 20, 1], seed=9)
+    _, later, _ = later_round(W, list(range(40)), [10, 40], members=[0, 20])
+    assert [s.name for s in later.stages] == ["representatives"] and later.stages[0].orphans == 1
+    assert adjusted_rand_score(truth, later.labels) == 1.0 and later.unplaced == []
+    alone = replay(W, sample=10, silos=[40])  # a first round in which one silo trains
+    assert alone.stages == [] and alone.labels[40] == 0 and (np.delete(alone.labels, 40) == -1).all()
+
+
+def test_with_no_member_of_any_cluster_training_the_plan_places_nobody():
+    W, _ = clustered_W([20, 20], seed=8)
+    _, later, _ = later_round(W, list(range(10)) + list(range(20, 30)), [10, 11, 30], members=[])
+    assert later.stages == [] and later.unplaced == [10, 11, 30]
+
+
 def test_the_plan_is_a_function_of_its_seed():
     W, _ = clustered_W([30, 30, 30], seed=2)
     a, b, c = (replay(W, sample=15, seed=s) for s in (4, 4, 5))
@@ -136,7 +225,6 @@ def test_the_plan_is_a_function_of_its_seed():
 @pytest.mark.parametrize("override, message", [
     ("strategy.pairs=staged --set strategy.rule=neighbourhoods",
      "strategy.pairs: staged places silos by the robust rule's cut"),
-    ("strategy.pairs=staged --set participation.fraction=0.5", "strategy.pairs: staged plans the pairs of every silo"),
     ("strategy.pair_sample=1", "strategy.pair_sample: must be at least 2, got 1"),
     ("strategy.representatives=0", "strategy.representatives: must be at least 1, got 0"),
     ("strategy.retest=-1", "strategy.retest: must be at least 0, got -1"),
@@ -190,6 +278,78 @@ def test_staged_plan_measures_nothing_after_its_round(tmp_path):
     assert_found_with_an_orphan_stage(records[:1], summary)
     assert records[1]["clusters"] == records[0]["clusters"] and "pair_plan" not in records[1]
     assert records[1]["bytes"]["embedding_model"] == records[1]["bytes"]["embeddings"] == 0
+
+
+# Half of 8 digit silos (two rotations) train a round, silo 5 arrives in round 3. Seed 0 draws
+# silos 1, 2 | 6, 7 for round 1 (found by the plan's "all" stage), then 0-3 (0 and 3 join the
+# first cluster; the second has no member training), 0, 1, 5, 6 (the late silo 5 joins the
+# second) and 1, 2, 4, 6 (4 joins it too): each later round one representative per cluster.
+LATE_AND_HALF = ["silos=8", "data.rotations=[0,90]", "participation.fraction=0.5", "late_silos=[{silo: 5, round: 3}]",
+                 "train.rounds=4", "model.channels=[16,32]", "strategy.pairs=staged", "strategy.pair_sample=4",
+                 "strategy.representatives=1", "strategy.pair_keys=seeded"]
+
+
+def assert_each_silo_placed_once_where_it_belongs(records: list[dict], summary: dict, W: np.ndarray) -> None:
+    placed: dict[int, int] = {}  # silo -> the round its cluster was decided
+    for r in records:
+        plan = r["pair_plan"]
+        assert [s["stage"] for s in plan["stages"]] == (["all"] if r["round"] == 1 else ["representatives"])
+        assert plan["unplaced"] == 0 and all(s.get("orphans", 0) == 0 for s in plan["stages"])
+        assert (5 in r["participants"]) == (r["round"] == 3) or r["round"] > 3  # the late silo arrives in round 3
+        before = list(placed)
+        if before:  # nobody placed earlier moves
+            earlier = np.asarray(records[r["round"] - 2]["clusters"])[before]
+            assert adjusted_rand_score(earlier, np.asarray(r["clusters"])[before]) == 1.0
+        placed.update({c: r["round"] for c in r["participants"] if c not in placed})
+    assert sorted(placed) == list(range(8)) and placed[5] == 3
+    assert records[-1]["ari"] == 1.0 and summary["ari"] == 1.0
+    together = np.eye(8, dtype=bool)
+    for r in records:
+        together[np.ix_(r["participants"], r["participants"])] = True
+    measured = np.isfinite(W) | np.isfinite(W.T)
+    assert (measured <= together).all() and measured.sum() < together.sum()  # fewer pairs than all-pairs
+
+
+@pytest.mark.mpi
+def test_staged_plan_places_late_silos_and_those_partial_participation_left_out(tmp_path):
+    proc, summary, records = run_job("configs/digits.yaml", tmp_path, *LATE_AND_HALF, n=3)
+    assert "round 3: staged pair plan measured 2 of 6 pairs" in proc.stdout
+    assert_each_silo_placed_once_where_it_belongs(records, summary, np.load(tmp_path / "W.npy"))
+
+
+@pytest.mark.job
+def test_staged_plan_with_late_silos_and_partial_participation_in_fedwad_mode(tmp_path):
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, *LATE_AND_HALF, "strategy.distance=fedwad",
+                                    "strategy.ground_cost=chordal")
+    assert_each_silo_placed_once_where_it_belongs(records, summary, np.load(tmp_path / "W.npy"))
+
+
+@pytest.mark.job
+def test_a_staged_run_stopped_before_its_late_silo_resumes_to_the_uninterrupted_run(tmp_path):
+    """The plans' clusters so far are part of the checkpoint: resumed after round 2, round 3
+    places the late silo against them instead of planning every silo afresh."""
+    from cfl_mpi.runtime.stop import StopRequest
+    from cfl_mpi.simulate import simulate
+
+    class StopAfterRound2(StopRequest):  # as SLURM's SIGTERM would, once round 2 is recorded
+        @property
+        def requested(self) -> bool:
+            metrics = tmp_path / "cut" / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                self.reason = "SIGTERM"
+            return self.reason is not None
+
+    full_summary, full = simulate_job("configs/digits.yaml", tmp_path / "full", *LATE_AND_HALF)
+    cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", [*LATE_AND_HALF, f"out={tmp_path / 'cut'}"])
+    assert simulate(cfg, stop=StopAfterRound2()) is None
+    summary = simulate(cfg, resume=True)
+    again = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["resumed_after_round"] == 2 and [r["round"] for r in again] == [1, 2, 3, 4]
+    for a, b in zip(full, again):
+        assert (a["clusters"], a["participants"], a["pair_plan"]["pairs"]) == \
+            (b["clusters"], b["participants"], b["pair_plan"]["pairs"])
+    np.testing.assert_array_equal(np.load(tmp_path / "cut" / "W.npy"), np.load(tmp_path / "full" / "W.npy"))
+    assert summary["ari"] == full_summary["ari"] == 1.0
 
 
 # ------------------------------------------------------------------ one-way pairs on the wire

@@ -70,7 +70,8 @@ class EmdCflConfig(StrategyParams):
     # representatives are within the cut; a silo near none is measured against `retest` more
     # members of its nearest cluster and joins it if within the cut on average over them all;
     # the silos still near none start again among themselves (strategies/emdcfl/staged_pairs.py):
-    # about pair_sample²/2 + representatives·K·C pairs.
+    # about pair_sample²/2 + representatives·K·C pairs. A silo that first trains in a later round
+    # (late_silos, participation) is placed then, against the members training with it.
     pairs: Literal["all", "staged"] = "all"
     pair_sample: int = 40
     representatives: int = 2
@@ -132,9 +133,6 @@ class EmdCflConfig(StrategyParams):
         if self.fedwad_support is not None and not 1 <= self.fedwad_support <= self.sample_cap:
             yield (f"strategy.fedwad_support: must lie between 1 and sample_cap ({self.sample_cap}) or be null, "
                    f"got {self.fedwad_support}")
-        if self.pairs == "staged" and not facts.all_from_start:
-            yield ("strategy.pairs: staged plans the pairs of every silo in round 1, so it needs every silo from the "
-                   "start (remove participation and late_silos, or use pairs: all)")
 
 
 SPEC = StrategySpec(EmdCflConfig, "EMD-CFL", halves_in(f"{__name__}.halves"),

@@ -161,6 +161,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self.extraction: dict = {}
         self.partners: dict[int, list[tuple[int, int]]] = {}  # this stage's (partner, role) per silo
         self.plan: StagedPlan | None = None       # the round's staged plan (`pairs: staged`)
+        self.placed = np.full(c, -1, dtype=np.int64)  # the staged plans' clusters so far (-1: not placed)
         self.stated: dict[int, tuple[float, ...]] = {}
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
 
@@ -171,22 +172,26 @@ class EmdCfl(Strategy[EmdCflConfig]):
         """Plan the round's pairs, each silo's in tournament order, and send the first plan
         before training, so a silo needs nobody else to start. All-pairs: the pairs of silos
         training now that were never measured (a pair is measured the first round both silos
-        train, Appendix E.4). Staged: the first stage over the silos training for the first time
-        (none in a round without such silos: the pairs its plan skipped are not measured later)."""
+        train, Appendix E.4). Staged: the first stage over the silos training now that no plan
+        has placed yet, against the earlier clusters' members training now (none in a round
+        without such silos: the pairs a plan skipped are not measured later)."""
         s = self.params
         silos = sorted(ctx.participants)
         self.stated = {}  # (noise_c[, τ_c]) as silo c first stated them this round
         self.plan = None
         if s.pairs == "staged":  # the pairs a plan left unmeasured stay so in later rounds
-            if ctx.first:
-                self.plan = StagedPlan(sorted(ctx.first), self.run.silos, sample=s.pair_sample,
+            if new := [c for c in silos if self.placed[c] < 0]:
+                self.plan = StagedPlan(new, self.run.silos, sample=s.pair_sample,
                                        representatives=s.representatives, noise_multiple=s.noise_multiple,
                                        rng=np.random.default_rng([self.run.seed, 13, ctx.round]), retest=s.retest,
-                                       one_way=s.placement == "one_way")
-            wanted = (self.plan.next_pairs(self.W, self.noise) or []) if self.plan else []
+                                       one_way=s.placement == "one_way", placed=self.placed,
+                                       members=[c for c in silos if self.placed[c] >= 0])
+            # None: the plan ended before a stage (placed by pairs measured earlier, or by none)
+            wanted = self.plan.next_pairs(self.W, self.noise) if self.plan else None
+            self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
         else:
             wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])])
-        self._send_plan(ctx, silos, wanted, more=self.plan is not None)
+            self._send_plan(ctx, silos, wanted, more=False)
 
     def _send_plan(self, ctx: ServerRound, silos: list[int], directions: list[Pair], more: bool) -> None:
         """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
@@ -217,7 +222,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         the clusters are the plan's (staged_pairs.py), the report over the pairs measured."""
         s = self.params
         silos, stages = sorted(ctx.participants), []
-        while True:
+        while len(stages) < len(self.plan.stages):  # a stage sent, its pairs not measured yet
             start = time.monotonic()
             if any(self.partners.values()):
                 self._measure(ctx, self.partners)
@@ -229,20 +234,26 @@ class EmdCfl(Strategy[EmdCflConfig]):
                            **({"orphans": stage.orphans} if stage.name in ("representatives", "retest")
                               else {"clusters": stage.clusters})})
             self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
-            if wanted is None:
-                break
         measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
-        self.clusters = relabel_by_first_appearance(self.plan.labels)
+        self.placed = self.plan.labels
+        labels = self.placed.copy()  # a silo not placed yet trains alone, as one all-pairs never measured
+        alone = np.flatnonzero(labels < 0)
+        labels[alone] = labels.max(initial=-1) + 1 + np.arange(len(alone))
+        self.clusters = relabel_by_first_appearance(labels)
         report = partition_report(self.W, self.clusters, self.noise, s.noise_multiple)
+        unplaced = len(self.plan.unplaced)
         self.extraction = {**dataclasses.asdict(report), "pair_plan": {"plan": "staged", "pairs": measured,
-                                                                       "all_pairs": every, "stages": stages}}
+                                                                       "all_pairs": every, "stages": stages,
+                                                                       "unplaced": unplaced}}
         ctx.facts["pair_plan"] = self.extraction["pair_plan"]
+        parts = [f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
+                 + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
+                 + (f"{x['orphans']} near no cluster" if "orphans" in x else f"{x['clusters']} clusters")
+                 for x in stages]
+        if unplaced:
+            parts.append(f"{unplaced} near no cluster with a member training: alone until a later round")
         print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
-              f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: "
-              + "; ".join(f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
-                          + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
-                          + (f"{x['orphans']} near no cluster" if "orphans" in x
-                             else f"{x['clusters']} clusters") for x in stages), flush=True)
+              f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts), flush=True)
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
@@ -380,11 +391,13 @@ class EmdCfl(Strategy[EmdCflConfig]):
         return relabel_by_first_appearance(clusters), report
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
-        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise}, \
+        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise,
+                "placed": self.placed}, \
             {"extraction": self.extraction}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         self.clusters = arrays["clusters"].astype(np.int64)
+        self.placed = arrays["placed"].astype(np.int64)
         for name in ("W", "tau", "noise"):  # in place: self.artifacts holds these arrays
             getattr(self, name)[...] = arrays[name]
         self.extraction = meta["extraction"]

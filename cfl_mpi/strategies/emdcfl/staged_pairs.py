@@ -26,6 +26,13 @@ When `sample` or fewer silos are left, all their pairs are measured and the plan
 C ≤ `sample` it is all-pairs. The pairs measured are about sample²/2 + representatives·K·C
 (+ retest per silo near no representative).
 
+Silos that train for the first time after the clusters were found (late silos, or silos that
+partial participation left out until then) are placed the same way, from step 2: against
+representatives of the existing clusters among the silos training this round (`placed`,
+`members`). A silo near none of them starts new clusters at step 1 only if every existing
+cluster had a member there to compare with; otherwise it stays unplaced (`unplaced`) and is
+placed in a later round it trains in.
+
 A plan asks for *directions*: (r, c) is W[r][c], silo c's data and r's own under r's model
 (r sends c its ω). The sample and the last silos are measured both ways, as all-pairs.
 Decisions read the symmetrised distance in noise units (`symmetrised(W, noise)`: the larger
@@ -61,29 +68,50 @@ class Stage:
 
 class StagedPlan:
     """The stages of one clustering round over `silos`; `next_pairs` is called with W and the
-    noise measured so far and returns the next stage's pairs, or None once every silo is placed
-    (then `labels` holds the clusters)."""
+    noise measured so far and returns the next stage's pairs, or None once the plan ends (then
+    `labels` holds the clusters, and `unplaced` the silos it could not place yet)."""
 
     def __init__(self, silos: list[int], size: int, *, sample: int, representatives: int,
-                 noise_multiple: float, rng: np.random.Generator, retest: int = 0, one_way: bool = False) -> None:
+                 noise_multiple: float, rng: np.random.Generator, retest: int = 0, one_way: bool = False,
+                 placed: np.ndarray | None = None, members: list[int] = ()) -> None:
+        """`silos`: the silos to place; `placed`: the clusters found in earlier rounds (-1: not
+        placed), of which `members` train this round and may represent their cluster."""
         if sample < 2 or representatives < 1 or retest < 0:
             raise ValueError(f"sample must be >= 2, representatives >= 1 and retest >= 0, got {sample}, "
                              f"{representatives}, {retest}")
         self.sample, self.representatives, self.cut, self.rng = sample, representatives, noise_multiple, rng
         self.retest, self.one_way = retest, one_way
-        self.labels = np.full(size, -1, dtype=np.int64)  # -1: not placed yet (or not taking part)
+        # -1: not placed yet (or not taking part)
+        self.labels = np.full(size, -1, dtype=np.int64) if placed is None else np.array(placed, dtype=np.int64)
         self.stages: list[Stage] = []
         self._left = sorted(silos)         # silos not placed yet
         self._drawn: list[int] = []        # the current sample, all its pairs measured
         self._reps: list[int] = []         # representatives being measured against `_left`
         self._retesting = False            # `_left` being measured against more members
         self._done = not silos
+        self._active = np.zeros(size, dtype=bool)  # the silos training this round: partners to draw from
+        self._active[list(silos) + list(members)] = True
+        self._members = sorted(members)    # placed earlier, training now: the first representatives
+        existing = np.unique(self.labels[self.labels >= 0])
+        # a silo near no existing cluster starts a new one only if every cluster had a member to compare with
+        self._complete = bool(np.isin(existing, self.labels[self._members]).all())
+
+    @property
+    def unplaced(self) -> list[int]:
+        """The silos left unplaced once the plan ends (near no cluster that had a member here)."""
+        return self._left if self._done else []
 
     def next_pairs(self, W: np.ndarray, noise: np.ndarray) -> list[Pair] | None:
         """The next stage's directions (r, c) to measure, given W and the per-silo noise with
         every earlier stage's directions filled in."""
         if self._done:
             return None
+        if self._members:  # earlier rounds' clusters, represented by their members training now
+            D = symmetrised(W, noise)
+            self._reps, self._members = self._members_medoids(D), []
+            # a pair measured in an earlier round (an unplaced silo's) is not measured again
+            if pairs := [(r, c) for r in self._reps for c in self._left if np.isnan(D[r, c])]:
+                return self._stage("representatives", self._placing(pairs))
         if self._retesting:
             self._place_left(symmetrised(W, noise))
             self._retesting = False
@@ -99,7 +127,9 @@ class StagedPlan:
             if self._left:
                 return self._stage("representatives", self._placing([(r, c) for r in self._reps for c in self._left]))
             self._reps = []
-        if not self._left:
+        if len(self._left) == 1 and self._complete:  # one silo, near no cluster: a cluster of its own
+            self.labels[self._left.pop()] = self.labels.max() + 1
+        if not self._left or not self._complete:
             self._done = True
             return None
         if len(self._left) <= self.sample:
@@ -140,6 +170,21 @@ class StagedPlan:
             reps += members[np.argsort(spread, kind="stable")[: self.representatives]].tolist()
         return sorted(reps)
 
+    def _members_medoids(self, D: np.ndarray) -> list[int]:
+        """The `representatives` members training now of each earlier cluster, the best measured
+        first (most pairs measured with the rest of their cluster: an earlier representative or
+        sample member before a silo placed by one or two pairs), then the closest on average."""
+        members = np.asarray(self._members)
+        reps = []
+        for k in np.unique(self.labels[members]):
+            here, mates = members[self.labels[members] == k], np.flatnonzero(self.labels == k)
+            within = D[np.ix_(here, mates)]
+            within[here[:, None] == mates[None, :]] = np.nan  # not a member's distance to itself
+            counts = np.isfinite(within).sum(axis=1)
+            means = np.where(counts > 0, np.nansum(within, axis=1) / np.maximum(counts, 1), np.inf)
+            reps += here[np.lexsort((means, -counts))[: self.representatives]].tolist()
+        return sorted(reps)
+
     def _place_left(self, D: np.ndarray) -> None:
         """Each silo left joins the cluster whose members measured with it (the representatives,
         and after a retest the members drawn for it) are on average within the cut; the others
@@ -152,7 +197,8 @@ class StagedPlan:
             else:
                 orphans.append(c)
         self._left, self._reps, self._drawn = orphans, [], []
-        self.stages[-1].orphans = len(orphans)
+        if self.stages:  # (not when every pair was measured in an earlier round)
+            self.stages[-1].orphans = len(orphans)
 
     def _retest_pairs(self, D: np.ndarray) -> list[Pair]:
         """Each silo left against `retest` members, drawn at random, of the cluster nearest to
@@ -162,6 +208,6 @@ class StagedPlan:
             nearest, _ = nearest_cluster(D[c], self.labels, "average")
             if nearest is None:
                 continue
-            fresh = np.flatnonzero((self.labels == nearest) & np.isnan(D[c]))
+            fresh = np.flatnonzero((self.labels == nearest) & np.isnan(D[c]) & self._active)
             pairs += [(int(m), c) for m in sorted(self.rng.choice(fresh, min(self.retest, len(fresh)), replace=False))]
         return pairs
