@@ -108,7 +108,7 @@ class StagedPlan:
             return None
         if self._members:  # earlier rounds' clusters, represented by their members training now
             D = symmetrised(W, noise)
-            self._reps, self._members = self._members_medoids(D), []
+            self._reps, self._members = self._medoids(D, self._members), []
             # a pair measured in an earlier round (an unplaced silo's) is not measured again
             if pairs := [(r, c) for r in self._reps for c in self._left if np.isnan(D[r, c])]:
                 return self._stage("representatives", self._placing(pairs))
@@ -123,7 +123,7 @@ class StagedPlan:
                 return self._stage("retest", self._placing(pairs))
         elif self._drawn:
             self._cluster_sample(W, noise)
-            self._reps = self._medoids(symmetrised(W, noise))
+            self._reps = self._medoids(symmetrised(W, noise), self._drawn)
             if self._left:
                 return self._stage("representatives", self._placing([(r, c) for r in self._reps for c in self._left]))
             self._reps = []
@@ -157,27 +157,16 @@ class StagedPlan:
         self.labels[drawn] = labels + self.labels.max() + 1
         self.stages[-1].clusters = int(labels.max()) + 1
 
-    def _medoids(self, D: np.ndarray) -> list[int]:
-        """The `representatives` members of each of the sample's clusters with the smallest mean
-        distance to the rest of their cluster (ties: the lower index)."""
-        drawn = np.asarray(self._drawn)
+    def _medoids(self, D: np.ndarray, candidates: list[int]) -> list[int]:
+        """The `representatives` `candidates` of each of their clusters: the best measured first
+        (most pairs measured with the rest of their cluster: in a later round, an earlier
+        representative or sample member before a silo placed by one or two pairs; in a sample,
+        every member alike), then the smallest mean distance to the rest of it (ties: the lower
+        index)."""
+        candidates = np.asarray(candidates)
         reps = []
-        for k in np.unique(self.labels[drawn]):
-            members = drawn[self.labels[drawn] == k]
-            within = D[np.ix_(members, members)]
-            spread = np.nanmean(np.where(np.eye(len(members), dtype=bool), np.nan, within), axis=1) \
-                if len(members) > 1 else np.zeros(1)
-            reps += members[np.argsort(spread, kind="stable")[: self.representatives]].tolist()
-        return sorted(reps)
-
-    def _members_medoids(self, D: np.ndarray) -> list[int]:
-        """The `representatives` members training now of each earlier cluster, the best measured
-        first (most pairs measured with the rest of their cluster: an earlier representative or
-        sample member before a silo placed by one or two pairs), then the closest on average."""
-        members = np.asarray(self._members)
-        reps = []
-        for k in np.unique(self.labels[members]):
-            here, mates = members[self.labels[members] == k], np.flatnonzero(self.labels == k)
+        for k in np.unique(self.labels[candidates]):
+            here, mates = candidates[self.labels[candidates] == k], np.flatnonzero(self.labels == k)
             within = D[np.ix_(here, mates)]
             within[here[:, None] == mates[None, :]] = np.nan  # not a member's distance to itself
             counts = np.isfinite(within).sum(axis=1)
