@@ -252,7 +252,10 @@ def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> Non
     # the sample and the last silos both ways, the placing stages one way (placement: one_way)
     assert [s["directions"] for s in plan["stages"]] == [12, 12, 2, 2]
     assert plan["pairs"] == 21 and plan["all_pairs"] == 28
-    assert summary["extraction"]["pair_plan"] == plan and summary["extraction"]["unmeasured_pairs"] == 28 - 21
+    round_1 = {"round": 1, **{k: v for k, v in plan.items() if k != "plan"}}
+    assert summary["extraction"]["pair_plan"] == {"plan": "staged", "pairs": 21, "all_pairs": 28, "unplaced": 0,
+                                                  "rounds": [round_1]}
+    assert summary["extraction"]["unmeasured_pairs"] == 28 - 21
 
 
 @pytest.mark.mpi
@@ -303,6 +306,11 @@ def assert_each_silo_placed_once_where_it_belongs(records: list[dict], summary: 
         placed.update({c: r["round"] for c in r["participants"] if c not in placed})
     assert sorted(placed) == list(range(8)) and placed[5] == 3
     assert records[-1]["ari"] == 1.0 and summary["ari"] == 1.0
+    # the summary keeps every round's plan, not only the last one's
+    plans = summary["extraction"]["pair_plan"]
+    assert plans["rounds"] == [{"round": r["round"], **{k: v for k, v in r["pair_plan"].items() if k != "plan"}}
+                               for r in records]
+    assert plans["pairs"] == sum(r["pair_plan"]["pairs"] for r in records) and plans["all_pairs"] == 28
     together = np.eye(8, dtype=bool)
     for r in records:
         together[np.ix_(r["participants"], r["participants"])] = True
@@ -350,6 +358,10 @@ def test_a_staged_run_stopped_before_its_late_silo_resumes_to_the_uninterrupted_
             (b["clusters"], b["participants"], b["pair_plan"]["pairs"])
     np.testing.assert_array_equal(np.load(tmp_path / "cut" / "W.npy"), np.load(tmp_path / "full" / "W.npy"))
     assert summary["ari"] == full_summary["ari"] == 1.0
+    # the rounds before the stop keep their plans in the summary: the checkpoint carries them
+    pairs = [[(r["round"], r["pairs"]) for r in run["extraction"]["pair_plan"]["rounds"]]
+             for run in (summary, full_summary)]
+    assert pairs[0] == pairs[1] == [(r["round"], r["pair_plan"]["pairs"]) for r in full]
 
 
 # ------------------------------------------------------------------ one-way pairs on the wire
