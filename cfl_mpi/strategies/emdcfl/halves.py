@@ -242,10 +242,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self.clusters = relabel_by_first_appearance(labels)
         report = partition_report(self.W, self.clusters, self.noise, s.noise_multiple)
         unplaced = len(self.plan.unplaced)
-        ctx.facts["pair_plan"] = {"plan": "staged", "pairs": measured, "all_pairs": every, "stages": stages,
-                                  "unplaced": unplaced}
-        self.extraction = {**dataclasses.asdict(report),
-                           "pair_plan": self._plans_so_far(ctx.round, ctx.facts["pair_plan"])}
+        this_round = {"pairs": measured, "all_pairs": every, "stages": stages, "unplaced": unplaced}
+        ctx.facts["pair_plan"] = {"plan": "staged", **this_round}
+        self.extraction = {**dataclasses.asdict(report), "pair_plan": self._plans_so_far(ctx.round, this_round)}
         parts = [f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
                  + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
                  + (f"{x['orphans']} near no cluster" if "orphans" in x else f"{x['clusters']} clusters")
@@ -255,13 +254,13 @@ class EmdCfl(Strategy[EmdCflConfig]):
         print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
               f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts), flush=True)
 
-    def _plans_so_far(self, round: int, plan: dict) -> dict:
+    def _plans_so_far(self, round: int, this_round: dict) -> dict:
         """`summary.json`'s `extraction.pair_plan`: the pairs of every round's plan (a round with
         late or newly drawn silos has a plan of its own), each round's as `metrics.jsonl` has it."""
-        rounds = [*self.extraction.get("pair_plan", {}).get("rounds", []),
-                  {"round": round, **{k: v for k, v in plan.items() if k != "plan"}}]
+        rounds = [*self.extraction.get("pair_plan", {}).get("rounds", []), {"round": round, **this_round}]
         return {"plan": "staged", "pairs": sum(r["pairs"] for r in rounds),
-                "all_pairs": self.run.silos * (self.run.silos - 1) // 2, "unplaced": plan["unplaced"], "rounds": rounds}
+                "all_pairs": self.run.silos * (self.run.silos - 1) // 2, "unplaced": this_round["unplaced"],
+                "rounds": rounds}
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
