@@ -3,7 +3,7 @@
     python -m benchmarks [--quick] [--before TREE] [--only NAME ...] [--with-others]
 
 Benchmarks that compare code before and after a change run the tree BEFORE (default: a git
-worktree of BEFORE_COMMIT, the code before the issue 13 speed work, made on first use)
+worktree of BEFORE_COMMIT, the code before the clustering round's speed work, made on first use)
 side by side with this one, in the same run, and print ratios. `--quick` fits about twenty
 minutes on a quiet 2-core machine; without it the scaling goes to 40 silos. `--with-others`
 adds the single-purpose benchmarks (FedWaD, robust aggregation, curious server, cheaper

@@ -7,13 +7,13 @@ the staged plan with one representative a cluster, seeded keys) for two rounds o
 through `mpirun -n RANKS`, in this tree and, with `--before`, in another checkout, taking
 turns, `repeats` times each; and FedAvg on the same config once a repeat, in this tree.
 
-What the clustering adds is round 1's training and clustering less round 2's training (a
-clean training round); its ratio to round 2's training is issue 21's "clustering round / a
-training round". Round 1's training also holds the job's start-up (the silos build their
-data and models while its clock runs), which FedAvg, clustering nothing, shows as round 1's
-training less round 2's: the last column takes its mean off. Single runs of the same tree
-spread by ±0.2 in the ratio on this 2-core machine (round 2's training alone by ±6 s), hence
-the repeats and the means.
+What the clustering adds is round 1's training and clustering less round 2's training (a clean
+training round); its ratio to round 2's training is the figure this benchmark reports,
+"clustering round / a training round". Round 1's training also holds the job's start-up (the
+silos build their data and models while its clock runs), which FedAvg, clustering nothing,
+shows as round 1's training less round 2's: the last column takes its mean off. Single runs of
+the same tree spread by ±0.2 in the ratio on this 2-core machine (round 2's training alone by
+±6 s), hence the repeats and the means.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """A silo's embedding forward pass: the simple CNN's plain forward (training's, and the code's
-before issue 13) against its CPU inference path (`ConvEmbedding`), side by side.
+before the speed work, BEFORE_COMMIT in benchmarks/__main__.py) against its CPU inference path
+(`ConvEmbedding`), side by side.
 
     python -m benchmarks.embedding [--quick]
 

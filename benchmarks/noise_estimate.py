@@ -1,4 +1,5 @@
-"""A silo's noise estimate: the code before issue 13 against this tree's, side by side.
+"""A silo's noise estimate: the code before the speed work (the reference tree, default
+BEFORE_COMMIT in benchmarks/__main__.py) against this tree's, side by side.
 
     python -m benchmarks.noise_estimate BEFORE_TREE [--seeds 10] [--quick]
 

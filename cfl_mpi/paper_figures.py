@@ -1,4 +1,5 @@
-"""The EMD-CFL paper's published figures (emd-cfl.txt), transcribed for `cfl_mpi.reproduce`.
+"""The EMD-CFL paper's published figures (Zhang, Williams, Toni, "Clustered Federated Learning
+via Embedding Distributions"), transcribed for `cfl_mpi.reproduce`.
 
 Only the methods cfl_mpi implements are transcribed. Each value is (mean, std) over the
 paper's seeds, accuracies in %, as printed. A block is one data set's columns of a table.
@@ -15,7 +16,7 @@ class PaperBlock:
     """One data set's columns of a paper table: {method: {column: (mean, std)}}."""
 
     title: str
-    source: str                 # where in emd-cfl.txt
+    source: str                 # where in the EMD-CFL paper
     columns: tuple[str, ...]    # summary keys: avg_acc, worst_acc, ari, target_clean_acc, target_backdoor_acc
     figures: dict[str, dict[str, Figure]]
 

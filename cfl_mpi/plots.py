@@ -54,29 +54,39 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
     matrix `name` of a strategy's artifacts, in the units its rule cuts in: EMD-CFL's robust
     rule cuts max(W[c][c']/noise_c, W[c'][c]/noise_c') at noise_multiple, the paper's rule
     max(W[c][c'], W[c'][c]) at epsilon, PACFL A at beta (degrees). CFL's S and FedWaD's D have
-    no fixed cut (bipartitions, spectral clustering into K)."""
+    no fixed cut (bipartitions, spectral clustering into K). The label says in words what the
+    colours are, with the run's cut, e.g. "distance in noise units (cut at 3.5)"."""
     label = strategies.pairwise()[name].label
     if strategy is None:
         return None, None, label
     strategy_name = _get(strategy, "name")
     if name == "W" and strategy_name == "emdcfl":
+        energy = _get(strategy, "distance") == "energy"
+        both = "the larger of the two directions"
         if _get(strategy, "rule", "robust") == "neighbourhoods":
             eps = float(_get(strategy, "epsilon", 0.025))
-            return None, Cut(eps, f"cut ε = {eps:g}"), label
+            measure = "energy distance" if energy else "distance W1 − τ"
+            return None, Cut(eps, f"cut ε = {eps:g}"), f"{measure} (cut at ε = {eps:g}),\n{both}"
         multiple = float(_get(strategy, "noise_multiple", 3.5))
         noise = artifacts.get("noise")
         if noise is None:
-            return None, None, label
+            return None, None, f"energy distance, {both}" if energy else label
         from .clustering.extraction import noise_or_one
 
         noise = noise_or_one(noise)  # the unit the strategy divides by
-        measure = "the energy distance" if _get(strategy, "distance") == "energy" else "W1 − τ_c"
-        return noise, Cut(multiple, f"cut {multiple:g}"), \
-            f"noise units: max(W[c][c'] / noise_c, W[c'][c] / noise_c')\nW[c][c'] = {measure}; cut: noise_multiple"
+        measure = "energy distance" if energy else "distance"
+        return noise, Cut(multiple, f"cut {multiple:g}"), f"{measure} in noise units (cut at {multiple:g}),\n{both}"
     if name == "A" and strategy_name == "pacfl":
+        label = "smallest principal angle (degrees)" if _get(strategy, "measure") == "smallest" \
+            else "sum of principal angles (degrees)"
         beta = _get(strategy, "beta")
         if beta is not None:
-            return None, Cut(float(beta), f"cut β = {float(beta):g}°"), label
+            return None, Cut(float(beta), f"cut β = {float(beta):g}°"), f"{label}, cut at β = {float(beta):g}°"
+        return None, None, label
+    if name == "D" and strategy_name == "fedwad":
+        p = int(_get(strategy, "p", 2))
+        space = "embeddings" if _get(strategy, "space") == "embedding" else "inputs"
+        return None, None, f"W{p} distance between the silos' {space}\n(FedWaD estimate)"
     return None, None, label
 
 

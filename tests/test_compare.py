@@ -1,8 +1,8 @@
-"""The comparison command (issue 4): offline (the per-run overrides, the table, a failed run's
-reason, its config errors), then one comparison of all seven methods on 8 rotated-digits
-silos (2 rounds, a slimmer CNN) by the in-process simulator, whose per-method folders are
-ordinary results folders and serve the baselines' whole-run assertions. (Every strategy
-also runs over MPI in test_backends.py.)
+"""The comparison command (`python -m cfl_mpi.compare`): offline (the per-run overrides, the
+table, a failed run's reason, its config errors), then one comparison of all seven methods on 8
+rotated-digits silos (2 rounds, a slimmer CNN) by the in-process simulator, whose per-method
+folders are ordinary results folders and serve the baselines' whole-run assertions. (Every
+strategy also runs over MPI in test_backends.py.)
 """
 from __future__ import annotations
 

@@ -62,8 +62,9 @@ def test_robust_rule_heatmap_is_in_noise_units_ordered_and_outlined_by_found_clu
     W = _w()
     noise, cut, label = plots.rule_view("W", {"W": W, "noise": NOISE},
                                         {"name": "emdcfl", "rule": "robust", "noise_multiple": 3.5})
-    assert cut.value == 3.5 and "noise units" in label
+    assert cut.value == 3.5 and label.startswith("distance in noise units (cut at 3.5)")
     fig = plots.heatmap_figure(W, TRUTH, "t", label, found=FOUND, noise=noise, cut=cut)
+    assert _main_image(fig).colorbar.ax.get_ylabel() == label
     order = [0, 2, 1, 3, 4, 5]
     shown = np.ma.getdata(_main_image(fig).get_array())
     np.testing.assert_allclose(shown, symmetrised(W, NOISE)[np.ix_(order, order)])
@@ -96,6 +97,25 @@ def test_the_cut_is_on_the_colour_bar_and_the_colours_step_there():
     viridis = plt.get_cmap("viridis")
     np.testing.assert_allclose(cmap(0.0), viridis(0.0))
     np.testing.assert_allclose(cmap(1.0), viridis(1.0))
+
+
+@pytest.mark.parametrize("name,strategy,words", [
+    ("W", {"name": "emdcfl", "rule": "robust", "noise_multiple": 5.0}, "distance in noise units (cut at 5)"),
+    ("W", {"name": "emdcfl", "rule": "robust", "distance": "energy"}, "energy distance in noise units (cut at 3.5)"),
+    ("W", {"name": "emdcfl", "rule": "neighbourhoods", "epsilon": 0.1}, "distance W1 − τ (cut at ε = 0.1)"),
+    ("A", {"name": "pacfl", "beta": 600.0}, "sum of principal angles (degrees), cut at β = 600°"),
+    ("A", {"name": "pacfl", "measure": "smallest", "beta": 40.0}, "smallest principal angle (degrees)"),
+    ("S", {"name": "cfl"}, "cosine similarity of the silos' weight updates"),
+    ("D", {"name": "fedwad", "p": 2, "space": "input"}, "W2 distance between the silos' inputs"),
+    ("D", {"name": "fedwad", "p": 1, "space": "embedding"}, "W1 distance between the silos' embeddings"),
+])
+def test_colour_bar_labels_say_in_words_what_the_colours_are(name, strategy, words):
+    """What each strategy's heat map shows, with the run's own cut: no formula to decode."""
+    _, _, label = plots.rule_view(name, {name: np.zeros((4, 4)), "noise": np.ones(4)}, strategy)
+    assert label.startswith(words)
+    assert "[" not in label and "=" not in label.replace("β = ", "").replace("ε = ", "")
+    for spec_label in (how.label for how in strategies.pairwise().values()):
+        assert "[" not in spec_label and "=" not in spec_label
 
 
 def test_matrices_without_noise_are_shown_raw_with_their_own_cut():

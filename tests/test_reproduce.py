@@ -51,7 +51,7 @@ def test_unknown_table_is_one_line_exit_2(capsys):
 
 
 def test_transcribed_figures_spot_checks():
-    """A few cells checked by hand against emd-cfl.txt."""
+    """A few cells checked by hand against the EMD-CFL paper's tables."""
     assert TABLE_1_MNIST.figures["emdcfl"]["worst_acc"] == (97.58, 0.26)
     assert TABLE_3_MNIST.figures["fedavg"] == {"target_clean_acc": (97.19, 0.29), "target_backdoor_acc": (88.49, 1.39)}
     assert TABLE_6[30][1].figures["emdcfl"]["avg_acc"] == (94.55, 0.04)

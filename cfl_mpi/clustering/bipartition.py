@@ -1,4 +1,5 @@
-"""CFL maths (Sattler, Müller, Samek, IEEE TNNLS 2021; `shared/seeds/cfl-sattler.txt`).
+"""CFL maths (Sattler, Müller, Samek, "Clustered Federated Learning: Model-Agnostic Distributed
+Multitask Optimization Under Privacy Constraints", IEEE TNNLS 2021).
 
 - pairwise cosine similarity of the silos' weight updates (Eq. 40);
 - the bipartition minimising the largest cross-cluster similarity (Eq. 33, Algorithm 1);

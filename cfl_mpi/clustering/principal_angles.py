@@ -1,7 +1,7 @@
 """PACFL maths: data-subspace signatures, principal angles, proximity matrix, clustering.
 
 Vahidian et al., "Efficient Distribution Similarity Identification in Clustered FL via
-Principal Angles Between Client Data Subspaces" (AAAI 2023), `shared/seeds/pacfl.txt`:
+Principal Angles Between Client Data Subspaces" (PACFL, AAAI 2023):
 
 - a silo summarises its data by the top-p left singular vectors of its data matrix
   (features x samples), per class and stacked, as the authors' code does;

@@ -1,4 +1,4 @@
-"""The backdoor features of emd-cfl.txt §4.1, §5.3 and Appendix C.4/C.5.
+"""The backdoor features of the EMD-CFL paper, §4.1, §5.3 and Appendix C.4/C.5.
 
 Each backdoor set has three groups of silos; group 0 is the *target*: clean data that
 silos of group 1 try to backdoor with visually subtle, label-correlated features.

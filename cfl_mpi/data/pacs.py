@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
-# The paper's 80/10/10 split of each silo's images (emd-cfl.txt §4.1), and the authors' code's
+# The paper's 80/10/10 split of each silo's images (EMD-CFL paper, §4.1), and the authors' code's
 # (`pacs.ipynb`): 20 % of the domain for testing, then 80/20 of each silo's share (data.pacs_split).
 TEST_FRACTION, VAL_FRACTION = 0.1, 0.1
 AUTHORS_TEST_FRACTION, AUTHORS_VAL_FRACTION = 0.2, 0.2

@@ -1,4 +1,4 @@
-"""The partition rules of SPEC §6 (emd-cfl.txt §4.1): which samples a silo owns.
+"""The partition rules of the EMD-CFL paper's data sets (§4.1): which samples a silo owns.
 
 Rotated and backdoor sets: the training pool is replicated once per group (rotation or
 backdoor group); each copy is split evenly across the silos of that group (silos are

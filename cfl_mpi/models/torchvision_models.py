@@ -1,4 +1,5 @@
-"""torchvision's ImageNet architectures split into embedding g and head h (SPEC §7, Appendix D.2).
+"""torchvision's ImageNet architectures split into embedding g and head h (EMD-CFL paper,
+Appendix D.2).
 
 The embedding is the whole backbone up to the pooled features (the classifier's last linear
 layer replaced by an identity), so its state keeps torchvision's parameter names under

@@ -1,8 +1,8 @@
 """FedWaD: the Wasserstein distance between two measures that never meet.
 
-Rakotomamonjy, Nadjahi & Ralaivola, *Federated Wasserstein Distance*, ICLR 2024
-(``shared/seeds/fedwad.txt``). μ lives on one silo, ν on another; the server only ever
-sees *interpolating measures* ξ and, at the very end, two scalars.
+Rakotomamonjy, Nadjahi & Ralaivola, *Federated Wasserstein Distance*, ICLR 2024. μ lives on
+one silo, ν on another; the server only ever sees *interpolating measures* ξ and, at the very
+end, two scalars.
 
 Algorithm 1, with k = 1..K and a time t ∈ (0, 1)::
 

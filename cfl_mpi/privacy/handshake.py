@@ -1,4 +1,5 @@
-"""Pairwise projection seeds: X25519 key agreement + HKDF-SHA256 (SPEC §1, seed handshake).
+"""Pairwise projection seeds: X25519 key agreement + HKDF-SHA256 (the seed handshake of EMD-CFL's
+projection R: both silos of a pair build the same R, the server cannot).
 
 Two silos exchange X25519 public keys (directly, silo to silo); each derives the same
 32-byte secret, and HKDF binds it to the pair and the run so one key pair serves all of a
@@ -43,6 +44,7 @@ def projection_matrix(seed: bytes, dim_z: int, dim_r: int) -> np.ndarray:
 
 
 def random_projection(rng: np.random.Generator, dim_z: int, dim_r: int) -> np.ndarray:
-    """R ∈ R^{dim_z × dim_r}: Gaussian entries / sqrt(dim_z), rows normalised (SPEC §1)."""
+    """R ∈ R^{dim_z × dim_r}: Gaussian entries / sqrt(dim_z), rows normalised (as the EMD-CFL
+    authors' code draws it)."""
     r = rng.standard_normal((dim_z, dim_r)) / np.sqrt(dim_z)
     return (r / np.linalg.norm(r, axis=1, keepdims=True)).astype(np.float32)

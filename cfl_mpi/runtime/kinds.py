@@ -1,5 +1,6 @@
-"""The message kinds of every round, whatever the strategy (SPEC's table): the runtime sends
-them; a strategy's own kinds are declared in its halves (`Halves.kinds`)."""
+"""The message kinds of every round, whatever the strategy (model broadcast, weight update,
+evaluation, control): the runtime sends them; a strategy's own kinds are declared in its
+halves (`Halves.kinds`)."""
 from __future__ import annotations
 
 from ..wire.messages import Kind, message_kind

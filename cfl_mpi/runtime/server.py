@@ -269,7 +269,7 @@ def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, re
 
 def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np.ndarray) -> dict:
     """Backdoor sets: each silo's backdoor accuracy (None where it has no backdoor test) and the
-    target silos' average clean and backdoor accuracy (emd-cfl.txt Table 3); nothing otherwise."""
+    target silos' average clean and backdoor accuracy (the EMD-CFL paper's Table 3); nothing otherwise."""
     if not targets.any():
         return {}
     return {"backdoor_acc": [None if np.isnan(a) else round(float(a), 6) for a in backdoor_acc],

@@ -1,4 +1,4 @@
-"""Cluster extraction: the paper's neighbourhood rule and the robust default (issue 7)."""
+"""Cluster extraction: the paper's neighbourhood rule and the robust default."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Cluster extraction in whole runs (issue 7; simulated in-process): one default setting across
+"""Cluster extraction in whole runs (simulated in-process): one default setting across
 silo counts and data sets, one cluster when there is one, and the margin reported."""
 
 import pytest

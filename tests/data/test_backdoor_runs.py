@@ -1,5 +1,5 @@
-"""Backdoor MNIST as the authors build it, on the real MNIST test split, as real `mpirun` jobs
-(issue 15): EMD-CFL keeps the backdoor group away from its targets, FedAvg learns the backdoor.
+"""Backdoor MNIST as the authors build it, on the real MNIST test split, as real `mpirun` jobs:
+EMD-CFL keeps the backdoor group away from its targets, FedAvg learns the backdoor.
 
 Small scale, honestly: 6 silos (2 per group) of the 10,000 test digits and the authors'
 one-pool CNN at half its width (32 and 64 channels; 16 and 32 do not learn the colour in 5

@@ -1,4 +1,5 @@
-"""Every data set of SPEC §6, built from small files written in the real on-disk formats."""
+"""Every data set of the EMD-CFL paper (§4.1, Appendix C), built from small files written in the
+real on-disk formats."""
 from __future__ import annotations
 
 import textwrap
@@ -325,7 +326,7 @@ def test_prepare_command_accepts_present_files(files, tmp_path, capsys):
 # --------------------------------------------------------------------------- configs
 
 
-PAPER = {  # config: (data.name, silos, model, lr), emd-cfl.txt §4.1 and Appendix D.2 (Table 5)
+PAPER = {  # config: (data.name, silos, model, lr), EMD-CFL paper §4.1 and Appendix D.2 (Table 5)
     "rotated": ("rotated_mnist", 40, "simple_cnn", 0.01),
     "rotated_mnist_min": ("rotated_mnist", 40, "simple_cnn", 0.01),
     "rotated_mnist_two": ("rotated_mnist", 40, "simple_cnn", 0.01),

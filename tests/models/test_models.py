@@ -1,4 +1,5 @@
-"""Every model of SPEC §7: embedding size, head, the split, weights from a file or torch's cache."""
+"""Every model the EMD-CFL paper uses (Appendix D.2 and E.3): embedding size, head, the split,
+weights from a file or torch's cache."""
 from __future__ import annotations
 
 import subprocess
@@ -12,7 +13,7 @@ from cfl_mpi.models import WeightsError, build_model
 from cfl_mpi.prepare import prepare_weights
 from config_files import config_from
 
-SPEC_DIMS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536, "vit_b_16": 768, "convnext_base": 1024}
+EMBEDDING_DIMS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536, "vit_b_16": 768, "convnext_base": 1024}
 
 
 def config(tmp_path, silos=3, data=None, **model):
@@ -21,18 +22,18 @@ def config(tmp_path, silos=3, data=None, **model):
                                   "model": model})
 
 
-@pytest.mark.parametrize("name", sorted(SPEC_DIMS))
+@pytest.mark.parametrize("name", sorted(EMBEDDING_DIMS))
 def test_embedding_size_head_and_split(tmp_path, name):
     torch.set_num_threads(1)
     cfg = config(tmp_path, name=name, input_size=32)  # tiny inputs; the paper's default is 224
-    assert cfg.model.embedding_dim == SPEC_DIMS[name]
+    assert cfg.model.embedding_dim == EMBEDDING_DIMS[name]
     torch.manual_seed(0)
     model = build_model(cfg, 10).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         z = model.embedding(x)
         logits = model(x)
-        assert z.shape == (2, SPEC_DIMS[name]) and logits.shape == (2, 10)
+        assert z.shape == (2, EMBEDDING_DIMS[name]) and logits.shape == (2, 10)
         torch.testing.assert_close(model.head(z), logits)
     assert not any(k.startswith("embedding.") for k in model.head.state_dict())
 
@@ -168,8 +169,8 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
 @pytest.mark.parametrize("pools,side", [(2, 28), (1, 28), (2, 30)])  # 30: an odd map (15) to pool
 def test_simple_cnn_inference_equals_the_plain_forward_bit_for_bit(pools, side):
     """The CPU inference path (chunks, ReLU + max-pool as strided maxima) gives exactly what
-    training's plain forward gives, at every batch size around the chunk boundaries (issue 13:
-    W must not move)."""
+    training's plain forward gives, at every batch size around the chunk boundaries (speed
+    work must not move W)."""
     from torch import nn
 
     from cfl_mpi.models.simple_cnn import ConvEmbedding, SimpleCNN

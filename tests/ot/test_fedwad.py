@@ -1,6 +1,6 @@
 """FedWaD (cfl_mpi.ot.fedwad) against exact OT, and the paper's Theorems 1-3.
 
-Rakotomamonjy et al., Federated Wasserstein Distance, ICLR 2024 (shared/seeds/fedwad.txt).
+Rakotomamonjy, Nadjahi, Ralaivola, Federated Wasserstein Distance, ICLR 2024.
 Reference distances come from POT's ``ot.emd2`` on the full samples. Sizes stay small
 (n ≤ 300) so the file runs in well under a minute on one core.
 

@@ -1,4 +1,4 @@
-"""Speed work must not move W (issue 13): a seeded EMD-CFL run of this tree gives the clusters,
+"""Speed work must not move W: a seeded EMD-CFL run of this tree gives the clusters,
 W and τ of the committed fixture (tests/w_guard.py wrote it from the code of that time, which
 gave the W of the code before the speed work, commit 703ab81, to 1e-9 on the same machine),
 and every W1 the server solves equals POT's network simplex on the same embeddings.

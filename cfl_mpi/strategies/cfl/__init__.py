@@ -11,7 +11,8 @@ from ..spec import SEED_LIMIT, ConfigFacts, Pairwise, StrategyParams, StrategySp
 
 @dataclass(frozen=True)
 class CflConfig(StrategyParams):
-    """CFL (cfl-sattler.txt, Algorithm 5): FedAvg, then recursive bipartitions of clusters."""
+    """CFL (Sattler, Müller, Samek, IEEE TNNLS 2021, Algorithm 5): FedAvg, then recursive
+    bipartitions of clusters."""
 
     name: Literal["cfl"] = "cfl"
     # Split a cluster of more than 2 members when the norm of its mean update is below eps1
@@ -46,4 +47,4 @@ class CflConfig(StrategyParams):
 
 
 SPEC = StrategySpec(CflConfig, "CFL", halves_in(f"{__name__}.halves"),
-                    pairwise={"S": Pairwise("cosine similarity of the updates", similarity=True)})
+                    pairwise={"S": Pairwise("cosine similarity of the silos' weight updates", similarity=True)})

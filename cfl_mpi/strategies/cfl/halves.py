@@ -1,4 +1,4 @@
-"""CFL (Sattler, Müller, Samek, IEEE TNNLS 2021; cfl-sattler.txt Algorithm 5; SPEC §4).
+"""CFL (Sattler, Müller, Samek, IEEE TNNLS 2021: Algorithm 5).
 
 FedAvg rounds; after each round every current cluster c is checked: with more than 2
 members, a mean update of norm < ε1 and some member update of norm > ε2 (and past the

@@ -136,4 +136,5 @@ class EmdCflConfig(StrategyParams):
 
 
 SPEC = StrategySpec(EmdCflConfig, "EMD-CFL", halves_in(f"{__name__}.halves"),
-                    pairwise={"W": Pairwise("max(W[c][c'], W[c'][c]),  W[c][c'] = W1 − τ_c", directed=True)})
+                    pairwise={"W": Pairwise("distance W1 − τ, the larger of the two directions",
+                                              directed=True)})

@@ -1,8 +1,8 @@
 """EMD-CFL's FedWaD mode (``distance: fedwad``): W without the server seeing an embedding.
 
 The direct mode sends the server Z_{c|c}R and Z_{c|c'}R. Here every silo keeps them: for the
-pair (c, c'), W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (emd-cfl.txt Alg. 1, line 16) is the
-FedWaD job "c>c'" with μ = Z_{c|c}R on silo c and ν = Z_{c'|c}R on silo c' (fedwad.txt,
+pair (c, c'), W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (EMD-CFL paper, Algorithm 1, line 16) is
+the FedWaD job "c>c'" with μ = Z_{c|c}R on silo c and ν = Z_{c'|c}R on silo c' (FedWaD paper,
 Algorithm 1; :mod:`cfl_mpi.strategies.fedwad.exchange`). A silo first sends the server its
 τ_c, its noise scale and its sample size (``reference``, no arrays), then serves FedWaD requests.
 

@@ -11,8 +11,8 @@ from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_i
 
 @dataclass(frozen=True)
 class FedWaDClusteringConfig(StrategyParams):
-    """FedWaD clustering (fedwad.txt, "Boosting FL methods", App. D.7): pairwise FedWaD
-    distances between the silos' data, spectral clustering into K clusters, FedAvg inside."""
+    """FedWaD clustering (FedWaD paper, ICLR 2024, "Boosting FL methods", App. D.7): pairwise
+    FedWaD distances between the silos' data, spectral clustering into K clusters, FedAvg inside."""
 
     name: Literal["fedwad"] = "fedwad"
     # K; null: the number of true clusters of the partition (as IFCA's k).
@@ -50,4 +50,4 @@ class FedWaDClusteringConfig(StrategyParams):
 
 
 SPEC = StrategySpec(FedWaDClusteringConfig, "FedWaD clustering", halves_in(f"{__name__}.halves"),
-                    default=False, pairwise={"D": Pairwise("D[a][b] = Wp by FedWaD")})
+                    default=False, pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)")})

@@ -1,7 +1,7 @@
 """FedWaD between silos: the server drives many Algorithm-1 runs at once, each point cloud stays home.
 
-fedwad.txt, Algorithm 1. A *job* estimates Wp(μ, ν) with μ on silo ``job.mu`` and ν on silo
-``job.nu``. The server holds ξ and, per iteration k = 1..K, sends ξ(k-1) and the time t to
+The FedWaD paper (Rakotomamonjy, Nadjahi, Ralaivola, ICLR 2024), Algorithm 1. A *job*
+estimates Wp(μ, ν) with μ on silo ``job.mu`` and ν on silo ``job.nu``. The server holds ξ and, per iteration k = 1..K, sends ξ(k-1) and the time t to
 both holders (``fedwad_measure``, ``op: interpolate``); each returns its interpolating measure
 ξ_own(k) (Eq. 10); the server forms ξ(k) = interp(ξ_μ(k), ξ_ν(k), t).
 Then it sends ξ(K) (``op: distance``), each holder returns Wp(own, ξ(K)) (``fedwad_distance``)

@@ -1,5 +1,6 @@
-"""FedWaD clustering: the FedWaD paper's own use in FL ("Boosting FL methods", fedwad.txt §4
-and Appendix D.7), one shot before round 1's training.
+"""FedWaD clustering: the FedWaD paper's own use in FL ("Boosting FL methods", §4 and
+Appendix D.7 of Rakotomamonjy, Nadjahi, Ralaivola, "Federated
+Wasserstein Distance", ICLR 2024), one shot before round 1's training.
 
 Every pair of silos (a, b) gets D[a][b] = Wp(μ_a, μ_b), the FedWaD estimate (Algorithm 1,
 :mod:`cfl_mpi.strategies.fedwad.exchange`) between samples of their local data, in input space or in

@@ -11,10 +11,11 @@ from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_i
 
 @dataclass(frozen=True)
 class PacflConfig(StrategyParams):
-    """PACFL (pacfl.txt): one-shot clustering on principal angles between data subspaces."""
+    """PACFL (Vahidian et al., AAAI 2023): one-shot clustering on principal angles between
+    data subspaces."""
 
     name: Literal["pacfl"] = "pacfl"
-    # Left singular vectors per class (pacfl.txt, Appendix: p = 3 for its main tables).
+    # Left singular vectors per class (the PACFL paper's appendix: p = 3 for its main tables).
     p: int = 3
     # Per class and stacked, as the authors' code does; false: top p of the whole data matrix.
     per_class: bool = True
@@ -34,4 +35,4 @@ class PacflConfig(StrategyParams):
 
 
 SPEC = StrategySpec(PacflConfig, "PACFL", halves_in(f"{__name__}.halves"),
-                    pairwise={"A": Pairwise("A[i][j]: principal angles (degrees)")})
+                    pairwise={"A": Pairwise("sum of principal angles (degrees)")})

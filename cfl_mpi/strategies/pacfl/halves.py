@@ -1,4 +1,4 @@
-"""PACFL (Vahidian et al., AAAI 2023; pacfl.txt Algorithm 1, Eq. 2/3, Algorithm 2; SPEC §3).
+"""PACFL (Vahidian et al., AAAI 2023: Algorithm 1, Eq. 2/3, Algorithm 2).
 
 One shot: every silo summarises its raw training inputs by the top-p left singular vectors
 of each class, stacked (`class_subspace_basis`), and sends them once (`principal_vectors`).
