@@ -268,7 +268,7 @@ def _look(cfg: Config, group: int, images: np.ndarray, labels: np.ndarray) -> np
     if cfg.data.name == "rotated_digits":  # 8x8 digits: upsampled first, then turned as MNIST is
         return rotate(resize(unit(images), size), cfg.data.rotations[group])
     if cfg.data.name in ROTATED_DATA:  # rotated at the native size, then resized, as the authors do
-        expand = cfg.data.name == "rotated_cifar10"  # rotcifar10.ipynb: expand=True; rotmnist.ipynb: not
+        expand = cfg.data.name == "rotated_cifar10"  # the authors' rotcifar10.ipynb: expand=True; rotmnist.ipynb: not
         return resize(rotate(unit(images), cfg.data.rotations[group], expand, cfg.data.rotation_border), size)
     return resize(backdoor.appearance(cfg.data.name, group, unit(images), labels), size)
 

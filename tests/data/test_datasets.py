@@ -88,7 +88,7 @@ def test_rotated_cifar10_copies_are_the_same_pool_rotated(files, tmp_path):
 
 
 def test_rotation_is_torchvisions_nearest_rotation():
-    """rotmnist.ipynb / rotcifar10.ipynb: torchvision's `rotate` on PIL images (nearest, black
+    """The authors' rotmnist.ipynb / rotcifar10.ipynb: torchvision's `rotate` on PIL images (nearest, black
     fill), with `expand=True` and a 2-pixel black border for rotated CIFAR-10 "Min"."""
     from PIL import Image
     from torchvision.transforms import functional as TF
@@ -153,7 +153,7 @@ def unit_colours(colours) -> np.ndarray:
 
 
 def test_backdoor_mnist_is_the_authors_construction(files, tmp_path):
-    """colormnist.ipynb: target digits in (0.26, 0.63, 0.4), backdoor digits in summer(40)[y],
+    """The authors' colormnist.ipynb: target digits in (0.26, 0.63, 0.4), backdoor digits in summer(40)[y],
     the third group purple; targets and purple keep half their training shard; ImageNet
     statistics; the backdoor test colours the target's test digits summer(40)[9 − y]."""
     cfg = config_from(tmp_path, dict(
@@ -219,7 +219,7 @@ def test_backdoor_cifar10_classes_patch_and_backdoor_test(files, tmp_path):
 
 
 def test_backdoor_cifar10_trigger_colours_are_tab10_as_uint8():
-    """cifar10.ipynb, `add_color_patch`: (tab10[y] · 255) truncated to uint8."""
+    """The authors' cifar10.ipynb, `add_color_patch`: (tab10[y] · 255) truncated to uint8."""
     assert (backdoor.PATCH_COLOURS[:3] * 255).round().tolist() == [[31, 119, 180], [255, 127, 14], [44, 160, 44]]
     assert len(np.unique(backdoor.PATCH_COLOURS, axis=0)) == 10
 
@@ -253,7 +253,7 @@ def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
 
 
 def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
-    """pacs.ipynb: 20 % of each shuffled domain is test, the rest dealt round-robin to the
+    """The authors' pacs.ipynb: 20 % of each shuffled domain is test, the rest dealt round-robin to the
     domain's silos, each silo's share split 80/20 into training and validation."""
     cfg = config_from(tmp_path, dict(
         silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16,
