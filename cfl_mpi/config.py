@@ -251,7 +251,7 @@ class FaultConfig:
                   "header_only"] = "raise"
 
 
-# How the MPI job runs: timeouts, checkpoints, silos per rank, injected faults. Not part of the
+# How the MPI job runs: timeouts, checkpoints, silos per rank, devices, injected faults. Not part of the
 # experiment: a resumed run may change it.
 @dataclass(frozen=True)
 class RuntimeConfig:
@@ -272,6 +272,10 @@ class RuntimeConfig:
     # the job then needs 1 + ceil(silos / silos_per_rank) ranks. null: one silo per rank,
     # or as many per rank as `mpirun -n` implies (blocks of consecutive silos).
     silos_per_rank: int | None = None
+    # Where the silos compute: auto takes a GPU where torch sees one (silo ranks spread over a
+    # node's GPUs by local rank), else the CPU; cpu never uses a GPU, even where one is present;
+    # cuda stops the job before any work where a silo rank has none. The server never uses one.
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
 # A run: the top-level keys of its YAML file and one section per part (data, model, train, ...).

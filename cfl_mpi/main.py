@@ -9,11 +9,13 @@ instead of a hang. After that, an exception on any rank aborts the whole job.
 from __future__ import annotations
 
 import os
+import platform
 import sys
 import threading
 import time
 import traceback
 from functools import partial
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -24,7 +26,7 @@ from .config import Config, ConfigError, check_world
 from .results import record_failure
 from .runtime.compute import ComputePool
 from .runtime.parties import PartyFailure, PartyThreads
-from .runtime.placement import Placement, wait_quietly
+from .runtime.placement import Placement, require_gpu, wait_quietly
 from .runtime.stop import StopRequest, defer_stop_signals, ignore_stop_signals, release_stop_signals
 
 DESCRIPTION = ("Run a clustered federated learning job under MPI: rank 0 is the server, the other ranks"
@@ -82,6 +84,11 @@ def _validated(comm, args) -> tuple[Config, RankLayout]:
                 prepare_results_folder(cfg, args)  # rank 0 is the one rank sure to see the folder
             except ConfigError as err:
                 error = str(err)
+        elif step == "preparation":  # meanwhile the silo ranks: runtime.device: cuda needs a GPU on each
+            try:
+                require_gpu(cfg.runtime.device, f"rank {comm.Get_rank()} on {platform.node()}")
+            except ConfigError as err:
+                error = str(err)
         agreed = _agree_on_error(comm, error)
         if agreed is not None:
             if agreed:
@@ -90,15 +97,13 @@ def _validated(comm, args) -> tuple[Config, RankLayout]:
     return cfg, layout
 
 
-def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement) -> None:
-    """This rank's silos: in this thread when it hosts one, else a thread each."""
+def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement, device: Any) -> None:
+    """This rank's silos, on `device`: in this thread when it hosts one, else a thread each."""
     import torch
 
-    from .runtime.placement import select_device
     from .runtime.silo import run_silo
 
     torch.set_num_threads(placement.threads)
-    device = select_device(placement)
     with ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos) as compute:
         if len(channels) == 1:
             (silo, channel), = channels.items()
@@ -119,7 +124,7 @@ def cli(argv: list[str] | None = None) -> None:
     from mpi4py import MPI
 
     from .channel.mpi import MpiChannel, MpiInbox
-    from .runtime.placement import place
+    from .runtime.placement import describe_devices, gather_devices, place, select_device
     from .runtime.faults import InjectedExit
 
     comm = MPI.COMM_WORLD
@@ -133,13 +138,15 @@ def cli(argv: list[str] | None = None) -> None:
     cfg, layout = _validated(comm, args)
     here = layout.silos_on(rank)
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
-    if rank == 0:
-        per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
-        announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank)")
     stopped = False  # before the last round (the server's verdict)
     try:
         placement = place(comm, len(here))
         limit_threads(placement.threads)
+        device = select_device(placement, cfg.runtime.device) if here else None
+        devices = gather_devices(comm, device)
+        if rank == 0:
+            per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
+            announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank) {describe_devices(devices)}")
         hub, max_sleep_s = LocalHub(), cfg.runtime.max_poll_sleep_ms / 1000
         with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s) as inbox:
 
@@ -152,9 +159,9 @@ def cli(argv: list[str] | None = None) -> None:
 
                 # the silos wait while the server clusters: it may use the node's cores meanwhile
                 stopped = start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
-                                       cores=placement.cores).run() is None
+                                       cores=placement.cores, devices=[d.label for d in devices]).run() is None
             else:
-                run_silos(cfg, {c: channel(c) for c in here}, hub, placement)
+                run_silos(cfg, {c: channel(c) for c in here}, hub, placement, device)
         # MPI_Finalize waits for every rank, spinning: the silos, done at STOP, wait here asleep
         # while the server writes the results folder. mpi4py would finalize only after the
         # interpreter's own teardown (Py_AtExit), which ends at different times on different

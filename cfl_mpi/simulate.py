@@ -33,7 +33,7 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     import torch
     from threadpoolctl import threadpool_limits
 
-    from .runtime.placement import device_for, usable_cores
+    from .runtime.placement import DeviceReport, device_for, usable_cores
     from .runtime.server import start_server
     from .runtime.silo import run_silo
 
@@ -41,7 +41,7 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     cores = usable_cores()
     threads = max(1, cores // cfg.silos)
     torch.set_num_threads(threads)
-    device = device_for(0)
+    device = device_for(0, cfg.runtime.device)
     hub = LocalHub()
 
     def channel(address: int) -> LocalChannel:
@@ -50,7 +50,7 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
     with threadpool_limits(threads), ComputePool.for_share(cores, threads, cfg.silos, cfg.silos) as compute:
         # the server first: θ(0) is drawn before any silo thread exists
         server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume,
-                              cores)
+                              cores, [DeviceReport.of(device).label])
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
             parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, compute))
@@ -69,12 +69,14 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
 def main(argv: list[str] | None = None) -> None:
     args = run_arguments("python -m cfl_mpi.simulate", DESCRIPTION).parse_args(argv)
     from .prepare import prepare
+    from .runtime.placement import DeviceReport, describe_devices, device_for
 
     stop = StopRequest()
     stop.install()
     try:
         cfg = load_run_config(args)
-        announce(cfg, "in one process")
+        device = device_for(0, cfg.runtime.device)  # runtime.device: cuda without a GPU is a config error
+        announce(cfg, f"in one process {describe_devices([DeviceReport.of(device)])}")
         prepare(cfg)
         prepare_results_folder(cfg, args)
     except ConfigError as err:

@@ -42,6 +42,19 @@ def test_resume_with_another_out_folder_is_a_config_error(tmp_path):
                                    f"continues in its own folder {tmp_path / 'a'})")
 
 
+def test_the_simulator_s_first_line_says_where_the_silos_compute(tmp_path):
+    """runtime.device: cpu says the CPU on any machine. The line comes before the data and weights
+    are prepared: a weights file that is missing stops the run right after it, with exit 2."""
+    out, weights = tmp_path / "run", tmp_path / "missing.pth"
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", "configs/digits.yaml", "--out", str(out),
+                           "--set", "silos=4", "--set", "train.rounds=2", "--set", "runtime.device=cpu",
+                           "--set", f"model.pretrained={weights}"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "config error: model.pretrained: cannot load weights" in proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first == f"digits: emdcfl, 4 silos in one process on the CPU, 2 rounds; results in {out}"
+
+
 @pytest.mark.parametrize("command", ["main", "simulate", "compare", "reproduce", "launch", "prepare", "ranks",
                                      "srun_mpi"])
 def test_every_command_s_help_says_what_it_does_in_a_sentence(command):

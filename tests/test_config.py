@@ -1,5 +1,7 @@
 """Every config mistake is one line naming the field and the fix."""
 import dataclasses
+import subprocess
+import sys
 import typing
 
 import pytest
@@ -45,12 +47,23 @@ def test_valid_config_and_overrides(tmp_path):
     ("strategy.fedwad_iterations=0", "strategy.fedwad_iterations", "at least 1"),
     ("strategy.fedwad_support=100000", "strategy.fedwad_support", "sample_cap"),
     ("data.silo_images=1", "data.silo_images", "at least 2 images"),
+    ("runtime.device=gpu", "runtime.device", "expected one of 'auto', 'cpu', 'cuda'"),
 ])
 def test_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
         load_config(write_config(tmp_path, BASE), [override])
     message = str(err.value)
     assert message.startswith(field + ":") and words in message and "\n" not in message
+
+
+def test_runtime_device_is_checked_without_torch():
+    """Every rank validates the config before any work: asking for a GPU must not load torch there."""
+    code = ("import sys; from cfl_mpi.config import load_config; "
+            "cfg = load_config('configs/digits.yaml', ['runtime.device=cuda']); "
+            "print(cfg.runtime.device, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["cuda", "False"], proc.stderr[-2000:]
+    assert load_config(PROJECT_CONFIG).runtime.device == "auto"
 
 
 def test_fedavg_has_no_epsilon(tmp_path):

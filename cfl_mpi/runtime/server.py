@@ -48,10 +48,12 @@ class Server:
     """Builds θ(0) and the strategy at once (before any silo starts, so nothing races for torch's
     default generator), then `run`s the rounds."""
 
-    def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest, cores: int = 1) -> None:
+    def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest, cores: int = 1,
+                 devices: list[str] | None = None) -> None:
         from ..models import initial_model  # torch: imported by the rank that builds θ(0) only
 
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
+        self.devices = devices or []  # where the silos compute: one label per silo rank (summary.json)
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
         self.halves = REGISTRY[cfg.strategy.name].halves()
@@ -238,6 +240,7 @@ class Server:
             "avg_acc": record["avg_acc"], "worst_acc": record["worst_acc"],
             "wall_s": round(wall_s, 3),  # of this process: a resumed run counts from the resume
             "resumed_after_round": self.resumed_after,
+            "devices": self.devices,  # of this process's silo ranks: a resumed run may have moved
             "seconds": {k: round(sum(r["seconds"][k] for r in self.records), 3) for k in record["seconds"]},
             "bytes": {k: sum(r["bytes"][k] for r in self.records) for k in record["bytes"]},
             **self.strategy.report(),
@@ -253,10 +256,10 @@ class Server:
 
 
 def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, resume: bool = False,
-                 cores: int = 1) -> Server:
+                 cores: int = 1, devices: list[str] | None = None) -> Server:
     """The server, ready to `run` (from the checkpoint in `out` with `resume`); its strategy
-    may use `cores` cores for its own computations."""
-    server = Server(cfg, channel, out, stop, cores)
+    may use `cores` cores for its own computations; `devices` says where the silos compute."""
+    server = Server(cfg, channel, out, stop, cores, devices)
     shared = silo_images_shared_by(cfg)
     if shared > 1:
         print(f"data: {cfg.data.silo_images} images per silo from a training pool of {pool_sizes(cfg)[0]}: silos "

@@ -47,5 +47,8 @@ def test_mpi_silo_ranks_take_the_gpu_and_the_server_does_not(tmp_path):
     count = torch.cuda.device_count()
     assert [r["cuda_index"] for r in ranks] == [-1, 0, 1 % count]
     # two ranks of two silos each, sharing the GPU(s) of the node
-    _, summary, records = run_job(CONFIG, tmp_path / "mpi", *SMALL, "runtime.silos_per_rank=2", n=3)
+    proc, summary, records = run_job(CONFIG, tmp_path / "mpi", *SMALL, "runtime.silos_per_rank=2", n=3)
     assert summary["ari"] == 1.0 and [r["round"] for r in records] == [1, 2]
+    assert [d.split(" ")[0] for d in summary["devices"]] == ["cuda:0", f"cuda:{1 % count}"]
+    gpus = "on 1 GPU (" if count == 1 else "on 2 GPUs ("
+    assert proc.stdout.splitlines()[0].startswith(f"digits: emdcfl, 4 silos on 2 ranks (up to 2 per rank) {gpus}")

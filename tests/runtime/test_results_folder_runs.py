@@ -1,5 +1,6 @@
-"""Real `mpirun` jobs: a damaged or occupied results folder and a failed download are one
-config-error line and exit code 2 before any work, and leave nothing behind on disk."""
+"""Real `mpirun` jobs: a damaged or occupied results folder, a failed download and a GPU asked
+for where there is none are one config-error line and exit code 2 before any work, and leave
+nothing behind on disk."""
 from __future__ import annotations
 
 import os
@@ -43,6 +44,19 @@ def test_an_occupied_or_damaged_results_folder_is_refused_before_any_work(tmp_pa
     typo = tmp_path / "typo"
     assert "holds no checkpoint" in config_error(main_job("--resume", str(typo)), "--resume")
     assert not typo.exists()
+
+
+def test_cuda_without_a_gpu_stops_the_job_before_any_work(tmp_path):
+    """runtime.device: cuda where a silo rank sees no GPU: one line naming the rank and what torch
+    says, exit 2 on every rank, no results folder."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: runtime.device: cuda runs here")
+    out = tmp_path / "run"
+    line = config_error(main_job("--out", str(out), "--set", "runtime.device=cuda"), "runtime.device")
+    assert "cuda, but rank 1 on " in line and "has no usable GPU: torch " in line
+    assert not out.exists()
 
 
 def test_a_failed_download_leaves_no_data_folder_and_no_results_folder(tmp_path):

@@ -41,6 +41,16 @@ def test_emdcfl_finds_the_rotations_after_round_1(emdcfl8):
 
 
 @pytest.mark.mpi
+def test_the_first_line_says_where_the_silos_compute(emdcfl8):
+    """Each silo rank reports its device at start: the console sums them up, summary.json lists them."""
+    _, proc, summary, _ = emdcfl8
+    devices = summary["devices"]
+    assert len(devices) == 8 and all(d == "cpu" or d.startswith("cuda:") for d in devices)
+    where = "on the CPU" if devices == ["cpu"] * 8 else "on "
+    assert proc.stdout.splitlines()[0].startswith(f"digits: emdcfl, 8 silos on 8 ranks (one per rank) {where}")
+
+
+@pytest.mark.mpi
 def test_results_folder_is_complete(emdcfl8):
     out, _, summary, records = emdcfl8
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "clusters.json", "W.npy", "W.csv",
