@@ -53,7 +53,7 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
-# Data sets (SPEC §6): the rotated sets replicate their pool once per angle; the backdoor sets
+# Data sets (the EMD-CFL paper, §4.1 and Appendix C): the rotated sets replicate their pool once per angle; the backdoor sets
 # split their silos evenly across 3 groups (group 0 is the target of the backdoor); PACS
 # gives each domain its own silos.
 ROTATED_DATA = ("rotated_digits", "rotated_mnist", "rotated_cifar10")
@@ -72,13 +72,13 @@ class DataConfig:
     # evenly across 3 groups (group 0 the backdoor's target), pacs gives each domain its own silos.
     name: Literal["rotated_digits", "rotated_mnist", "rotated_cifar10", "backdoor_mnist",
                   "backdoor_cifar10", "pacs"] = "rotated_digits"
-    # Rotation angles in degrees, one group per angle (SPEC §6; Appendix E.9 variants). rotated_* only.
+    # Rotation angles in degrees, one group per angle (the paper's 0/90/180/270, and its Appendix E.9 variants). rotated_* only.
     rotations: list[float] = field(default_factory=lambda: [0.0, 90.0, 180.0, 270.0])
     # True cluster of each group (rotation, backdoor group or PACS domain); null: every group is
     # its own cluster. The "min" rotations [-3, -1, 1, 3] are one cluster: [0, 0, 0, 0].
     group_clusters: list[int] | None = None
     # Black pixels added around each image before it is rotated (rotated_* only). The authors'
-    # rotated CIFAR-10 "Min" set adds 2 (`rotcifar10.ipynb`); everything else 0.
+    # rotated CIFAR-10 "Min" set adds 2 (the authors' `rotcifar10.ipynb`, docs/FIDELITY.md); everything else 0.
     rotation_border: int = 0
     # Folder of the data set's files: MNIST's IDX files (`<root>/MNIST/raw` or `<root>`),
     # CIFAR-10's pickled batches (`<root>/cifar-10-batches-py`), PACS (`<root>/<domain>/<class>/*.jpg`).
@@ -90,12 +90,12 @@ class DataConfig:
     download: bool = True
     # Fraction of the pool held out for testing (digits, or MNIST/CIFAR-10 with pool: test).
     test_fraction: float = 0.2
-    # Fraction of each silo's training share used as its validation set (SPEC §6: 10 %).
+    # Fraction of each silo's training share used as its validation set (the paper's 10 %).
     # PACS: see pacs_split.
     val_fraction: float = 0.1
-    # PACS: "paper": each silo's images split 80/10/10 (emd-cfl.txt §4.1); "authors": the last
+    # PACS: "paper": each silo's images split 80/10/10 (EMD-CFL paper, §4.1); "authors": the last
     # 20 % of each shuffled domain is its test pool, the rest dealt round-robin to the domain's
-    # silos, each silo's share split 80/20 into training and validation (`pacs.ipynb`).
+    # silos, each silo's share split 80/20 into training and validation (the authors' `pacs.ipynb`).
     pacs_split: Literal["paper", "authors"] = "paper"
     # rotated_*: images in every silo's share of the training pool (training + validation),
     # IFCA's shape (its rotated MNIST gives each of 2,400 clients 100). null: each group's copy
@@ -117,7 +117,7 @@ class DataConfig:
             object.__setattr__(self, "image_size", NATIVE_IMAGE_SIZE[self.name])
 
 
-# The torchvision models (SPEC §7) and their embedding sizes dim(Z): the pooled features
+# The torchvision models (EMD-CFL paper, Appendix D.2) and their embedding sizes dim(Z): the pooled features
 # in front of the classifier. The simple CNN's embedding_dim is free (default 128).
 TORCHVISION_MODELS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536,
                       "vit_b_16": 768, "convnext_base": 1024}
@@ -131,7 +131,7 @@ class ModelConfig:
     # are torchvision's models (TORCHVISION_MODELS), fed 224x224 inputs by default.
     name: Literal["simple_cnn", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16",
                   "convnext_base"] = "simple_cnn"
-    # simple_cnn, SPEC §7: conv 64, conv 128, fc 128 (embedding), fc classes.
+    # simple_cnn, the EMD-CFL paper's (Appendix D.2): conv 64, conv 128, fc 128 (embedding), fc classes.
     channels: list[int] = field(default_factory=lambda: [64, 128])
     # simple_cnn's 2x2 max-pools: 1, after the second conv (the authors' network, the paper
     # configs), or 2, after each conv (4x cheaper; the default, for CPU runs and tests).
@@ -201,7 +201,7 @@ StrategyConfig = Union[EmdCflConfig, FedAvgConfig, OracleConfig, PacflConfig, Cf
 
 @dataclass(frozen=True)
 class ParticipationConfig:
-    """Which silos train in a round (emd-cfl.txt Appendix E.4: sampled at random each round).
+    """Which silos train in a round (EMD-CFL paper, Appendix E.4: sampled at random each round).
 
     Give `fraction` (of the silos present) or `count`; neither: every silo, every round.
     The draw depends on (seed, round) only, so a resumed run draws the same silos.
@@ -483,7 +483,7 @@ def _validate_federation(cfg: Config) -> None:
 
 
 def _validate_data(cfg: Config) -> None:
-    """Silo counts per data set (SPEC §6), fractions, sizes and folders."""
+    """Silo counts per data set (the EMD-CFL paper's, §4.1), fractions, sizes and folders."""
     d = cfg.data
     if d.name in ROTATED_DATA:
         groups = len(d.rotations)

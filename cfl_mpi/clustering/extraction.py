@@ -1,6 +1,6 @@
 """Cluster extraction: from a matrix of pairwise distribution distances to hard clusters.
 
-EMD-CFL (emd-cfl.txt, Algorithm 1) measures, for every pair of silos, the two directed
+EMD-CFL (the EMD-CFL paper, Algorithm 1) measures, for every pair of silos, the two directed
 distances ``W[c][c'] = W1(Z_{c|c} R, Z_{c'|c} R) - tau_c`` (line 16) and then decides which
 silos share a distribution. Two rules are offered:
 
@@ -271,7 +271,7 @@ def _dendrogram_cuts(D: np.ndarray, method: str) -> list[tuple[float, float, np.
     ``[height, next_height)``. Two groups are as far apart as the mean (``average``) or the
     largest (``complete``) of their *measured* pair distances, and groups with no measured
     pair between them never merge: under partial participation a silo joins its cluster
-    once it has been measured against some of it, not all (emd-cfl.txt Appendix E.4), and a
+    once it has been measured against some of it, not all (the EMD-CFL paper, Appendix E.4), and a
     silo measured against nobody stays alone. With every pair measured this is UPGMA /
     complete linkage exactly (tested against scipy). Written by hand because scipy's
     linkage takes no missing distances; O(C^3), nothing for C in the hundreds.

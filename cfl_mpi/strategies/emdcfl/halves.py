@@ -1,4 +1,4 @@
-"""EMD-CFL (Zhang, Williams, Toni; emd-cfl.txt Algorithm 1, SPEC §1).
+"""EMD-CFL (Zhang, Williams, Toni: Clustered Federated Learning via Embedding Distributions; Algorithm 1).
 
 One-shot clustering after the first round of local training: every pair of silos (c, c')
 not yet measured agrees on a secret projection R (X25519 + HKDF), swaps embedding models
@@ -54,12 +54,12 @@ KINDS = (PLAN, HANDSHAKE, EMBEDDING_MODEL, EMBEDDINGS, fedwad.REFERENCE, *FEDWAD
 
 
 def projected_dim(s: EmdCflConfig, embedding_dim: int) -> int:
-    """dim(R) = ⌊proj_ratio · dim(Z)⌋ (SPEC §1)."""
+    """dim(R) = ⌊proj_ratio · dim(Z)⌋ (proj_ratio 0.9 in the paper and the authors' code)."""
     return int(s.proj_ratio * embedding_dim)
 
 
 def sample_size(s: EmdCflConfig, n_train: int) -> int:
-    """n = min(10 % of the silo's training data, 512) (emd-cfl.txt §3, complexity paragraph)."""
+    """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph)."""
     return max(2, min(math.ceil(s.sample_fraction * n_train), s.max_rows, n_train))
 
 
@@ -77,7 +77,7 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
     Both sampling noise and the distortion of the projection are in it; the robust cluster
     extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
-    (w1_repeated, issue 13); where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the
+    (w1_repeated; docs/FIDELITY.md, row "noise scale"); where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the
     fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the
     full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real comparison, and
     that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
