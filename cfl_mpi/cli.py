@@ -16,8 +16,8 @@ T = TypeVar("T")
 
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "count", "exit_now", "exit_rank", "find_mpirun",
-           "load_run_config", "prepare_results_folder", "run_arguments", "split_list"]
+__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "check_results_folder", "count", "exit_now",
+           "exit_rank", "find_mpirun", "load_run_config", "prepare_results_folder", "run_arguments", "split_list"]
 
 
 def run_arguments(prog: str, description: str, *, resume: bool = True) -> argparse.ArgumentParser:
@@ -49,14 +49,24 @@ def load_run_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def prepare_results_folder(cfg: Config, args: argparse.Namespace) -> None:
-    """After data preparation, by the one process that writes results: `--resume` needs an
-    intact checkpoint that fits the config; a fresh run refuses a folder holding a run unless
-    `--overwrite` (which removes it only now, every check passed). ConfigError otherwise."""
-    from .results import remove_run
-    from .runtime.checkpoint import check_results_folder
+def check_results_folder(cfg: Config, args: argparse.Namespace) -> None:
+    """By the one process that writes results, right after `load_run_config` and before any
+    heavy import: what `--resume`, `--out` and `--overwrite` ask of the folder, as far as its
+    text files tell (runtime/checkpoint.py `check_results_folder`). ConfigError otherwise."""
+    from .runtime.checkpoint import check_results_folder as check
 
-    check_results_folder(cfg, bool(args.resume), args.overwrite)  # a resume rebuilds θ(0): after prepare
+    check(cfg, bool(args.resume), args.overwrite)
+
+
+def prepare_results_folder(cfg: Config, args: argparse.Namespace) -> None:
+    """After data preparation, by the same process: `--resume` needs arrays that fit θ(0) and
+    the strategy (built with torch); `--overwrite` removes the run only now, every check
+    passed. ConfigError otherwise."""
+    from .results import remove_run
+    from .runtime.checkpoint import check_resume_arrays
+
+    if args.resume:
+        check_resume_arrays(cfg, cfg.results_dir())
     if args.overwrite:
         remove_run(cfg.results_dir())
 

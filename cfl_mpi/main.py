@@ -21,7 +21,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .channel import SERVER, LocalHub, RankLayout, party_name
-from .cli import EXIT_CONFIG, announce, count, exit_rank, load_run_config, prepare_results_folder, run_arguments
+from .cli import (EXIT_CONFIG, announce, check_results_folder, count, exit_rank, load_run_config,
+                  prepare_results_folder, run_arguments)
 from .config import Config, ConfigError, check_world
 from .results import record_failure
 from .runtime.compute import ComputePool
@@ -68,20 +69,24 @@ def _agree_on_error(comm, error: str | None) -> str | None:
 
 
 def _validated(comm, args) -> tuple[Config, RankLayout]:
-    """Config checks on every rank, then data preparation on rank 0; exit 2 on any error."""
+    """Config checks on every rank and the results folder's on rank 0 (before any torch import:
+    a mistaken --resume is one line at once), then data preparation and the rest of
+    the folder's checks on rank 0; exit 2 on any error."""
     from .prepare import prepare
 
     cfg, layout, error = None, None, None
     try:
         cfg = load_run_config(args)
         layout = RankLayout(cfg.silos, check_world(cfg, comm.Get_size()))
+        if comm.Get_rank() == 0:  # rank 0 is the one rank sure to see the folder
+            check_results_folder(cfg, args)
     except ConfigError as err:
         error = str(err)
     for step in ("validation", "preparation"):
         if step == "preparation" and comm.Get_rank() == 0:
             try:
                 prepare(cfg)  # data files and pretrained weights, once per job
-                prepare_results_folder(cfg, args)  # rank 0 is the one rank sure to see the folder
+                prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
             except ConfigError as err:
                 error = str(err)
         elif step == "preparation":  # meanwhile the silo ranks: runtime.device: cuda needs a GPU on each
@@ -135,7 +140,14 @@ def cli(argv: list[str] | None = None) -> None:
     else:
         ignore_stop_signals()
     release_stop_signals()
-    cfg, layout = _validated(comm, args)
+    try:
+        cfg, layout = _validated(comm, args)
+    except Exception as exc:  # noqa: BLE001 - not a config error (a bug, an unreadable file): the other
+        detail = "".join(traceback.format_exception(exc)).rstrip()  # ranks wait to agree; an abort ends them
+        print(f"cfl_mpi: rank {rank} failed while checking the config: {type(exc).__name__}: {exc}\n{detail}",
+              file=sys.stderr, flush=True)
+        time.sleep(ABORT_GRACE_S)
+        comm.Abort(1)
     here = layout.silos_on(rank)
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
     stopped = False  # before the last round (the server's verdict)

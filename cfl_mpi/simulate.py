@@ -13,7 +13,8 @@ from functools import partial
 from pathlib import Path
 
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
-from .cli import announce, config_error, exit_now, load_run_config, prepare_results_folder, run_arguments
+from .cli import (announce, check_results_folder, config_error, exit_now, load_run_config, prepare_results_folder,
+                  run_arguments)
 from .config import Config, ConfigError
 from .results import record_failure
 from .runtime.compute import ComputePool
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     stop.install()
     try:
         cfg = load_run_config(args)
+        check_results_folder(cfg, args)  # before torch: a mistaken --resume or --out at once
         device = device_for(0, cfg.runtime.device)  # runtime.device: cuda without a GPU is a config error
         announce(cfg, f"in one process {describe_devices([DeviceReport.of(device)])}")
         prepare(cfg)

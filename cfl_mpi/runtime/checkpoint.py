@@ -8,9 +8,11 @@ both are written to temporary names and renamed, so a crash mid-write leaves the
 previous checkpoint intact.
 
 A resume trusts nothing in the folder: `index.json` records the SHA-256 of the arrays
-file and of the experiment's config (config.config_digest), and `check_resume` refuses,
-with one line and exit code 2 before any work, a checkpoint that is missing, truncated,
-altered, written by another config, or whose arrays do not fit θ(0) and the strategy.
+file and of the experiment's config (config.config_digest). With one line and exit code 2
+before any work, `check_resume` refuses (from index.json and config.yaml, before any rank
+imports torch) a checkpoint that is missing, inconsistent, of another config or of a finished
+run, and `check_resume_arrays` (after data preparation) one whose arrays are truncated,
+altered, or do not fit θ(0) and the strategy.
 """
 from __future__ import annotations
 
@@ -166,9 +168,11 @@ def _fail(path: Path, problem: str, fix: str = DAMAGED) -> NoReturn:
 
 
 def check_results_folder(cfg: Config, resume: bool, overwrite: bool) -> None:
-    """Rank 0 (the only rank sure to see the folder), before any work: `--resume` needs a
-    checkpoint that fits (`check_resume`); a fresh run refuses a folder that already holds
-    a run, whose rounds it would mix with its own, unless `--overwrite` asks to replace it."""
+    """Rank 0 (the only rank sure to see the folder), before data preparation and before any
+    rank imports torch, so that a mistaken `--resume` or `--out` is one line at once:
+    `--resume` needs a checkpoint whose index and saved config fit (`check_resume`); a fresh
+    run refuses a folder that already holds a run, whose rounds it would mix with its own,
+    unless `--overwrite` asks to replace it. What needs θ(0) is `check_resume_arrays`, later."""
     from ..results import run_files
 
     out = cfg.results_dir()
@@ -185,28 +189,43 @@ def check_results_folder(cfg: Config, resume: bool, overwrite: bool) -> None:
 
 
 def check_resume(cfg: Config, out: Path) -> None:
-    """Everything `--resume out` needs, verified on rank 0 before any work: the saved config
-    (config.check_resumable names a differing field), the checkpoint's files
-    (`load_checkpoint`), its config digest, its round, and its arrays against θ(0) and a
-    fresh strategy, whose `load_state_dict` must accept the strategy's state."""
+    """What `--resume out` needs that the folder's text files tell, without torch: the folder,
+    the saved config (config.check_resumable names a differing field), the checkpoint's index
+    and its arrays file's presence, its config digest, its round (not past the config's, nor a
+    finished run) and the server's facts in it."""
     from ..config import check_resumable
+
+    if not out.is_dir():
+        raise CheckpointError(f"--resume: {out} {'is not a folder' if out.exists() else 'does not exist'} (give the "
+                              f"results folder of the run to continue, or start a fresh run with --out)")
+    check_resumable(cfg, out)
+    index_path = out / CHECKPOINT / INDEX
+    index = _read_index(index_path)
+    if not (out / CHECKPOINT / index["arrays"]).is_file():
+        _fail(out / CHECKPOINT / index["arrays"], "is missing")
+    if index["config_sha256"] != config_digest(cfg):
+        _fail(index_path, "was written by another experiment's config (config_sha256 differs)",
+              "resume with the config and --set options the run was started with")
+    if index["round"] > cfg.train.rounds or len(index["silo_model"]) != cfg.silos:
+        _fail(index_path, f"is of round {index['round']} with {len(index['silo_model'])} silos but the config has "
+                          f"{cfg.train.rounds} rounds and {cfg.silos} silos")
+    if index["round"] == cfg.train.rounds and (out / "summary.json").is_file():
+        raise ConfigError(f"--resume: {out} finished all {index['round']} rounds (its summary.json is written): "
+                          f"nothing to continue")
+    check_run_meta(index["round"], index["meta"], cfg.silos, index_path)
+
+
+def check_resume_arrays(cfg: Config, out: Path) -> None:
+    """The rest of `--resume out`, after `check_resume` and data preparation (it builds θ(0)
+    and a fresh strategy, with torch): the arrays file's checksum and names (`load_checkpoint`),
+    the models against θ(0), and the strategy's arrays against a fresh strategy, whose
+    `load_state_dict` must accept them."""
     from ..data import true_clusters
     from ..models import initial_model
     from .halves import server_half
 
-    check_resumable(cfg, out)
     ckpt = load_checkpoint(out)
     index = out / CHECKPOINT / INDEX
-    if ckpt.config_sha256 != config_digest(cfg):
-        _fail(index, "was written by another experiment's config (config_sha256 differs)",
-              "resume with the config and --set options the run was started with")
-    if ckpt.round > cfg.train.rounds or len(ckpt.silo_model) != cfg.silos:
-        _fail(index, f"is of round {ckpt.round} with {len(ckpt.silo_model)} silos but the config has "
-                     f"{cfg.train.rounds} rounds and {cfg.silos} silos")
-    if ckpt.round == cfg.train.rounds and (out / "summary.json").is_file():
-        raise ConfigError(f"--resume: {out} finished all {ckpt.round} rounds (its summary.json is written): "
-                          f"nothing to continue")
-    check_run_meta(ckpt, cfg.silos, index)
     theta0 = initial_model(cfg)
     for i, model in enumerate(ckpt.models):
         _check_like(model, theta0, index, f"model {i}")
@@ -218,11 +237,10 @@ def check_resume(cfg: Config, out: Path) -> None:
         _fail(index, f"holds a {cfg.strategy.name} state that does not load ({type(err).__name__}: {err})")
 
 
-def check_run_meta(ckpt: Checkpoint, silos: int, index: Path) -> None:
+def check_run_meta(rounds: int, meta: dict[str, Any], silos: int, index: Path) -> None:
     """The server's facts (runtime/server.py `Server.checkpoint`): which silos trained, the
     sample count each first reported, one metrics record per round done, and the strategy's
     own facts."""
-    meta = ckpt.meta
     if set(meta) != {"strategy", "trained", "first_counts", "records"} or not isinstance(meta["strategy"], dict):
         _fail(index, "meta must hold strategy, trained, first_counts and records")
     trained, first_counts, records = meta["trained"], meta["first_counts"], meta["records"]
@@ -231,9 +249,9 @@ def check_run_meta(ckpt: Checkpoint, silos: int, index: Path) -> None:
     if not isinstance(first_counts, dict) or not all(
             k.isdigit() and int(k) < silos and isinstance(n, int) and n >= 1 for k, n in first_counts.items()):
         _fail(index, f"meta.first_counts must map silos in 0..{silos - 1} to positive counts")
-    if (not isinstance(records, list) or len(records) != ckpt.round
+    if (not isinstance(records, list) or len(records) != rounds
             or any(not isinstance(r, dict) or r.get("round") != i + 1 for i, r in enumerate(records))):
-        _fail(index, f"meta.records must hold one record per round 1..{ckpt.round}")
+        _fail(index, f"meta.records must hold one record per round 1..{rounds}")
 
 
 def _check_like(arrays: dict[str, np.ndarray], reference: dict[str, np.ndarray], index: Path, what: str,

@@ -10,7 +10,7 @@ from cfl_mpi.config import ConfigError, config_digest, load_config
 from cfl_mpi.data import true_clusters
 from cfl_mpi.models import initial_model
 from cfl_mpi.results import remove_run
-from cfl_mpi.runtime.checkpoint import (Checkpoint, check_results_folder, dedupe_models,
+from cfl_mpi.runtime.checkpoint import (Checkpoint, check_results_folder, check_resume_arrays, dedupe_models,
                                         load_checkpoint, save_checkpoint)
 from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.strategies import REGISTRY
@@ -77,9 +77,16 @@ def write_run(out, *overrides, round=1, theta=None, strategy_arrays=None):
     return cfg
 
 
+def resume_checks(cfg):
+    """Both halves of `--resume`'s checks, as the job runs them: the folder's text files, then
+    the arrays against θ(0) and the strategy."""
+    check_results_folder(cfg, resume=True, overwrite=False)
+    check_resume_arrays(cfg, cfg.results_dir())
+
+
 def refused(cfg, *words):
     with pytest.raises(ConfigError) as err:
-        check_results_folder(cfg, resume=True, overwrite=False)
+        resume_checks(cfg)
     message = str(err.value)
     assert message.startswith(("--resume: ", "train.")) and "\n" not in message, message
     for w in words:
@@ -89,18 +96,20 @@ def refused(cfg, *words):
 
 def test_an_intact_checkpoint_resumes(tmp_path):
     cfg = write_run(tmp_path / "run")
-    check_results_folder(cfg, resume=True, overwrite=False)
+    resume_checks(cfg)
     # runtime settings are not the experiment: a resume may change them
-    check_results_folder(small_config(tmp_path / "run", "runtime.message_timeout_s=5"), resume=True, overwrite=False)
+    resume_checks(small_config(tmp_path / "run", "runtime.message_timeout_s=5"))
 
 
 @pytest.mark.parametrize("strategy", sorted(REGISTRY))
 def test_every_strategy_s_fresh_state_passes_the_checks(tmp_path, strategy):
-    check_results_folder(write_run(tmp_path / "run", f"strategy.name={strategy}"), resume=True, overwrite=False)
+    resume_checks(write_run(tmp_path / "run", f"strategy.name={strategy}"))
 
 
 def test_no_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
-    refused(small_config(tmp_path / "nothing"), "holds no checkpoint/index.json")
+    refused(small_config(tmp_path / "nothing"), "nothing does not exist", "start a fresh run with --out")
+    (tmp_path / "empty").mkdir()
+    refused(small_config(tmp_path / "empty"), "holds no checkpoint/index.json")
     cfg = write_run(tmp_path / "run")
     (tmp_path / "run" / "checkpoint" / "index.json").unlink()
     refused(cfg, "holds no checkpoint/index.json")
@@ -207,7 +216,7 @@ def test_a_finished_run_is_not_resumed_and_keeps_its_results(tmp_path):
     its summary still finishes."""
     out = tmp_path / "run"
     cfg = write_run(out, round=3)  # SMALL has 3 rounds
-    check_results_folder(cfg, resume=True, overwrite=False)
+    resume_checks(cfg)
     (out / "summary.json").write_text('{"wall_s": 53.3}')
     refused(cfg, "finished all 3 rounds", "nothing to continue")
     assert json.loads((out / "summary.json").read_text()) == {"wall_s": 53.3}

@@ -42,7 +42,7 @@ def test_an_occupied_or_damaged_results_folder_is_refused_before_any_work(tmp_pa
     (out / "checkpoint" / "round1.npz").unlink()  # today's bug: this resumed "from round 1" and exited 0
     assert "round1.npz is missing" in config_error(main_job("--resume", str(out)), "--resume")
     typo = tmp_path / "typo"
-    assert "holds no checkpoint" in config_error(main_job("--resume", str(typo)), "--resume")
+    assert "typo does not exist" in config_error(main_job("--resume", str(typo)), "--resume")
     assert not typo.exists()
 
 
