@@ -12,6 +12,10 @@ The config's own strategy keeps the settings the file gives it; every other meth
 from its defaults (`--set strategy.name=<method>`). `--set key=value` applies to every
 method, `--set pacfl:strategy.beta=600` to one. `--resume` skips the runs whose
 `summary.json` exists.
+
+Nothing runs or is written before every run's config is valid and the data they read are
+ready (missing data: one line, exit code 2). Each job's console lines reach the console as
+they come, after `[<method> s<seed>]`, then a line with its outcome.
 """
 from __future__ import annotations
 
@@ -23,15 +27,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import numpy as np
 import yaml
 
 from . import strategies
 from .cli import NO_MPIRUN, config_error, count, find_mpirun, split_list
-from .config import ConfigError, load_config
+from .config import Config, ConfigError, load_config
 from .runtime.stop import EXIT_INTERRUPTED
 
 PROG = "cfl_mpi.compare"  # config errors name the command
@@ -55,10 +59,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
                         help="config override for every run, or for one method with a METHOD: prefix")
     return parser.parse_args(argv)
-
-
-def _fail(message: str) -> NoReturn:
-    config_error(message, PROG)
 
 
 def run_overrides(method: str, seed: int, overrides: list[str], file_method: str | None = None) -> list[str]:
@@ -89,16 +89,10 @@ def file_strategy(config: str) -> str | None:
     return section.get("name") if isinstance(section, dict) else None
 
 
-def mpirun_for(given: str | None) -> str:
-    found = given or find_mpirun()
-    if not found:
-        _fail(f"--mpirun: {NO_MPIRUN}, or give --mpirun")
-    return found
-
-
-def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[str]) -> tuple[int, float]:
-    """One job (MPI, or the simulator when `mpirun` is None); its output goes to out/log.txt.
-    Returns (exit code, wall seconds).
+def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[str], tag: str) -> tuple[int, float]:
+    """One job (MPI, or the simulator when `mpirun` is None); its output goes to out/log.txt and,
+    line by line as it comes, to the console after `tag` (the job's round lines are its
+    progress: minutes of silence otherwise). Returns (exit code, wall seconds).
 
     The run folders are the comparison's own: a run not skipped by `--resume` starts over
     there (`--overwrite`) rather than being refused for the unfinished run it holds."""
@@ -107,10 +101,15 @@ def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[st
         [sys.executable, "-m", "cfl_mpi.simulate"]
     cmd = [*start_cmd, config, "--out", str(out), "--overwrite", *[a for s in sets for a in ("--set", s)]]
     start = time.monotonic()
-    with open(out / "log.txt", "w") as log:
-        log.write(" ".join(cmd) + "\n")
+    with open(out / "log.txt", "wb") as log:
+        log.write((" ".join(cmd) + "\n").encode())
         log.flush()
-        job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        for line in job.stdout:  # until every process of the job has closed its output
+            log.write(line)
+            log.flush()
+            print(f"{tag} {line.decode(errors='replace').rstrip()}", flush=True)
         code = job.wait()  # a Ctrl-C reaches the job too, which stops after its round (Interrupts)
     return code, time.monotonic() - start
 
@@ -196,17 +195,37 @@ def heatmaps(out: Path, runs: dict[str, Path]) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+@dataclass(frozen=True)
+class Plan:
+    """A comparison whose every run's config is valid and whose data are ready: what `run` does."""
+
+    config: str
+    methods: list[str]
+    seeds: list[int]
+    overrides: list[str]
+    file_method: str | None  # the strategy the config file tunes (run_overrides)
+    configs: dict[tuple[str, int], Config]
+    out: Path
+    mpirun: str | None  # None: the in-process simulator
+    resume: bool
+
+
+def checked(args: argparse.Namespace) -> Plan:
+    """Every check before the first job, writing nothing: the options, every run's config, the
+    data and pretrained weights the runs read (made ready once, as each job's rank 0 would:
+    downloaded where data.download allows), and mpirun. Missing data is then one error here
+    rather than the same failure in every job. ConfigError on any problem."""
+    from .prepare import prepare
+
     methods = split_list(args.methods, "methods", PROG)
     seeds = split_list(args.seeds, "seeds", PROG, int)
     unknown = [m for m in methods if m not in strategies.REGISTRY]
     if unknown:
-        _fail(f"--methods: unknown method {unknown[0]!r} (choose from {', '.join(strategies.REGISTRY)})")
+        raise ConfigError(f"--methods: unknown method {unknown[0]!r} (choose from {', '.join(strategies.REGISTRY)})")
     prefixes = {o.split("=", 1)[0].split(":", 1)[0] for o in args.overrides if ":" in o.split("=", 1)[0]}
     if prefixes - set(methods):
-        _fail(f"--set {sorted(prefixes - set(methods))[0]}:...: not one of the compared methods ({', '.join(methods)})")
-    # Every run's config is validated before the first job starts.
+        raise ConfigError(f"--set {sorted(prefixes - set(methods))[0]}:...: not one of the compared methods "
+                          f"({', '.join(methods)})")
     own = file_strategy(args.config)
     configs = {}
     for method in methods:
@@ -214,43 +233,65 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 configs[method, seed] = load_config(args.config, run_overrides(method, seed, args.overrides, own))
             except ConfigError as err:
-                _fail(f"{err} [method {method}, seed {seed}]")
-    first = configs[methods[0], seeds[0]]
-    out = Path(args.out or f"runs/compare_{first.name}")
-    out.mkdir(parents=True, exist_ok=True)
-    mpirun = mpirun_for(args.mpirun) if args.backend == "mpi" else None
+                raise ConfigError(f"{err} [method {method}, seed {seed}]") from None
+    prepared: list[tuple] = []
+    for cfg in configs.values():
+        if (cfg.data, cfg.model) not in prepared:
+            prepare(cfg)
+            prepared.append((cfg.data, cfg.model))
+    mpirun = None
+    if args.backend == "mpi":
+        mpirun = args.mpirun or find_mpirun()
+        if not mpirun:
+            raise ConfigError(f"--mpirun: {NO_MPIRUN}, or give --mpirun")
+    out = Path(args.out or f"runs/compare_{configs[methods[0], seeds[0]].name}")
+    return Plan(args.config, methods, seeds, args.overrides, own, configs, out, mpirun, args.resume)
 
+
+def outcome(method: str, summary: dict) -> str:
+    """A finished run in one line: what the table will show of it."""
+    ari = f"ARI {summary['ari']:.3f}, " if strategies.REGISTRY[method].clusters and summary.get("ari") is not None \
+        else ""
+    return f"{ari}avg acc {100 * summary['avg_acc']:.2f} %, worst {100 * summary['worst_acc']:.2f} %"
+
+
+def run(plan: Plan) -> int:
+    """Every (method, seed) job in turn, each streamed to the console and summed up in a line,
+    then the tables and heat maps."""
+    plan.out.mkdir(parents=True, exist_ok=True)
     failed = []
-    jobs = [(method, seed) for method in methods for seed in seeds]
+    jobs = [(method, seed) for method in plan.methods for seed in plan.seeds]
     for i, (method, seed) in enumerate(jobs, 1):
-        run = out / f"{method}_s{seed}"
-        if args.resume and (run / "summary.json").exists():
-            print(f"[{i}/{len(jobs)}] {method} seed {seed}: done before, skipped ({run})", flush=True)
+        run_dir, head = plan.out / f"{method}_s{seed}", f"[{i}/{len(jobs)}] {method} seed {seed}"
+        if plan.resume and (run_dir / "summary.json").exists():
+            print(f"{head}: done before, skipped ({run_dir})", flush=True)
             continue
-        (run / "summary.json").unlink(missing_ok=True)
-        print(f"[{i}/{len(jobs)}] {method} seed {seed}: running; log {run / 'log.txt'}", flush=True)
+        (run_dir / "summary.json").unlink(missing_ok=True)
+        print(f"{head}: running; log {run_dir / 'log.txt'}", flush=True)
         with Interrupts() as interrupts:
-            code, wall = launch(mpirun, configs[method, seed].world_size, args.config, run,
-                                run_overrides(method, seed, args.overrides, own))
+            code, wall = launch(plan.mpirun, plan.configs[method, seed].world_size, plan.config, run_dir,
+                                run_overrides(method, seed, plan.overrides, plan.file_method), f"  [{method} s{seed}]")
         if interrupts.count:
             print(f"cfl_mpi.compare: interrupted during {method} seed {seed}; continue with the same command "
                   f"and --resume", file=sys.stderr, flush=True)
             return EXIT_INTERRUPTED
-        if code == 0 and (run / "summary.json").exists():
-            ran = json.loads((run / "summary.json").read_text())["wall_s"]
-            print(f"[{i}/{len(jobs)}] {method} seed {seed}: done in {wall:.0f} s ({ran:.0f} s of rounds, the table's "
-                  f"wall time; the rest is start-up and writing the results)", flush=True)
+        if code == 0 and (run_dir / "summary.json").exists():
+            summary = json.loads((run_dir / "summary.json").read_text())
+            print(f"{head}: done in {wall:.0f} s: {outcome(method, summary)} ({summary['wall_s']:.0f} s of rounds, "
+                  f"the table's wall time; the rest is start-up and writing the results)", flush=True)
         else:
             failed.append((method, seed))
-            print(f"[{i}/{len(jobs)}] {method} seed {seed}: FAILED (exit {code}) in {wall:.0f} s: "
-                  f"{failure_reason(run)}", flush=True)
+            print(f"{head}: FAILED (exit {code}) in {wall:.0f} s: {failure_reason(run_dir)} "
+                  f"(log: {run_dir / 'log.txt'})", flush=True)
 
+    out, seeds = plan.out, plan.seeds
     rows, first_runs = [], {}
-    for method in methods:
+    for method in plan.methods:
         done = [out / f"{method}_s{s}" for s in seeds if (out / f"{method}_s{s}" / "summary.json").exists()]
         rows.append(summarise(method, [json.loads((r / "summary.json").read_text()) for r in done]))
         if done:
             first_runs[method] = done[0]
+    first = plan.configs[plan.methods[0], seeds[0]]
     title = (f"{first.name}: {count(first.silos, 'silo')}, {count(first.train.rounds, 'round')}, seeds "
              f"{', '.join(map(str, seeds))} (mean ± std over seeds)")
     table = markdown_table(rows, title)
@@ -259,12 +300,21 @@ def main(argv: list[str] | None = None) -> int:
     maps = heatmaps(out, first_runs)
     print("\n" + table, flush=True)
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}; heat maps: "
-          f"{', '.join(p.name for p in maps) or 'none'}", flush=True)
+          f"{', '.join(m.name for m in maps) or 'none'}", flush=True)
     if failed:
         print(f"cfl_mpi.compare: {len(failed)} run(s) failed: "
               + ", ".join(f"{m} seed {s} ({out / f'{m}_s{s}' / 'log.txt'})" for m, s in failed), file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        plan = checked(args)
+    except ConfigError as err:
+        config_error(str(err), PROG)
+    return run(plan)
 
 
 if __name__ == "__main__":

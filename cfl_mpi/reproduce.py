@@ -29,6 +29,7 @@ import numpy as np
 
 from . import compare, strategies
 from .cli import config_error, split_list
+from .config import ConfigError
 from .paper_figures import (TABLE_1_CIFAR, TABLE_1_MNIST, TABLE_3_CIFAR, TABLE_3_MNIST, TABLE_6, TABLE_10,
                             TABLE_11, PaperBlock)
 from .runtime.stop import EXIT_INTERRUPTED
@@ -229,24 +230,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     backend = args.backend or ("simulate" if args.scale == "small" else "mpi")
     out = Path(args.out or f"runs/reproduce_{table}_{args.scale}")
-    out.mkdir(parents=True, exist_ok=True)
-    sections, panels, failed = [], [], False
+    # Every block's comparison is checked (configs, data, mpirun) before the first job runs: a
+    # missing data set is one error, with nothing written, not hours of failed jobs and a blank table.
+    planned: list[tuple[Block, Setting, tuple[str, ...], str, compare.Plan | None]] = []
     for i, block in enumerate(blocks, 1):
         setting = block.small if args.scale == "small" else block.full
-        runs: dict[str, list[Path]] = {}
-        command = ""
         run_methods = tuple(m for m in block.methods if m in wanted)
+        command, plan = "", None
         if setting.config is not None and run_methods:
-            folder = out / f"block{i}"
-            cargs = compare_args(run_methods, setting, seeds, folder, backend, args.overrides)
+            cargs = compare_args(run_methods, setting, seeds, out / f"block{i}", backend, args.overrides)
             command = "python -m cfl_mpi.compare " + " ".join(shlex.quote(a) for a in cargs)
+            try:
+                plan = compare.checked(compare.parse_args(cargs))
+            except ConfigError as err:
+                _fail(f"{err} [{block.paper.title}]")
+        planned.append((block, setting, run_methods, command, plan))
+    out.mkdir(parents=True, exist_ok=True)
+    sections, panels, failed = [], [], False
+    for block, setting, run_methods, command, plan in planned:
+        runs: dict[str, list[Path]] = {}
+        if plan is not None:
             print(f"[{block.paper.title}] {command}", flush=True)
-            code = compare.main(cargs)
+            code = compare.run(plan)
             if code == EXIT_INTERRUPTED:
                 return code
             failed |= code != 0
-            runs = {m: [folder / f"{m}_s{s}" for s in seeds.split(",")
-                        if (folder / f"{m}_s{s}" / "summary.json").exists()] for m in block.methods}
+            runs = {m: [plan.out / f"{m}_s{s}" for s in seeds.split(",")
+                        if (plan.out / f"{m}_s{s}" / "summary.json").exists()] for m in block.methods}
             if any(runs.values()):  # no blank panel for a block whose runs all failed
                 panels.append((block.paper.title, runs))
         sections.append(block_table(block, runs, setting, command, run_methods if command else ()))

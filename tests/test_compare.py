@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -70,6 +71,89 @@ def test_compare_config_errors_are_one_line_and_exit_2(args, words, tmp_path):
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir()), "nothing runs before every config is valid"
+
+
+def test_missing_data_is_one_error_before_any_job(tmp_path):
+    """The data check the jobs do, done once before the first: exit 2, the option and layouts
+    to fix it with, and nothing written (no run folders, no table, no data folder)."""
+    out, root = tmp_path / "out", tmp_path / "mnist"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.compare", "configs/rotated_mnist_test.yaml", "--out", str(out),
+                           "--methods", "emdcfl,fedavg", "--set", f"data.root={root}", "--set", "data.download=false"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.strip() == (
+        f"cfl_mpi.compare: config error: data.root: MNIST files t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte not "
+        f"found in {root} (give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX "
+        f"files (gzipped or not) directly or in DIR/MNIST/raw, as torchvision lays them out; or fetch them with "
+        f"`python -m cfl_mpi.prepare` with the same config and --set options and data.download: true where a network "
+        f"is reachable)")
+    assert list(tmp_path.iterdir()) == [] and time.monotonic() - start < 30
+
+
+# A stand-in for mpirun: the job it "starts" says its rounds like cfl_mpi.main, writes the results
+# the table reads, and fails for FedAvg. After its first round it waits for the test's go-ahead,
+# which comes only once that round's line has reached compare's console: a compare that printed
+# a job's output only after the job would time the job out here (exit 3).
+FAKE_MPIRUN = """#!{python}
+import json, pathlib, sys, time
+args = sys.argv
+out = pathlib.Path(args[args.index("--out") + 1])
+method = "fedavg" if "strategy.name=fedavg" in args else "emdcfl"  # emdcfl: the config file's own
+print(f"{{method}}: 2 silos, 2 rounds; results in {{out}}", flush=True)
+print("round 1/2  clusters 2  ARI 1.000  acc avg 50.00 worst 40.00", flush=True)
+deadline = time.monotonic() + 20
+while not (out.parent / "go").exists():
+    if time.monotonic() > deadline:
+        sys.exit(3)
+    time.sleep(0.05)
+if method == "fedavg":
+    print("cfl_mpi: rank 1 (silo 0) failed: ValueError: broken", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("round 2/2  clusters 2  ARI 1.000  acc avg 90.00 worst 80.00", flush=True)
+(out / "clusters.json").write_text(json.dumps({{"truth": {{"0": 0, "1": 1}}, "clusters": {{"0": 0, "1": 1}}}}))
+(out / "summary.json").write_text(json.dumps({{"avg_acc": 0.9, "worst_acc": 0.8, "ari": 1.0, "wall_s": 2.0,
+                                              "n_clusters": 2}}))
+"""
+
+
+def test_each_job_s_lines_reach_the_console_as_it_runs_then_its_outcome(tmp_path):
+    mpirun = tmp_path / "mpirun"
+    mpirun.write_text(FAKE_MPIRUN.format(python=sys.executable))
+    mpirun.chmod(0o755)
+    out = tmp_path / "out"
+    compare = subprocess.Popen([sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--methods", "emdcfl,fedavg",
+                                "--seeds", "0", "--out", str(out), "--mpirun", str(mpirun)],
+                               cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in compare.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("  [emdcfl s0] round 1/2"):
+                (out / "go").touch()  # the job's first round is on the console while the job runs
+        compare.wait(timeout=60)
+    finally:
+        compare.kill()
+    stderr = compare.stderr.read()
+    assert compare.returncode == 1, stderr
+    assert lines[:4] == [
+        f"[1/2] emdcfl seed 0: running; log {out / 'emdcfl_s0' / 'log.txt'}",
+        f"  [emdcfl s0] emdcfl: 2 silos, 2 rounds; results in {out / 'emdcfl_s0'}",
+        "  [emdcfl s0] round 1/2  clusters 2  ARI 1.000  acc avg 50.00 worst 40.00",
+        "  [emdcfl s0] round 2/2  clusters 2  ARI 1.000  acc avg 90.00 worst 80.00"]
+    assert re.fullmatch(r"\[1/2\] emdcfl seed 0: done in \d+ s: ARI 1\.000, avg acc 90\.00 %, worst 80\.00 % "
+                        r"\(2 s of rounds, the table's wall time; the rest is start-up and writing the results\)",
+                        lines[4]), lines[4]
+    failed = next(line for line in lines if line.startswith("[2/2] fedavg seed 0: FAILED"))
+    assert re.fullmatch(rf"\[2/2\] fedavg seed 0: FAILED \(exit 1\) in \d+ s: cfl_mpi: rank 1 \(silo 0\) failed: "
+                        rf"ValueError: broken \(log: {re.escape(str(out / 'fedavg_s0' / 'log.txt'))}\)", failed), failed
+    assert "  [fedavg s0] cfl_mpi: rank 1 (silo 0) failed: ValueError: broken" in lines
+    # log.txt keeps what it kept: the command, then the job's output as it came
+    log = (out / "emdcfl_s0" / "log.txt").read_text().splitlines()
+    assert log[0].startswith(f"{mpirun} -n 9 {sys.executable} -m cfl_mpi.main {DIGITS} --out ")
+    assert log[1:] == [line.removeprefix("  [emdcfl s0] ") for line in lines[1:4]]
+    assert "| EMD-CFL | 90.00 ± 0.00 | 80.00 ± 0.00 | 1.00 ± 0.00 |" in (out / "table.md").read_text()
+    assert "1 run(s) failed: fedavg seed 0" in stderr
 
 
 # ------------------------------------------------------------- whole runs
@@ -195,6 +279,9 @@ def test_compare_writes_the_table_and_heat_maps(compared):
     table = (out / "table.md").read_text()
     for name in ("EMD-CFL", "PACFL", "CFL", "IFCA", "FedAvg", "Oracle"):
         assert f"| {name} |" in table and f"| {name} |" in proc.stdout
+    for i, method in enumerate(METHODS, 1):  # each job's rounds as it ran, then its outcome
+        assert f"\n  [{method} s0] round 2/2 " in proc.stdout and f"\n[{i}/{len(METHODS)}] {method} seed 0: done in " \
+            in proc.stdout
     rows = (out / "table.csv").read_text().splitlines()
     assert rows[0].startswith("method,runs,avg_acc_mean,avg_acc_std") and [r.split(",")[0] for r in rows[1:]] == METHODS
     for method in ("emdcfl", "pacfl", "cfl"):

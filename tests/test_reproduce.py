@@ -2,12 +2,17 @@
 and the paper's figures as transcribed."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 
 from cfl_mpi import reproduce
 from cfl_mpi.paper_figures import TABLE_1_MNIST, TABLE_3_MNIST, TABLE_6
+from jobs import PROJECT_ROOT
 
 TINY = ("silos=4", "train.rounds=2", "model.channels=[8,16]", "model.embedding_dim=16", "participation.count=2")
 
@@ -30,6 +35,28 @@ def test_one_tiny_block_writes_the_table_beside_the_paper_and_the_plot(shared_da
     assert "python -m cfl_mpi.compare configs/rotated_mnist_test.yaml --methods emdcfl,oracle --seeds 0" in table
     assert (tmp_path / "accuracy_per_round.png").stat().st_size > 0
     assert (tmp_path / "block1" / "emdcfl_s0" / "summary.json").exists()
+    console = capsys.readouterr().out  # each job's rounds as it runs, then its outcome
+    assert "  [emdcfl s0] round 2/2 " in console and "  [oracle s0] round 2/2 " in console
+    assert re.search(r"\n\[1/2\] emdcfl seed 0: done in \d+ s: ARI -?\d\.\d{3}, avg acc \d+\.\d\d %", console)
+
+
+def test_missing_data_is_one_error_before_any_job(tmp_path):
+    """Without MNIST (and its download failing) no job starts: one line naming the option and
+    the layouts, exit 2, no table, no run folders, no data folder."""
+    out, root = tmp_path / "out", tmp_path / "mnist"
+    unreachable = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.reproduce", "1", "--out", str(out), "--set",
+                           f"data.root={root}"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **unreachable})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"cfl_mpi.reproduce: config error: data.root: MNIST is not in {root} and downloading it "
+                           "failed (") and line.endswith(" [Rotated MNIST]")
+    assert ("(give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX files (gzipped "
+            "or not) directly or in DIR/MNIST/raw, as torchvision lays them out; ") in line
+    assert list(tmp_path.iterdir()) == []
+    print(f"reproduce 1 without MNIST: {time.monotonic() - start:.1f} s")
 
 
 def test_paper_scale_prints_the_sbatch_line(capsys):

@@ -33,6 +33,12 @@ __all__ = ["SiloData", "build_silo_data", "check_data", "prepare_data", "true_cl
 PREPARE_HINT = "`python -m cfl_mpi.prepare` with the same config and --set options"
 
 
+def _give_root(layout: str) -> str:
+    """The fix every missing-data error names first: the option that points at the files, and
+    the layouts the readers accept there (the same for a job, `prepare`, `compare`, `reproduce`)."""
+    return f"give the folder that holds the files with --set data.root=DIR, where {layout}"
+
+
 @dataclass(frozen=True)
 class SiloData:
     """One silo's private data as model-ready arrays (x: float32 NCHW, y: int64).
@@ -109,14 +115,15 @@ def _splits(cfg: Config) -> tuple[str, ...]:
     return ("test",) if cfg.data.pool == "test" else ("train", "test")
 
 
-def _missing(cfg: Config) -> tuple[str, list[str], Path]:
-    """(data set label, missing files, folder they belong in) for the file-based sets."""
+def _missing(cfg: Config) -> tuple[str, list[str], Path, str]:
+    """(data set label, missing files, folder a download puts them in, the layouts of data.root
+    its reader accepts) for the file-based sets."""
     root = Path(cfg.data.root)
     if cfg.data.name.endswith("mnist"):
-        return "MNIST", mnist.missing_files(root, _splits(cfg)), root / "MNIST" / "raw"
+        return "MNIST", mnist.missing_files(root, _splits(cfg)), root / "MNIST" / "raw", mnist.LAYOUT
     if cfg.data.name.endswith("cifar10"):
-        return "CIFAR-10", cifar.missing_files(root, _splits(cfg)), root / cifar.FOLDER
-    return "PACS", pacs.missing_domains(root, cfg.data.domains), root
+        return "CIFAR-10", cifar.missing_files(root, _splits(cfg)), root / cifar.FOLDER, cifar.LAYOUT
+    return "PACS", pacs.missing_domains(root, cfg.data.domains), root, pacs.LAYOUT
 
 
 def pool_sizes(cfg: Config) -> tuple[int, int]:
@@ -149,17 +156,17 @@ def check_data(cfg: Config) -> None:
             f"holds {pool_sizes(cfg)[0]} (give at most that)")
     if cfg.data.name == "rotated_digits":
         return
-    label, missing, folder = _missing(cfg)
+    label, missing, _, layout = _missing(cfg)
     if label == "PACS":
         if missing:
             raise ConfigError(
-                f"data.root: PACS domain folders {', '.join(missing)} not found in {folder} (unpack PACS there "
-                f"as <root>/<domain>/<class>/*.jpg, then check it with {PREPARE_HINT})")
+                f"data.root: PACS domain folders {', '.join(missing)} not found in {cfg.data.root} "
+                f"({_give_root(layout)}; PACS has no download: unpack it there, then check it with {PREPARE_HINT})")
         _check_pacs_sizes(cfg)
     elif missing and not cfg.data.download:
         raise ConfigError(
-            f"data.root: {label} files {', '.join(missing)} not found in {folder} (run {PREPARE_HINT} "
-            f"with data.download: true on a machine with a network, or copy the files there)")
+            f"data.root: {label} files {', '.join(missing)} not found in {cfg.data.root} ({_give_root(layout)}; "
+            f"or fetch them with {PREPARE_HINT} and data.download: true where a network is reachable)")
 
 
 def _check_pacs_sizes(cfg: Config) -> None:
@@ -181,7 +188,7 @@ def prepare_data(cfg: Config) -> None:
     if cfg.data.name == "rotated_digits":
         return
     check_data(cfg)
-    label, missing, folder = _missing(cfg)
+    label, missing, folder, layout = _missing(cfg)
     if not missing:
         return
     root = Path(cfg.data.root)
@@ -189,9 +196,9 @@ def prepare_data(cfg: Config) -> None:
         _download(label, root, folder, missing)
     except Exception as err:  # torchvision raises RuntimeError/URLError without a network
         raise ConfigError(
-            f"data.root: {label} is not in {folder} and downloading it failed ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else 'no detail'}) (run {PREPARE_HINT} on a machine "
-            f"with a network and copy {root} here, or put the files {', '.join(missing)} in {folder})") from None
+            f"data.root: {label} is not in {root} and downloading it failed ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else 'no detail'}) ({_give_root(layout)}; or run "
+            f"{PREPARE_HINT} where a network is reachable and copy that data.root to this machine)") from None
 
 
 def _download(label: str, root: Path, folder: Path, missing: list[str]) -> None:

@@ -17,8 +17,13 @@ class MissingDataError(FileNotFoundError):
     """A data set's files are not where the config says."""
 
 
+# Where in data.root the files may lie: directly, or in torchvision's layout; LAYOUT says it to users.
+FOLDERS = (".", "MNIST/raw")
+LAYOUT = "DIR holds the IDX files (gzipped or not) directly or in DIR/MNIST/raw, as torchvision lays them out"
+
+
 def _find(root: Path, name: str) -> Path | None:
-    for folder in (root, root / "MNIST" / "raw"):
+    for folder in (root / f for f in FOLDERS):
         for candidate in (folder / name, folder / f"{name}.gz"):
             if candidate.is_file():
                 return candidate

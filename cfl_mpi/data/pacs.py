@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
+LAYOUT = f"DIR/<domain>/<class>/ holds the images ({', '.join(EXTENSIONS)}), one folder per domain of data.domains"
 # The paper's 80/10/10 split of each silo's images (EMD-CFL paper, §4.1), and the authors' code's
 # (`pacs.ipynb`): 20 % of the domain for testing, then 80/20 of each silo's share (data.pacs_split).
 TEST_FRACTION, VAL_FRACTION = 0.1, 0.1

@@ -283,6 +283,7 @@ def test_pacs_errors_name_the_folder_and_the_fix(files, tmp_path):
     message = str(err.value)
     assert message.startswith("data.root: PACS domain folders photo, art_painting, cartoon, sketch not found in "
                               f"{tmp_path / 'none'}") and "python -m cfl_mpi.prepare" in message and "\n" not in message
+    assert "--set data.root=DIR, where DIR/<domain>/<class>/ holds the images (.jpg, .jpeg, .png)" in message
 
 
 # --------------------------------------------------------------------------- preparation
@@ -298,9 +299,9 @@ def test_missing_cifar_without_network_is_one_clear_error(tmp_path, monkeypatch)
     with pytest.raises(ConfigError) as err:
         prepare_data(cfg)
     message = str(err.value)
-    assert message.startswith(f"data.root: CIFAR-10 is not in {tmp_path / 'c10' / 'cifar-10-batches-py'} and "
+    assert message.startswith(f"data.root: CIFAR-10 is not in {tmp_path / 'c10'} and "
                               "downloading it failed (URLError") and "python -m cfl_mpi.prepare" in message
-    assert "data_batch_1" in message and "\n" not in message
+    assert "--set data.root=DIR, where DIR/cifar-10-batches-py holds data_batch_1" in message and "\n" not in message
 
 
 def test_prepare_command_exits_2_with_one_line(tmp_path, capsys):
@@ -314,6 +315,7 @@ def test_prepare_command_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code.value.code == 2 and "\n" not in err
     assert err.startswith("cfl_mpi: config error: data.root: MNIST files train-images-idx3-ubyte") and "prepare" in err
+    assert "--set data.root=DIR, where DIR holds the IDX files (gzipped or not) directly or in DIR/MNIST/raw" in err
 
 
 def test_prepare_command_accepts_present_files(files, tmp_path, capsys):
