@@ -74,7 +74,8 @@ def main() -> None:
     model = build_model(cfg, num_classes(cfg), load_weights=False)
     z = embed(model.embedding, data.x_train[:n], torch.device("cpu")).astype(np.float64)
     z_val = embed(model.embedding, data.x_val, torch.device("cpu")).astype(np.float64)
-    r = random_projection(rng, z.shape[1], projected_dim(cfg.strategy, cfg.model.embedding_dim)).astype(np.float64)
+    r = random_projection(rng, z.shape[1], projected_dim(cfg.strategy, cfg.model.embedding_dim),
+                          cfg.strategy.projection).astype(np.float64)
     y = z @ r  # what the silo sends in direct mode
     r_hat = np.linalg.lstsq(z, y, rcond=None)[0]
     print(f"# curious server, {args.config}, silo {args.silo}: n = {n} samples, dim(Z) = {z.shape[1]}, "

@@ -28,6 +28,8 @@ from benchmarks.noise_estimate import CASES, MNIST, silo_embeddings
 from cfl_mpi.ot.wasserstein import ground_cost, transport_cost
 from cfl_mpi.privacy.handshake import random_projection
 
+PROJECTION = "gaussian"  # the R these variants were measured with
+
 
 def _sizes(z: np.ndarray, v: np.ndarray) -> tuple[int, int, int]:
     n, halves = len(z), len(v) // 2
@@ -49,7 +51,7 @@ def current(z, v, dim_r, rng, draws=30, frac=1.0):
     for _ in range(draws):
         order = rng.permutation(len(v))
         sub = np.sort(rng.permutation(n)[:2 * h])
-        r = random_projection(rng, z.shape[1], dim_r)
+        r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
         null.append(transport_cost(ground_cost(z[sub] @ r, v[order[:h]] @ r))
                     - transport_cost(full[np.ix_(sub, order[h:2 * h])]))
     return _rms(null, n, halves, h)
@@ -64,7 +66,7 @@ def lean(z, v, dim_r, rng):
     for _ in range(30):
         order = rng.permutation(len(v))
         sub = np.sort(rng.permutation(n)[:2 * h])
-        r = random_projection(rng, z.shape[1], dim_r)
+        r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
         a = lap.lapjv(np.repeat(ground_cost(z[sub] @ r, v[order[:h]] @ r), 2, axis=1))[0]
         b = lap.lapjv(full.take(sub, axis=0).take(np.repeat(order[h:2 * h], 2), axis=1))[0]
         null.append((a - b) / (2 * h))
@@ -82,7 +84,7 @@ def shared(z, v, dim_r, rng, splits=15, projections=2):
         sub = np.sort(rng.permutation(n)[:2 * h])
         b = transport_cost(full[np.ix_(sub, order[h:2 * h])])
         for _ in range(projections):
-            r = random_projection(rng, z.shape[1], dim_r)
+            r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
             null.append(transport_cost(ground_cost(z[sub] @ r, v[order[:h]] @ r)) - b)
     return _rms(null, n, halves, h)
 
@@ -97,7 +99,7 @@ def before_703ab81(tree: Path):
         half, null = len(v) // 2, []
         for _ in range(30):
             order = rng.permutation(len(v))
-            r = random_projection(rng, z.shape[1], dim_r)
+            r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
             null.append(module.w1(z @ r, v[order[:half]] @ r) - module.w1(z, v[order[half:2 * half]]))
         return float(np.sqrt(np.mean(np.square(null)) / 2.0))
     return noise

@@ -142,7 +142,7 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
                 for d in chosen:
                     if d == c:
                         continue
-                    r = random_projection(rng, z[c].shape[1], dim_r)
+                    r = random_projection(rng, z[c].shape[1], dim_r, s.projection)
                     for name, form in forms.items():
                         t = tau[name] if tau[name] is not None else pair_reference(z[c] @ r, v, r, form)
                         variants[name][c, d] = (pair_distance(z[c] @ r, z[d] @ r, form) - t) / noise[name][-1]

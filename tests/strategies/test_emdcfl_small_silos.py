@@ -15,7 +15,7 @@ from cfl_mpi.privacy.handshake import random_projection
 def test_pair_tau_is_w1_through_the_pairs_projection():
     rng = np.random.default_rng(0)
     z, v = rng.random((12, 6)), rng.random((8, 6))  # non-negative, as ReLU embeddings
-    r = random_projection(rng, 6, 5)
+    r = random_projection(rng, 6, 5, "gaussian")
     expected = ot.emd2(ot.unif(12), ot.unif(8), ot.dist(z @ r, v @ r, metric="cosine"))
     assert pair_reference(z @ r, v, r, EmdCflConfig(tau_projection="pair")) == pytest.approx(expected, abs=1e-9)
 
@@ -28,7 +28,8 @@ def test_pair_tau_takes_the_projections_distortion_out_of_the_noise():
     centres = rng.random((10, 32)) * 3
     cloud = np.maximum(centres[rng.integers(0, 10, 330)] + rng.normal(size=(330, 32)), 0.0)
     z, v = cloud[:300], cloud[300:]
-    noise = {mode: reference_distance(z, v, 28, EmdCflConfig(tau_projection=mode), np.random.default_rng(2))
+    noise = {mode: reference_distance(z, v, 28, EmdCflConfig(tau_projection=mode, projection="gaussian"),
+                                      np.random.default_rng(2))
              for mode in ("none", "pair")}
     assert noise["pair"][0] is None and noise["none"][0] > 0
     assert noise["none"][1] > 2 * noise["pair"][1]
@@ -56,7 +57,7 @@ def test_energy_noise_is_the_spread_of_w_between_samples_of_one_distribution():
         return np.maximum(centres[rng.integers(0, 10, n)] + rng.normal(size=(n, 32)), 0.0)
 
     s = EmdCflConfig(distance="energy", ground_cost="chordal")
-    spread = np.std([energy_distance(draw(60) @ (r := random_projection(rng, 32, 28)), draw(60) @ r, "chordal")
+    spread = np.std([energy_distance(draw(60) @ (r := random_projection(rng, 32, 28, "gaussian")), draw(60) @ r, "chordal")
                      for _ in range(200)])
     estimates = [reference_distance(draw(60), draw(6), 28, s, rng) for _ in range(20)]
     assert all(tau == 0.0 for tau, _ in estimates)

@@ -19,6 +19,12 @@ class EmdCflConfig(StrategyParams):
     epsilon: float = 0.025
     # dim(R) = ⌊proj_ratio · dim(Z)⌋: the fraction of the embedding's dimensions R keeps.
     proj_ratio: float = 0.9
+    # How each pair's secret R is drawn: "orthonormal" columns (a random dim(R)-dimensional
+    # subspace, kept exactly), or "gaussian" entries with rows normalised, as the paper and the
+    # authors' code. A near-square Gaussian R distorts the embedding differently for every pair
+    # secret, so W and with it the clusters change from run to run with ephemeral keys; an
+    # orthonormal R holds them steady (beyond the paper: docs/METHODS.md, "The projection R").
+    projection: Literal["orthonormal", "gaussian"] = "orthonormal"
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
     # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
@@ -32,7 +38,8 @@ class EmdCflConfig(StrategyParams):
     # (batch statistics over batches of train.batch_size). Identical for the simple CNN.
     embed_mode: Literal["eval", "train"] = "eval"
     # τ_c = W1 between the silo's training and validation embeddings: "none" unprojected, "full"
-    # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does,
+    # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does
+    # (with projection: gaussian; an orthonormal one is a rotation, which leaves τ as "none"),
     # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
     # measured in (on small silos W's spread falls 2-3x: docs/SMALL_SILOS.md).
     tau_projection: Literal["none", "full", "pair"] = "none"

@@ -92,7 +92,7 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     for _ in range(s.noise_splits if h >= 1 else 0):
         order = rng.permutation(len(z_val))
         sub = np.sort(rng.permutation(n)[:2 * h])
-        r = random_projection(rng, z_own.shape[1], dim_r)
+        r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
         projected_own = z_own[sub] @ r
         first, second = z_val[order[:h]], z_val[order[h:2 * h]]
         reference = pair_distance(projected_own, second @ r, s) if per_pair else pair_distance(z_own[sub], second, s)
@@ -104,7 +104,7 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     if per_pair:
         return None, noise
     if s.tau_projection == "full":
-        r = random_projection(rng, z_own.shape[1], z_own.shape[1])
+        r = random_projection(rng, z_own.shape[1], z_own.shape[1], s.projection)
         return pair_distance(z_own @ r, z_val @ r, s), noise
     return pair_distance(z_own, z_val, s), noise
 
@@ -122,7 +122,7 @@ def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.
     halves = []
     for _ in range(s.noise_splits):
         order = rng.permutation(n)
-        r = random_projection(rng, z_own.shape[1], dim_r)
+        r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
         halves.append((z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r))
     null = energy_distances(*(np.stack(side) for side in zip(*halves)), s.ground_cost)
     return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
@@ -649,7 +649,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         dim_z, dim_r = self.run.embedding_dim, self.dim_r
 
         def projected(p: int, z_cross: np.ndarray | None) -> Projected:
-            r = projection_matrix(seeds[p], dim_z, dim_r)
+            r = projection_matrix(seeds[p], dim_z, dim_r, self.params.projection)
             zr_cross = None if z_cross is None else z_cross @ r
             if not roles[p] & SERVE:
                 return p, None, zr_cross, 0.0, 0.0
