@@ -38,9 +38,9 @@ from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import Config, EmdCflConfig, load_config
 from cfl_mpi.data import build_silo_data, num_classes, true_clusters
 from cfl_mpi.models import build_model, initial_model, load_arrays
-from cfl_mpi.privacy.handshake import new_private_key, pair_seed, projection_matrix, public_bytes
-from cfl_mpi.strategies.emdcfl.halves import pair_distance, pair_reference, projected_dim, reference_distance, \
-    sample_size
+from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
+from cfl_mpi.strategies.emdcfl.halves import (pair_context, pair_distance, pair_reference, projected_dim,
+                                              reference_distance, round_key, sample_size)
 from cfl_mpi.training import embed, train_local
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,8 +102,9 @@ def with_references(cfg: Config, silos: list[Silo]) -> list[Silo]:
 
 def seeded_pair_seeds(cfg: Config) -> dict[tuple[int, int], bytes]:
     """The pair seeds a run with `pair_keys: seeded` derives in round 1."""
-    keys = [new_private_key(f"{cfg.seed}|1|{c}".encode()) for c in range(cfg.silos)]
-    context = f"seed={cfg.seed}|round=1".encode()
+    seeded = dataclasses.replace(cfg.strategy, pair_keys="seeded")
+    keys = [round_key(seeded, cfg.seed, 1, c) for c in range(cfg.silos)]
+    context = pair_context(cfg.seed, 1)
     return {(a, b): pair_seed(keys[a], public_bytes(keys[b]), a, b, context)
             for a in range(cfg.silos) for b in range(a + 1, cfg.silos)}
 
@@ -141,6 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     path, overrides = CASES.get(args.config, (args.config, []))
     cfg = load_config(ROOT / path, [*overrides, *args.set])
+    s = cfg.strategy
+    if s.name != "emdcfl" or s.pairs != "all" or s.distance == "fedwad" or s.partner_sample != "train" \
+            or s.embed_mode != "eval":
+        raise SystemExit("the replay is of EMD-CFL's direct all-pairs round with strategy.partner_sample: train and "
+                         "embed_mode: eval")
     torch.set_num_threads(1)
     threadpool_limits(1)
     start = time.monotonic()
@@ -211,6 +217,7 @@ def summary(rows: list[dict], Ws: np.ndarray, noise: np.ndarray, truth: np.ndarr
         f"its std over R, median over pairs: inside a cluster {np.median(spread[same]):.2f}, across the "
         f"{nearest} closest pairs {np.median(spread[across][np.argsort(mean[across])[:nearest]]):.2f}",
     ])
+
 
 def merge_heights(D: np.ndarray, clusters: int) -> tuple[np.ndarray, np.ndarray]:
     """Per draw, the average-linkage merge that leaves `clusters` groups and the one after it:

@@ -19,8 +19,8 @@ import numpy as np
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "w_guard"
 CONFIG = "configs/digits.yaml"
 # 6 silos in 3 rotations, one round of one epoch of a slim CNN: every EMD-CFL pair is measured,
-# through the paper's Gaussian R (the fixture predates the orthonormal one; the replay in
-# tests/strategies/test_projection_replay.py holds the default's W to the run's).
+# through the paper's Gaussian R (the fixture predates the orthonormal one; the default's W is
+# held to a seeded run's by `python -m benchmarks.projection_variance --check-run RUN`).
 OVERRIDES = ["silos=6", "data.rotations=[0,90,180]", "train.rounds=1", "train.local_epochs=1",
              "model.channels=[16,32]", "strategy.pair_keys=seeded", "strategy.projection=gaussian"]
 

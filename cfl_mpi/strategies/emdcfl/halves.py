@@ -137,6 +137,17 @@ def pair_distance(x: np.ndarray, y: np.ndarray, s: EmdCflConfig) -> float:
     return w1(x, y, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance, s.sinkhorn_reg)
 
 
+def round_key(s: EmdCflConfig, seed: int, round: int, silo: int) -> X25519PrivateKey:
+    """A silo's X25519 key of a round (one serves all its partners): from the OS, or with
+    `pair_keys: seeded` from the run seed, so that anyone holding the config can rebuild it."""
+    return new_private_key(f"{seed}|{round}|{silo}".encode() if s.pair_keys == "seeded" else None)
+
+
+def pair_context(seed: int, round: int) -> bytes:
+    """What HKDF binds a pair's projection seed to besides the pair: the run and the round."""
+    return f"seed={seed}|round={round}".encode()
+
+
 def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdCflConfig) -> float:
     """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R
     (`tau_projection: pair`), so that line 16 subtracts it in the space where W1(Z_{c|c} R,
@@ -620,9 +631,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         return list(zip(partners, roles)), bool(plan.meta["more"])
 
     def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
-        """This round's X25519 key: one per silo and round serves all its partners."""
-        s = self.params
-        return new_private_key(f"{self.run.seed}|{ctx.round}|{ctx.silo}".encode() if s.pair_keys == "seeded" else None)
+        return round_key(self.params, self.run.seed, ctx.round, ctx.silo)
 
     def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> Pending:
         """The key's public half on its way to every partner (directly; once per rank)."""
@@ -632,7 +641,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
         key_spec = Expect(HANDSHAKE, ctx.round, (ArraySpec("public_key", "uint8", (PUBLIC_KEY_BYTES,)),))
         peer_keys = {p: ctx.channel.recv(p, key_spec).arrays["public_key"] for p in partners}
-        context = f"seed={self.run.seed}|round={ctx.round}".encode()
+        context = pair_context(self.run.seed, ctx.round)
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
     def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
