@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from cfl_mpi.strategies.emdcfl.halves import projected_dim, reference_distance, sample_size
+from cfl_mpi.strategies.emdcfl.halves import projected_dim, sample_size
+from cfl_mpi.strategies.emdcfl.distances import reference_distance
 from cfl_mpi.config import load_config
 from cfl_mpi.data import build_silo_data, num_classes
 from cfl_mpi.models import build_model

@@ -42,11 +42,13 @@ def mpirun() -> str:
     return found
 
 
-def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: float = 3600) -> Job:
-    """`mpirun -n ranks python -m cfl_mpi.main config --set ...` in `tree`; its wall and results."""
+def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: float = 3600,
+            env: dict[str, str] | None = None) -> Job:
+    """`mpirun -n ranks python -m cfl_mpi.main config --set ...` in `tree`; its wall and results
+    (`env`: more environment variables for the ranks)."""
     with tempfile.TemporaryDirectory(prefix="cfl_bench_") as out:
         sets = [a for o in overrides for a in ("--set", o)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree), **(env or {})}
         cmd = [mpirun(), "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main", config, "--out", out, *sets]
         start, started = time.monotonic(), time.time()
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

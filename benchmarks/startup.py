@@ -1,7 +1,8 @@
 """Start-up of a wide job: 41 ranks (server + 40 silos) to the first round, against the floor
-of 41 Python processes importing torch on this machine's cores.
+of 41 Python processes importing torch (and initialising CUDA, where there is a GPU) on this
+machine's cores, with each rank's timeline of what it did before its first round.
 
-    python -m benchmarks.startup [--ranks 41]
+    python -m benchmarks.startup [--ranks 41] [--config YAML] [--set KEY=VALUE ...]
 
 The job's start-up is its wall minus the server's own run (`summary.json` wall_s): launching,
 imports, data and model building on every rank, the placement and the hello, and also what
@@ -10,41 +11,94 @@ follows the last round: the results folder (plots) and the ranks' exit. Both par
 "after the last round" begins where summary.json is written. The floor runs the same number
 of `python -c "import torch"` processes (each starts, imports and exits), as many at a time
 as there are cores.
+
+The timeline (cfl_mpi/runtime/timeline.py, written by every rank with CFL_MPI_TIMELINE set)
+gives each step's seconds, median and slowest over the silo ranks, and the server's: from the
+launch to the process's start, the Python and cfl_mpi imports, MPI's initialisation, the
+config's checks, the placement, torch's import, the device (CUDA's initialisation), then per
+silo its data, its model and sets on the device, its strategy half (with the modules it
+calls into), and the wait for the server's hello.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from .runs import DIGITS, ROOT, run_job
+
+JOB = ("silos={silos}", "train.rounds=1", "train.local_epochs=1", "model.channels=[16,32]", "strategy.name=fedavg")
+
+
+def floor_seconds(ranks: int, code: str) -> float:
+    """Wall seconds of `ranks` processes running `code`, as many at a time as there are cores."""
+    start = time.monotonic()
+    with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+        list(pool.map(lambda _: subprocess.run([sys.executable, "-c", code], check=True), range(ranks)))
+    return time.monotonic() - start
+
+
+def timeline_table(folder: Path, launched: float) -> str:
+    """Each start-up step's seconds: median and max over the silo ranks, and the server's."""
+    ranks = [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
+    steps: dict[str, dict[int, float]] = {}
+    for r in ranks:
+        before = r["process_start"] if r["process_start"] is not None else launched
+        steps.setdefault("launch", {})[r["rank"]] = before - launched
+        seen: set[str] = set()
+        for step, at in r["marks"]:
+            if step in seen:  # several silos on the rank: their steps, one after another
+                step = f"{step} (next silo)"
+            seen.add(step)
+            steps.setdefault(step, {})[r["rank"]] = at - before
+            before = at
+    lines = ["| step | silo ranks, median s | slowest s | server s |", "|---|---|---|---|"]
+    for step, by_rank in steps.items():
+        silos = [s for rank, s in by_rank.items() if rank != 0]
+        server = f"{by_rank[0]:.2f}" if 0 in by_rank else "–"
+        lines.append(f"| {step} | {statistics.median(silos):.2f} | {max(silos):.2f} | {server} |"
+                     if silos else f"| {step} | – | – | {server} |")
+    ends = [max(at for _, at in r["marks"]) - launched for r in ranks if r["rank"] != 0 and r["marks"]]
+    lines.append(f"\nthe last silo rank's hello {max(ends):.1f} s after the launch" if ends else "")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=41)
+    parser.add_argument("--config", help="the job's config (default: the digits quick start, FedAvg, one round)")
+    parser.add_argument("--set", action="append", default=[], help="more overrides of the job's config")
     args = parser.parse_args(argv)
     silos = args.ranks - 1
-    config, overrides = DIGITS
-    job = run_job(ROOT, config, [*overrides, f"silos={silos}", "train.rounds=1", "train.local_epochs=1",
-                                 "model.channels=[16,32]", "strategy.name=fedavg"], args.ranks)
+    config, overrides = (args.config, ()) if args.config else DIGITS
+    sets = [*overrides, *(o.format(silos=silos) for o in JOB), *args.set]
+    with tempfile.TemporaryDirectory(prefix="cfl_timeline_") as folder:
+        launched = time.time()
+        job = run_job(ROOT, config, sets, args.ranks, env={"CFL_MPI_TIMELINE": folder})
+        table = timeline_table(Path(folder), launched)
     startup = job.wall_s - job.summary["wall_s"]
     summary_at, folder_done_at = job.results_s
     before = summary_at - job.summary["wall_s"]
     cores = len(os.sched_getaffinity(0))
-    start = time.monotonic()
-    with ThreadPoolExecutor(cores) as pool:
-        list(pool.map(lambda _: subprocess.run([sys.executable, "-c", "import torch"], check=True),
-                      range(args.ranks)))
-    floor = time.monotonic() - start
+    floor = floor_seconds(args.ranks, "import torch")
     print(f"{args.ranks} ranks to the first round: {startup:.1f} s; {args.ranks} torch imports on {cores} cores: "
           f"{floor:.1f} s; ratio {startup / floor:.2f}")
+    import torch
+
+    if torch.cuda.is_available():
+        cuda_floor = floor_seconds(args.ranks, "import torch; torch.cuda.init()")
+        print(f"  {args.ranks} torch imports with CUDA initialised: {cuda_floor:.1f} s; ratio {startup / cuda_floor:.2f}")
     print(f"  of which before the first round {before:.1f} s, after the last round {job.wall_s - summary_at:.1f} s "
           f"(results folder {folder_done_at - summary_at:.1f} s, exit {job.wall_s - folder_done_at:.1f} s); "
           f"the run itself {job.summary['wall_s']:.1f} s")
+    print(f"\nEach rank's start-up, step by step (from the launch; a step's seconds end at its mark):\n\n{table}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from .runtime.compute import ComputePool
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement, require_gpu, wait_quietly
 from .runtime.stop import StopRequest, defer_stop_signals, ignore_stop_signals, release_stop_signals
+from .runtime.timeline import mark
+from .runtime.timeline import write as write_timeline
 
 DESCRIPTION = ("Run a clustered federated learning job under MPI: rank 0 is the server, the other ranks"
                " host the silos.")
@@ -125,12 +127,15 @@ def cli(argv: list[str] | None = None) -> None:
     # seconds): it waits until each rank knows whether it is the server (stop after the round)
     # or a silo.
     defer_stop_signals()
+    mark("imports")
     args = run_arguments("python -m cfl_mpi.main", DESCRIPTION).parse_args(argv)
     from mpi4py import MPI
 
     from .channel.mpi import MpiChannel, MpiInbox
     from .runtime.placement import describe_devices, gather_devices, place, select_device
     from .runtime.faults import InjectedExit
+
+    mark("mpi_init")
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -148,14 +153,19 @@ def cli(argv: list[str] | None = None) -> None:
               file=sys.stderr, flush=True)
         time.sleep(ABORT_GRACE_S)
         comm.Abort(1)
+    mark("config")
     here = layout.silos_on(rank)
     role = "server" if rank == 0 else party_name(here[0]) if len(here) == 1 else f"silos {here[0]}-{here[-1]}"
     stopped = False  # before the last round (the server's verdict)
     try:
         placement = place(comm, len(here))
+        mark("placement")
         limit_threads(placement.threads)
+        mark("torch")
         device = select_device(placement, cfg.runtime.device) if here else None
+        mark("device")
         devices = gather_devices(comm, device)
+        mark("devices_gathered")
         if rank == 0:
             per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
             announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank) {describe_devices(devices)}")
@@ -180,6 +190,7 @@ def cli(argv: list[str] | None = None) -> None:
         # ranks, the first ones spinning meanwhile; finalizing now, all ranks together, avoids that.
         wait_quietly(comm.Ibarrier())
         MPI.Finalize()
+        write_timeline(rank, role)
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         if isinstance(exc, SystemExit) and not exc.code:
             raise

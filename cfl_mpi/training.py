@@ -34,23 +34,56 @@ def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
         return t.pin_memory()
 
 
+class Sgd:
+    """SGD with momentum and weight decay: torch.optim.SGD's update in its single-tensor form
+    (no dampening, no Nesterov), operation for operation, so the weights keep their bits
+    (tests/models/test_models.py). Written out because torch.optim's first step imports
+    torch._dynamo, and sympy and triton with it, to exempt the step from a compiler no silo
+    uses: a second of every silo process's first round."""
+
+    def __init__(self, params: list[nn.Parameter], lr: float, momentum: float, weight_decay: float) -> None:
+        self.params, self.lr, self.momentum, self.weight_decay = params, lr, momentum, weight_decay
+        self.buffers: list[torch.Tensor | None] = [None] * len(params)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """θ ← θ − lr·b, b ← momentum·b + (g + weight_decay·θ) (b = g + weight_decay·θ at the first step)."""
+        for i, param in enumerate(self.params):
+            if param.grad is None:
+                continue
+            grad = param.grad
+            if self.weight_decay != 0:
+                grad = grad.add(param, alpha=self.weight_decay)
+            if self.momentum != 0:
+                buffer = self.buffers[i]
+                if buffer is None:
+                    buffer = self.buffers[i] = grad.detach().clone()
+                else:
+                    buffer.mul_(self.momentum).add_(grad, alpha=1)
+                grad = buffer
+            param.add_(grad, alpha=-self.lr)
+
+    def zero_grad(self) -> None:
+        for param in self.params:
+            param.grad = None
+
+
 def train_local(model: nn.Module, x: Array, y: Array, cfg: TrainConfig,
                 generator: torch.Generator, device: torch.device) -> None:
     """E local epochs of SGD with momentum and weight decay (Alg. 1, ClientUpdate)."""
     model.train()
-    optimiser = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    optimiser = Sgd(list(model.parameters()), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     xs, ys = tensor(x), tensor(y)
     loss_fn = nn.CrossEntropyLoss()
     for _ in range(cfg.local_epochs):
         order = torch.randperm(len(ys), generator=generator).to(xs.device)
         for start in range(0, len(ys), cfg.batch_size):
             idx = order[start:start + cfg.batch_size]
-            optimiser.zero_grad(set_to_none=True)
+            optimiser.zero_grad()
             loss = loss_fn(model(xs[idx].to(device, non_blocking=True)), ys[idx].to(device, non_blocking=True))
             loss.backward()
             optimiser.step()
-    optimiser.zero_grad(set_to_none=True)  # a model's worth of gradients per silo, kept for nothing
+    optimiser.zero_grad()  # a model's worth of gradients per silo, kept for nothing
 
 
 @torch.no_grad()

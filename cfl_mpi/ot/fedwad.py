@@ -233,8 +233,7 @@ def optimal_plan(
 
     Raises RuntimeError when the solver does not report an optimal solution.
     """
-    import ot  # here, not at the top: the silos of most runs never solve a plan (wasserstein.py)
-    from scipy.optimize import linear_sum_assignment
+    from .solvers import linear_sum_assignment, ot  # here: the silos of most runs never solve a plan
 
     cost = ground_cost(x, y, "euclidean" if p == 1 else "sqeuclidean")  # C_ij = ||x_i - y_j||^p (Eq. 2)
     scale = float(cost.max())

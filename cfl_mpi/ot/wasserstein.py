@@ -14,14 +14,14 @@ from typing import Literal
 
 import numpy as np
 
-# POT (which imports scikit-learn and scipy.stats), lapx, scipy.optimize and scikit-learn are
-# imported where they are used: every rank imports this module (through the strategy
-# registry), but only the parties that measure distances call into them.
+# The solvers (solvers.py: scipy.optimize, lapx, POT) are imported where they are used: every
+# rank imports this module (through the strategy registry), but only the parties that measure
+# distances call into them, and those load them when they start (their halves' `modules()`).
 
 GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
-__all__ = ["ground_cost", "transport_cost", "unit_rows", "w1", "w1_assignment", "w1_emd", "w1_repeated"]
+__all__ = ["cosine_cost", "ground_cost", "ground_costs", "squared_euclidean_cost", "transport_cost", "unit_rows", "w1", "w1_assignment", "w1_emd", "w1_repeated"]
 
 MAX_REPEAT = 4  # repeat a side at most 4-fold: a (4n)² assignment is still faster than the simplex
 
@@ -33,23 +33,55 @@ def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> 
     distance): a monotone function of the cosine cost that is a Euclidean cost, as FedWaD
     (and any geodesic argument) needs. The Euclidean costs are computed after shifting both
     clouds by a common centre: they are translation invariant, and the |x|² + |y|² − 2 x·y
-    expansion `ot.dist` uses loses precision far from the origin; round-off negatives are
-    clipped to 0.
+    expansion loses precision far from the origin; round-off negatives are clipped to 0.
+    The arithmetic is POT's `ot.dist` (numpy backend) operation for operation, so the values
+    are its bits (tests/ot/test_wasserstein.py), without importing POT where no plan is solved.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError("ground_cost: non-finite coordinates")
-    import ot
-
     if metric == "cosine":
-        return ot.dist(x, y, metric="cosine")
+        return cosine_cost(x, y)
     if metric == "chordal":
         x, y = unit_rows(x), unit_rows(y)
     centre = 0.5 * (x.mean(axis=0) + y.mean(axis=0))
-    sq = ot.dist(x - centre, y - centre, metric="sqeuclidean")
-    np.maximum(sq, 0.0, out=sq)
+    sq = squared_euclidean_cost(x - centre, y - centre)
     return sq if metric == "sqeuclidean" else np.sqrt(sq, out=sq)
+
+
+def ground_costs(xs: np.ndarray, ys: np.ndarray, metric: GroundCost = "cosine") -> np.ndarray:
+    """`ground_cost` of each pair of clouds (xs[k], ys[k]) of two stacks (k, n, d) and (k, m, d),
+    (k, n, m): the same operations on stacked arrays, each matrix the bits of `ground_cost` on
+    its own pair (tests/ot/test_wasserstein.py), in one call for a batch of pairs."""
+    xs = np.asarray(xs, dtype=np.float64)
+    ys = np.asarray(ys, dtype=np.float64)
+    if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
+        raise ValueError("ground_costs: non-finite coordinates")
+    if metric == "cosine":
+        return cosine_cost(xs, ys)
+    if metric == "chordal":
+        xs, ys = unit_rows(xs), unit_rows(ys)
+    centre = 0.5 * (xs.mean(axis=-2, keepdims=True) + ys.mean(axis=-2, keepdims=True))
+    sq = squared_euclidean_cost(xs - centre, ys - centre)
+    return sq if metric == "sqeuclidean" else np.sqrt(sq, out=sq)
+
+
+def cosine_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """1 − x_i·y_j / (|x_i| |y_j|), as `ot.dist(x, y, "cosine")` computes it; x and y (n, d) and
+    (m, d), or stacks of them."""
+    norm_x = np.sqrt(np.einsum("...ij,...ij->...i", x, x))
+    norm_y = np.sqrt(np.einsum("...ij,...ij->...i", y, y))
+    return 1.0 - (np.matmul(x, np.swapaxes(y, -1, -2)) / norm_x[..., :, None] / norm_y[..., None, :])
+
+
+def squared_euclidean_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """|x_i − y_j|² as |x_i|² + |y_j|² − 2 x_i·y_j, negatives clipped to 0, as
+    `ot.dist(x, y, "sqeuclidean")` computes it; x and y (n, d) and (m, d), or stacks of them."""
+    cost = -2 * np.matmul(x, np.swapaxes(y, -1, -2))
+    cost += np.einsum("...ij,...ij->...i", x, x)[..., :, None]
+    cost += np.einsum("...ij,...ij->...i", y, y)[..., None, :]
+    return np.maximum(cost, 0)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
@@ -65,7 +97,7 @@ def w1_assignment(cost: np.ndarray) -> float:
     """Exact W1 for n = m uniform points: the mean cost of an optimal assignment."""
     if cost.shape[0] != cost.shape[1]:
         raise ValueError(f"w1_assignment needs a square cost matrix, got {cost.shape}")
-    from scipy.optimize import linear_sum_assignment
+    from .solvers import linear_sum_assignment
 
     rows, cols = linear_sum_assignment(cost)
     return float(cost[rows, cols].mean())
@@ -79,15 +111,15 @@ def w1_repeated(cost: np.ndarray) -> float:
     if large % small:
         raise ValueError(f"w1_repeated needs one size a multiple of the other, got {cost.shape}")
     square = np.repeat(cost, large // small, axis=0 if n < m else 1)
-    import lap
+    from .solvers import lapjv
 
-    _, cols, _ = lap.lapjv(square)
+    _, cols, _ = lapjv(square)
     return float(square[np.arange(large), cols].mean())
 
 
 def w1_emd(cost: np.ndarray) -> float:
     """Exact W1 for uniform weights of any sizes, by POT's network simplex."""
-    import ot
+    from .solvers import ot
 
     n, m = cost.shape
     return float(ot.emd2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, numItermax=10_000_000))
@@ -102,7 +134,7 @@ def w1(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine", solver: Solv
 def transport_cost(cost: np.ndarray, solver: Solver = "exact", reg: float = 0.1) -> float:
     """W1 between uniform weights on the rows and the columns of a ground-cost matrix."""
     if solver == "sinkhorn":
-        import ot
+        from .pot import ot
 
         n, m = cost.shape
         return float(ot.sinkhorn2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, reg))

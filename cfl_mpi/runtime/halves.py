@@ -2,6 +2,9 @@
 one place that turns a `Config` into what a strategy half may know (`RunFacts`)."""
 from __future__ import annotations
 
+import importlib
+from typing import TypeVar
+
 import numpy as np
 
 from ..config import Config
@@ -22,10 +25,21 @@ def run_facts(cfg: Config) -> RunFacts:
 
 
 def server_half(cfg: Config, truth: np.ndarray) -> Strategy:
-    """The server half of the config's strategy."""
-    return REGISTRY[cfg.strategy.name].halves().server(cfg.strategy, run_facts(cfg), truth)
+    """The server half of the config's strategy, with the modules it needs in its rounds loaded."""
+    return loaded(REGISTRY[cfg.strategy.name].halves().server(cfg.strategy, run_facts(cfg), truth))
 
 
 def silo_half(cfg: Config) -> SiloProtocol:
-    """The silo half of the config's strategy (one per silo)."""
-    return REGISTRY[cfg.strategy.name].halves().silo(cfg.strategy, run_facts(cfg))
+    """The silo half of the config's strategy (one per silo), its modules loaded."""
+    return loaded(REGISTRY[cfg.strategy.name].halves().silo(cfg.strategy, run_facts(cfg)))
+
+
+H = TypeVar("H", Strategy, SiloProtocol)
+
+
+def loaded(half: H) -> H:
+    """`half`, once the modules it calls into during its rounds are imported: a party imports
+    them as it starts, so that no round waits on an import (POT alone is seconds on a busy node)."""
+    for name in half.modules():
+        importlib.import_module(name)
+    return half

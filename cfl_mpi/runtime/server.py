@@ -26,6 +26,7 @@ from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
 from .halves import server_half
 from .kinds import CONTROL, EVAL, MODEL, UPDATE
 from .stop import StopRequest
+from .timeline import mark
 
 
 MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
@@ -60,6 +61,7 @@ class Server:
         self.kinds = self.halves.all_kinds
         self.strategy = server_half(cfg, self.truth)
         self.theta0 = initial_model(cfg)
+        mark("strategy")
         self.start_models: dict[int, Model] = {c: self.theta0 for c in range(cfg.silos)}  # what each trains from
         self.trained: set[int] = set()  # silos that have trained at least once
         self.first_counts: dict[int, int] = {}  # each silo's first reported sample count (screening)
@@ -94,6 +96,7 @@ class Server:
         start = time.monotonic()
         recorder = RunRecorder(self.out, self.cfg, self.records)
         wait_all([self.channel.isend(c, CONTROL, 0, next_round=self.next_round) for c in range(self.cfg.silos)])
+        mark("hello")
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
         if t < self.cfg.train.rounds and not self.stop.requested:  # the first round's line can be minutes away

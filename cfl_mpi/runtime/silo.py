@@ -19,6 +19,7 @@ from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 from .faults import SiloFaults
 from .halves import silo_half
 from .kinds import EVAL, MODEL
+from .timeline import mark
 
 __all__ = ["run_silo"]
 
@@ -31,13 +32,16 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     from ..training import to_device, train_local
 
     data = build_silo_data(cfg, silo)
+    mark("data")
     # weights come from the server; torch runs on the compute workers only (compute.py)
     model = compute(lambda: build_model(cfg, num_classes(cfg), load_weights=False).to(device))
     # the sets training and evaluation use every round, on the device once (where they fit)
     x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
     evaluation = SiloEvaluation(data, device, compute)
+    mark("model")
     faults = SiloFaults(cfg.runtime.fault, silo)
     protocol = silo_half(cfg)
+    mark("strategy")
     kinds = REGISTRY[cfg.strategy.name].halves().all_kinds
     template = state_arrays(model)
 
@@ -46,6 +50,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
         compute(load_arrays, model, protocol.decode_model(msg.arrays, round))
 
     t = channel.recv(SERVER, hello_expect()).meta["next_round"]
+    mark("hello")
     reported: Counter[str] = Counter()
     while True:
         control = channel.recv(SERVER, control_expect(t))

@@ -159,6 +159,13 @@ class Strategy(ABC, Generic[P]):
         ctx.decisions += decisions
         return models
 
+    def modules(self) -> tuple[str, ...]:
+        """The modules this half calls into during its rounds beyond what every rank loads
+        (scipy's solvers, POT, scikit-learn): the runtime imports them when the party starts
+        (runtime/halves.py), so that no timed phase of a round waits on an import. A trimmed
+        mean is the one aggregation rule that needs one."""
+        return ("scipy.stats",) if self.run.aggregation.rule == "trimmed_mean" else ()
+
     def report(self) -> dict[str, Any]:
         """JSON-serialisable facts about how the clusters were found."""
         return {}
@@ -181,6 +188,10 @@ class SiloProtocol(Generic[P]):
     def __init__(self, params: P, run: RunFacts) -> None:
         self.params = params
         self.run = run
+
+    def modules(self) -> tuple[str, ...]:
+        """As `Strategy.modules`: what this half calls into in its rounds, loaded at the start."""
+        return ()
 
     def before_training(self, ctx: SiloRound) -> None:
         """Start of a round; may load another model into `ctx.model` to train from."""

@@ -75,3 +75,53 @@ def test_chordal_cost_is_the_euclidean_cost_of_scikit_learns_normalised_rows():
     x[3] = 0.0  # a dead ReLU row stays at the origin, as scikit-learn leaves it
     expected = np.linalg.norm(normalize(x)[:, None, :] - normalize(y)[None, :, :], axis=2)
     np.testing.assert_allclose(ground_cost(x, y, "chordal"), expected, rtol=1e-12, atol=1e-7)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "sqeuclidean", "euclidean", "chordal"])
+def test_ground_cost_is_pots_dist_bit_for_bit(metric):
+    """The cost matrices are written out in numpy (no POT import where no plan is solved), with
+    POT's arithmetic: W, τ and the noise keep their bits. The Euclidean costs are POT's on the
+    centred (and, for chordal, normalised) clouds."""
+    from sklearn.preprocessing import normalize
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n, m, d = rng.integers(1, 70, size=3)
+        x = rng.normal(size=(n, d)) * rng.uniform(0.01, 100) + rng.normal() * 10
+        y = rng.normal(size=(m, d)) * 3
+        if trial % 3 == 0:
+            x = x.astype(np.float32)
+        x = x.astype(np.float64)
+        if metric == "cosine":
+            expected = ot.dist(x, y, metric="cosine")
+        else:
+            a, b = (normalize(x), normalize(y)) if metric == "chordal" else (x, y)
+            centre = 0.5 * (a.mean(axis=0) + b.mean(axis=0))
+            expected = np.maximum(ot.dist(a - centre, b - centre, metric="sqeuclidean"), 0.0)
+            if metric != "sqeuclidean":
+                expected = np.sqrt(expected)
+        np.testing.assert_array_equal(ground_cost(x, y, metric), expected)
+
+
+def test_pot_loads_without_its_other_array_backends():
+    """POT, loaded through cfl_mpi, imports neither torch nor jax for backends it never gets."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from cfl_mpi.ot.pot import ot; "
+            "print(sorted(m for m in ('torch', 'jax', 'cupy', 'tensorflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("metric", ["cosine", "sqeuclidean", "euclidean", "chordal"])
+def test_ground_costs_of_a_stack_are_each_pairs_ground_cost_bit_for_bit(metric):
+    from cfl_mpi.ot.wasserstein import ground_costs
+
+    rng = np.random.default_rng(11)
+    for k, n, m, d in [(1, 5, 5, 3), (7, 91, 91, 57), (4, 29, 58, 12), (3, 2, 9, 130)]:
+        xs = (rng.normal(size=(k, n, d)) * 4 + 2).astype(np.float32)
+        ys = rng.normal(size=(k, m, d)).astype(np.float32)
+        batched = ground_costs(xs, ys, metric)
+        for j in range(k):
+            np.testing.assert_array_equal(batched[j], ground_cost(xs[j], ys[j], metric))

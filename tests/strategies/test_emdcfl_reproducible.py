@@ -33,14 +33,14 @@ def emd2(x: np.ndarray, y: np.ndarray, metric: str) -> float:
 
 def test_seeded_run_gives_the_clusters_and_w_of_the_fixture(tmp_path, monkeypatch):
     solved: list[tuple[np.ndarray, np.ndarray, str, float]] = []
-    server_w1 = EmdCfl._w1
+    server_distances = EmdCfl._distances
 
-    def recording_w1(self, x, y):
-        value = server_w1(self, x, y)
-        solved.append((x, y, self.params.ground_cost, value))
-        return value
+    def recording_distances(self, xs, ys):
+        values = server_distances(self, xs, ys)
+        solved.extend((x, y, self.params.ground_cost, value) for x, y, value in zip(xs, ys, values))
+        return values
 
-    monkeypatch.setattr(EmdCfl, "_w1", recording_w1)
+    monkeypatch.setattr(EmdCfl, "_distances", recording_distances)
     _, records = simulate_job(CONFIG, tmp_path, *OVERRIDES)
     meta = json.loads(FIXTURE.with_suffix(".json").read_text())
     fixture = np.load(FIXTURE.with_suffix(".npz"))

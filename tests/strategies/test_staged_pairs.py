@@ -393,7 +393,8 @@ def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=()) -> dict[st
 def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
     """Clouds arrive in batches, as a silo sends whatever is ready: silo 0's own clouds for both
     partners it serves in one message, its cross cloud for silo 2 in another."""
-    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS, pair_distance
+    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
+    from cfl_mpi.strategies.emdcfl.distances import pair_distance
     from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE
 
     server, ctx, silos = server_with_plan([(0, 1), (0, 2), (2, 0)])

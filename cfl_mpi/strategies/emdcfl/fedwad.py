@@ -19,6 +19,7 @@ import numpy as np
 
 from ...channel import SERVER
 from ...ot.fedwad import Measure, uniform_measure
+from ...ot.wasserstein import unit_rows
 from ...wire.messages import Expect, message_kind
 from ..base import ServerRound, SiloRound
 from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
@@ -41,9 +42,7 @@ def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
     """A silo's projected embeddings as the uniform measure FedWaD compares (chordal: normalised)."""
     x = np.asarray(points, dtype=np.float64)
     if s.ground_cost == "chordal":
-        from sklearn.preprocessing import normalize
-
-        x = normalize(x)
+        x = unit_rows(x)
     return uniform_measure(x)
 
 

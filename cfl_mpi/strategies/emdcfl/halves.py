@@ -29,14 +29,12 @@ from ...channel import SERVER, Channel, Pending, wait_all
 from ...clustering.extraction import (ExtractionReport, extract_clusters, noise_or_one, partition_report, place_newcomer,
                                       symmetrised)
 from ...clustering.labels import relabel_by_first_appearance
-from ...ot.energy import energy_distance, energy_distances
-from ...ot.wasserstein import w1
-from ...privacy.handshake import (PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes,
-                                  random_projection)
+from ...privacy.handshake import PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes
 from ...wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from ..fedwad.exchange import FEDWAD_KINDS
 from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
+from .distances import pair_distances, pair_reference, reference_distance, solver_modules
 from .staged_pairs import StagedPlan
 from . import EmdCflConfig, fedwad
 
@@ -63,80 +61,6 @@ def sample_size(s: EmdCflConfig, n_train: int) -> int:
     return max(2, min(math.ceil(s.sample_fraction * n_train), s.max_rows, n_train))
 
 
-def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
-                       rng: np.random.Generator) -> tuple[float | None, float]:
-    """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
-    `tau_projection: full` τ_c is taken through a fresh dim(Z) × dim(Z) random projection, drawn
-    after the noise's, as the authors' code does; with `pair` it is taken per pair, through the
-    pair's R (`pair_reference`), and None here.
-
-    The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
-    projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
-    over random halvings V1, V2 of its validation embeddings and fresh random projections
-    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2) (W1(Z' R_k, V2 R_k) with `pair`), Z' a
-    random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
-    Both sampling noise and the distortion of the projection are in it; the robust cluster
-    extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
-    (w1_repeated; docs/FIDELITY.md, row "noise scale"); where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the
-    fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the
-    full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real comparison, and
-    that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
-    With `distance: energy` τ is 0 and the noise is `energy_noise`'s.
-    """
-    if s.distance == "energy":
-        return 0.0, energy_noise(z_own, dim_r, s, rng)
-    per_pair = s.tau_projection == "pair"
-    n, halves = len(z_own), len(z_val) // 2
-    h = min(halves, n // 2)
-    null = []
-    for _ in range(s.noise_splits if h >= 1 else 0):
-        order = rng.permutation(len(z_val))
-        sub = np.sort(rng.permutation(n)[:2 * h])
-        r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
-        projected_own = z_own[sub] @ r
-        first, second = z_val[order[:h]], z_val[order[h:2 * h]]
-        reference = pair_distance(projected_own, second @ r, s) if per_pair else pair_distance(z_own[sub], second, s)
-        null.append(pair_distance(projected_own, first @ r, s) - reference)
-    noise = 0.0
-    if null:
-        to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
-        noise = float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
-    if per_pair:
-        return None, noise
-    if s.tau_projection == "full":
-        r = random_projection(rng, z_own.shape[1], z_own.shape[1], s.projection)
-        return pair_distance(z_own @ r, z_val @ r, s), noise
-    return pair_distance(z_own, z_val, s), noise
-
-
-def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.Generator) -> float:
-    """The noise of W with `distance: energy`, which needs no τ: the energy distance's U-statistic
-    is unbiased, 0 on average between two samples of one distribution (ot/energy.py). Its spread
-    there is the permutation null (Székely & Rizzo 2013, §5): over random halvings A, B of the
-    n training embeddings and fresh projections R_k, the RMS of E(Z_A R_k, Z_B R_k). That
-    statistic is degenerate under the null, its spread ∝ 1/|A| + 1/|B|, so the RMS is scaled by
-    (2/n) / (1/|A| + 1/|B|) to W's sizes (n against n)."""
-    n, h = len(z_own), len(z_own) // 2
-    if h < 2:
-        return 0.0
-    halves = []
-    for _ in range(s.noise_splits):
-        order = rng.permutation(n)
-        r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
-        halves.append((z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r))
-    null = energy_distances(*(np.stack(side) for side in zip(*halves)), s.ground_cost)
-    return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
-
-
-def pair_distance(x: np.ndarray, y: np.ndarray, s: EmdCflConfig) -> float:
-    """The distance between two clouds that W is made of (line 16, before τ): W1 by the exact
-    or Sinkhorn solver (FedWaD mode's local references: exact), or with `distance: energy`
-    the energy distance, W1's debiased limit (ot/energy.py, docs/SMALL_SILOS.md)."""
-    if s.distance == "energy":
-        return energy_distance(x, y, s.ground_cost)
-    return w1(x, y, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance, s.sinkhorn_reg)
-
-
 def round_key(s: EmdCflConfig, seed: int, round: int, silo: int) -> X25519PrivateKey:
     """A silo's X25519 key of a round (one serves all its partners): from the OS, or with
     `pair_keys: seeded` from the run seed, so that anyone holding the config can rebuild it."""
@@ -146,15 +70,6 @@ def round_key(s: EmdCflConfig, seed: int, round: int, silo: int) -> X25519Privat
 def pair_context(seed: int, round: int) -> bytes:
     """What HKDF binds a pair's projection seed to besides the pair: the run and the round."""
     return f"seed={seed}|round={round}".encode()
-
-
-def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdCflConfig) -> float:
-    """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R
-    (`tau_projection: pair`), so that line 16 subtracts it in the space where W1(Z_{c|c} R,
-    Z_{c'|c} R) was measured and the projection's distortion of the two cancels: on small
-    silos it is most of W's spread (docs/SMALL_SILOS.md). (With `distance: energy` there is
-    no τ: config validation refuses `pair`.)"""
-    return pair_distance(zr_own, z_val @ r, s)
 
 
 class EmdCfl(Strategy[EmdCflConfig]):
@@ -175,6 +90,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self.placed = np.full(c, -1, dtype=np.int64)  # the staged plans' clusters so far (-1: not placed)
         self.stated: dict[int, tuple[float, ...]] = {}
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
+
+    def modules(self) -> tuple[str, ...]:
+        return (*super().modules(), *solver_modules(self.params))
 
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.run.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
@@ -287,10 +205,10 @@ class EmdCfl(Strategy[EmdCflConfig]):
             return
         todo = {silo: dict(p) for silo, p in partners.items() if p}  # partner → role, not received yet
         dim_r = self.dim_r
-        # The W1 solves of a pair start as soon as both halves are in, on a pool of the
+        # The pairs a message completes are measured at once, in batches on a pool of the
         # server's cores, while later embeddings are still arriving (the assignment solver
         # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
-        solves: dict[tuple[int, int], Future[tuple[float, float]]] = {}
+        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float]]]] = []
         with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
             try:
                 with timed(ctx.step_seconds, "receive"):
@@ -299,16 +217,19 @@ class EmdCfl(Strategy[EmdCflConfig]):
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             with timed(ctx.step_seconds, "w1_after_last_message"):
-                for (c, partner), solve in solves.items():
-                    value, seconds = solve.result()
-                    self.W[c, partner] = value - self.tau[(c, partner) if self.tau.ndim == 2 else c]
+                for directions, solve in solves:
+                    values, seconds = solve.result()
+                    for (c, partner), value in zip(directions, values.tolist()):
+                        self.W[c, partner] = value - self.tau[(c, partner) if self.tau.ndim == 2 else c]
                     ctx.step_seconds["w1_solves"] = ctx.step_seconds.get("w1_solves", 0.0) + seconds
         ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
 
     def _receive_pairs(self, ctx: ServerRound, todo: dict[int, dict[int, int]], dim_r: int,
-                       pool: ThreadPoolExecutor, solves: dict[Pair, Future[tuple[float, float]]]) -> None:
+                       pool: ThreadPoolExecutor, solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float]]]],
+                       ) -> None:
         """Receive the embeddings of every pair in `todo` (partner → the roles not received
-        yet), record τ and noise, start W1 solves. A silo's message carries a batch: its own
+        yet), record τ and noise, start the solves of the pairs each message completes, in
+        as many batches as the pool has threads. A silo's message carries a batch: its own
         cloud for partners it serves (`served`, `own`, `tau`) and its cross cloud for partners
         it measures with (`measured`, `cross`), as its plan gave it the roles; a silo sends what
         is ready whenever it would otherwise wait (at C = 2,400: one message a silo and stage,
@@ -348,9 +269,11 @@ class EmdCfl(Strategy[EmdCflConfig]):
             for p, cross in zip(measured, a["cross"]):
                 crosses[(p, c)] = cross
             # W[r][c] compares r's data and c's data, both under r's model.
-            for d in [(c, p) for p in served] + [(p, c) for p in measured]:
-                if d in owns and d in crosses:
-                    solves[d] = pool.submit(self._timed_w1, owns.pop(d), crosses.pop(d))
+            done = [d for d in [(c, p) for p in served] + [(p, c) for p in measured] if d in owns and d in crosses]
+            size = max(1, -(-len(done) // max(1, ctx.cores)))
+            for batch in (done[i:i + size] for i in range(0, len(done), size)):
+                solves.append((batch, pool.submit(self._timed_distances, [owns.pop(d) for d in batch],
+                                                  [crosses.pop(d) for d in batch])))
 
     def _check_batch(self, ctx: ServerRound, msg: Message, roles: dict[int, int], rows: dict[int, int],
                      served: list[int], measured: list[int], noise: float) -> None:
@@ -420,13 +343,13 @@ class EmdCfl(Strategy[EmdCflConfig]):
             getattr(self, name)[...] = arrays[name]
         self.extraction = meta["extraction"]
 
-    def _w1(self, x: np.ndarray, y: np.ndarray) -> float:
-        return pair_distance(x, y, self.params)
+    def _distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> np.ndarray:
+        return pair_distances(owns, crosses, self.params)
 
-    def _timed_w1(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-        """(W1, the thread's wall seconds on it): the server's busy time in the round."""
+    def _timed_distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> tuple[np.ndarray, float]:
+        """(the batch's distances, the thread's wall seconds on them): the server's busy time."""
         start = time.monotonic()
-        return self._w1(x, y), time.monotonic() - start
+        return self._distances(owns, crosses), time.monotonic() - start
 
     def report(self) -> dict:
         """How the clusters were extracted, and what the paper's rule at ε would have said."""
@@ -503,6 +426,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         self.dim_r = projected_dim(params, run.embedding_dim)
         self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
         self.more = False                          # whether the server sends another plan after it
+
+    def modules(self) -> tuple[str, ...]:
+        return (*solver_modules(self.params), "cryptography.hazmat.backends.openssl")  # X25519's, else at the 1st key
 
     def before_training(self, ctx: SiloRound) -> None:
         with timed(ctx.step_seconds, "plan"):

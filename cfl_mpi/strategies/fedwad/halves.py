@@ -21,6 +21,8 @@ from . import FedWaDClusteringConfig
 
 __all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "spectral_clusters"]
 
+FEDWAD_SOLVERS = ("cfl_mpi.ot.solvers",)  # FedWaD's plans: POT's simplex, scipy's assignment
+
 
 def spectral_clusters(D: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, float]:
     """Labels of spectral clustering on the affinity exp(−D²/σ²), and σ.
@@ -63,6 +65,9 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
         self.sigma = float("nan")
         self.artifacts = {"D": self.D}
 
+    def modules(self) -> tuple[str, ...]:
+        return (*super().modules(), *FEDWAD_SOLVERS, "sklearn.cluster")
+
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 
@@ -93,6 +98,9 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
 
 class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):
     """Silo half: before round 1 trains, holds a sample of its data for every pair it is in."""
+
+    def modules(self) -> tuple[str, ...]:
+        return FEDWAD_SOLVERS
 
     def before_training(self, ctx: SiloRound) -> None:
         if ctx.round != 1:

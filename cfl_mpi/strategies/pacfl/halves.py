@@ -51,6 +51,9 @@ class Pacfl(Strategy[PacflConfig]):
         self.A = np.full((run.silos, run.silos), np.nan)
         self.artifacts = {"A": self.A}
 
+    def modules(self) -> tuple[str, ...]:
+        return (*super().modules(), "scipy.cluster.hierarchy", "scipy.linalg")  # the clusters; the bases' orth
+
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 

@@ -1,0 +1,42 @@
+"""What a rank did before its first round, and when: the start-up timeline.
+
+Each rank marks the steps of its start-up (`mark`); where the environment names a folder in
+CFL_MPI_TIMELINE, the rank writes its marks there as `rank-<N>.json` once its first round
+can start (`write`), with the wall-clock time its process started (from /proc). Nothing is
+recorded or written otherwise beyond a list of a dozen floats. `benchmarks/startup.py` reads
+the files into a per-rank timeline of a wide job.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+ENVIRONMENT = "CFL_MPI_TIMELINE"
+MARKS: list[tuple[str, float]] = []  # (step, wall-clock time it ended), in order
+
+
+def mark(step: str) -> None:
+    """The step of this process's start-up that has just ended."""
+    MARKS.append((step, time.time()))
+
+
+def process_start() -> float | None:
+    """The wall-clock time this process started (Linux: /proc), None where it is not known."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def write(rank: int, role: str) -> None:
+    """This rank's marks to $CFL_MPI_TIMELINE/rank-<rank>.json, if that is set."""
+    folder = os.environ.get(ENVIRONMENT)
+    if not folder:
+        return
+    record = {"rank": rank, "role": role, "process_start": process_start(), "marks": MARKS}
+    Path(folder, f"rank-{rank}.json").write_text(json.dumps(record))
