@@ -47,7 +47,7 @@ def floor_seconds(ranks: int, code: str) -> float:
 
 def timeline_table(folder: Path, launched: float) -> str:
     """Each start-up step's seconds: median and max over the silo ranks, and the server's."""
-    ranks = [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
+    ranks = sorted((json.loads(p.read_text()) for p in folder.glob("rank-*.json")), key=lambda r: -r["rank"])
     steps: dict[str, dict[int, float]] = {}
     for r in ranks:
         before = r["process_start"] if r["process_start"] is not None else launched
@@ -60,7 +60,7 @@ def timeline_table(folder: Path, launched: float) -> str:
             steps.setdefault(step, {})[r["rank"]] = at - before
             before = at
     lines = ["| step | silo ranks, median s | slowest s | server s |", "|---|---|---|---|"]
-    for step, by_rank in steps.items():
+    for step, by_rank in steps.items():  # in the order of the last rank's steps (a silo's), then the server's
         silos = [s for rank, s in by_rank.items() if rank != 0]
         server = f"{by_rank[0]:.2f}" if 0 in by_rank else "–"
         lines.append(f"| {step} | {statistics.median(silos):.2f} | {max(silos):.2f} | {server} |"

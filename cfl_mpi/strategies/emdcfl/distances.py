@@ -15,6 +15,11 @@ from ...ot.wasserstein import ground_costs, transport_cost, w1
 from ...privacy.handshake import random_projection
 from . import EmdCflConfig
 
+# Pairs stacked into one array computation at most: a few dozen ~100-point clouds keep the
+# stacked distance matrices in the CPU's caches, where hundreds spill out of them and take
+# longer per pair than one pair at a time (benchmarks/results/20261128-reference-machine.md).
+STACK = 32
+
 def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
                        rng: np.random.Generator) -> tuple[float | None, float]:
     """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
@@ -103,7 +108,8 @@ def pair_distances(xs: list[np.ndarray], ys: list[np.ndarray], s: EmdCflConfig) 
     shapes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
     for k, (x, y) in enumerate(zip(xs, ys)):
         shapes.setdefault((x.shape, y.shape), []).append(k)
-    for ks in shapes.values():
+    chunks = [same[i:i + STACK] for same in shapes.values() for i in range(0, len(same), STACK)]
+    for ks in chunks:
         x, y = np.stack([xs[k] for k in ks]), np.stack([ys[k] for k in ks])
         if s.distance == "energy":
             out[ks] = energy_distances(x, y, s.ground_cost)

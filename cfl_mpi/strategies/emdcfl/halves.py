@@ -208,7 +208,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         # The pairs a message completes are measured at once, in batches on a pool of the
         # server's cores, while later embeddings are still arriving (the assignment solver
         # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
-        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float]]]] = []
+        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]] = []
         with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
             try:
                 with timed(ctx.step_seconds, "receive"):
@@ -218,15 +218,16 @@ class EmdCfl(Strategy[EmdCflConfig]):
                 raise
             with timed(ctx.step_seconds, "w1_after_last_message"):
                 for directions, solve in solves:
-                    values, seconds = solve.result()
+                    values, seconds, cpu_seconds = solve.result()
                     for (c, partner), value in zip(directions, values.tolist()):
                         self.W[c, partner] = value - self.tau[(c, partner) if self.tau.ndim == 2 else c]
-                    ctx.step_seconds["w1_solves"] = ctx.step_seconds.get("w1_solves", 0.0) + seconds
+                    for step, spent in (("w1_solves", seconds), ("w1_solves_cpu", cpu_seconds)):
+                        ctx.step_seconds[step] = ctx.step_seconds.get(step, 0.0) + spent
         ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
 
     def _receive_pairs(self, ctx: ServerRound, todo: dict[int, dict[int, int]], dim_r: int,
-                       pool: ThreadPoolExecutor, solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float]]]],
-                       ) -> None:
+                       pool: ThreadPoolExecutor,
+                       solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]]) -> None:
         """Receive the embeddings of every pair in `todo` (partner → the roles not received
         yet), record τ and noise, start the solves of the pairs each message completes, in
         as many batches as the pool has threads. A silo's message carries a batch: its own
@@ -346,10 +347,12 @@ class EmdCfl(Strategy[EmdCflConfig]):
     def _distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> np.ndarray:
         return pair_distances(owns, crosses, self.params)
 
-    def _timed_distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> tuple[np.ndarray, float]:
-        """(the batch's distances, the thread's wall seconds on them): the server's busy time."""
-        start = time.monotonic()
-        return self._distances(owns, crosses), time.monotonic() - start
+    def _timed_distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> tuple[np.ndarray, float, float]:
+        """(the batch's distances, the thread's wall and CPU seconds on them): the server's busy
+        time, and how much of it computed (on a node whose cores the silos share, the rest
+        waited for a core)."""
+        start, cpu = time.monotonic(), time.thread_time()
+        return self._distances(owns, crosses), time.monotonic() - start, time.thread_time() - cpu
 
     def report(self) -> dict:
         """How the clusters were extracted, and what the paper's rule at ε would have said."""
