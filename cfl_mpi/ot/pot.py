@@ -1,6 +1,6 @@
-"""POT (Python Optimal Transport; Flamary et al., JMLR 2021) as cfl_mpi loads it.
+"""POT (Python Optimal Transport; Flamary et al., JMLR 2021) as this package loads it.
 
-cfl_mpi hands POT numpy arrays only, so the backends POT would otherwise import for other
+The package hands POT numpy arrays only, so the backends POT would otherwise import for other
 array types (PyTorch, JAX, CuPy, TensorFlow) are disabled before it loads: those imports are
 most of `import ot` on a machine that has them installed. A variable the environment already
 sets is left as it is. Import POT through this module, or name it in a strategy half's

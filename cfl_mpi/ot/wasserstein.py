@@ -21,7 +21,8 @@ import numpy as np
 GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
-__all__ = ["cosine_cost", "ground_cost", "ground_costs", "squared_euclidean_cost", "transport_cost", "unit_rows", "w1", "w1_assignment", "w1_emd", "w1_repeated"]
+__all__ = ["cosine_cost", "ground_cost", "ground_costs", "squared_euclidean_cost", "transport_cost", "unit_rows", "w1",
+           "w1_assignment", "w1_emd", "w1_repeated"]
 
 MAX_REPEAT = 4  # repeat a side at most 4-fold: a (4n)² assignment is still faster than the simplex
 
@@ -37,27 +38,17 @@ def ground_cost(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine") -> 
     The arithmetic is POT's `ot.dist` (numpy backend) operation for operation, so the values
     are its bits (tests/ot/test_wasserstein.py), without importing POT where no plan is solved.
     """
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        raise ValueError("ground_cost: non-finite coordinates")
-    if metric == "cosine":
-        return cosine_cost(x, y)
-    if metric == "chordal":
-        x, y = unit_rows(x), unit_rows(y)
-    centre = 0.5 * (x.mean(axis=0) + y.mean(axis=0))
-    sq = squared_euclidean_cost(x - centre, y - centre)
-    return sq if metric == "sqeuclidean" else np.sqrt(sq, out=sq)
+    return ground_costs(np.asarray(x)[None], np.asarray(y)[None], metric)[0]
 
 
 def ground_costs(xs: np.ndarray, ys: np.ndarray, metric: GroundCost = "cosine") -> np.ndarray:
     """`ground_cost` of each pair of clouds (xs[k], ys[k]) of two stacks (k, n, d) and (k, m, d),
-    (k, n, m): the same operations on stacked arrays, each matrix the bits of `ground_cost` on
-    its own pair (tests/ot/test_wasserstein.py), in one call for a batch of pairs."""
+    (k, n, m), in one call for a batch of pairs: each matrix the bits of the pair's on its own
+    (tests/ot/test_wasserstein.py)."""
     xs = np.asarray(xs, dtype=np.float64)
     ys = np.asarray(ys, dtype=np.float64)
     if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
-        raise ValueError("ground_costs: non-finite coordinates")
+        raise ValueError("ground_cost: non-finite coordinates")
     if metric == "cosine":
         return cosine_cost(xs, ys)
     if metric == "chordal":

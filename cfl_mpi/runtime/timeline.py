@@ -1,10 +1,10 @@
 """What a rank did before its first round, and when: the start-up timeline.
 
-Each rank marks the steps of its start-up (`mark`); where the environment names a folder in
-CFL_MPI_TIMELINE, the rank writes its marks there as `rank-<N>.json` once its first round
-can start (`write`), with the wall-clock time its process started (from /proc). Nothing is
-recorded or written otherwise beyond a list of a dozen floats. `benchmarks/startup.py` reads
-the files into a per-rank timeline of a wide job.
+Each rank marks the steps of its start-up (`mark`: a few per rank and per silo it hosts);
+where the environment names a folder in CFL_MPI_TIMELINE, the rank writes its marks there as
+`rank-<N>.json` when the job ends (`write`), with the wall-clock time its process started
+(from /proc); otherwise nothing is written. `benchmarks/startup.py` reads the files into a
+per-rank timeline of a wide job.
 """
 from __future__ import annotations
 

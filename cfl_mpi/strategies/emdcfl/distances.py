@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ot.energy import energy_distance, energy_distances
-from ...ot.wasserstein import ground_costs, transport_cost, w1
+from ...ot.energy import energy_distances
+from ...ot.wasserstein import ground_costs, transport_cost
 from ...privacy.handshake import random_projection
 from . import EmdCflConfig
 
@@ -19,6 +19,7 @@ from . import EmdCflConfig
 # stacked distance matrices in the CPU's caches, where hundreds spill out of them and take
 # longer per pair than one pair at a time (benchmarks/results/20261128-reference-machine.md).
 STACK = 32
+
 
 def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
                        rng: np.random.Generator) -> tuple[float | None, float]:
@@ -89,9 +90,7 @@ def pair_distance(x: np.ndarray, y: np.ndarray, s: EmdCflConfig) -> float:
     """The distance between two clouds that W is made of (line 16, before τ): W1 by the exact
     or Sinkhorn solver (FedWaD mode's local references: exact), or with `distance: energy`
     the energy distance, W1's debiased limit (ot/energy.py, docs/SMALL_SILOS.md)."""
-    if s.distance == "energy":
-        return energy_distance(x, y, s.ground_cost)
-    return w1(x, y, s.ground_cost, "exact" if s.distance == "fedwad" else s.distance, s.sinkhorn_reg)
+    return float(pair_distances([x], [y], s)[0])
 
 
 def solver_modules(s: EmdCflConfig) -> tuple[str, ...]:
@@ -102,8 +101,9 @@ def solver_modules(s: EmdCflConfig) -> tuple[str, ...]:
 
 
 def pair_distances(xs: list[np.ndarray], ys: list[np.ndarray], s: EmdCflConfig) -> np.ndarray:
-    """`pair_distance` of each pair (xs[k], ys[k]), pairs of equal shapes stacked into one
-    array computation: the energy distances, or the ground-cost matrices before their solves."""
+    """`pair_distance` of each pair (xs[k], ys[k]), pairs of equal shapes stacked (at most
+    STACK) into one array computation: the energy distances, or the ground-cost matrices
+    before their solves."""
     out = np.empty(len(xs))
     shapes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
     for k, (x, y) in enumerate(zip(xs, ys)):

@@ -33,8 +33,8 @@ from ...privacy.handshake import PUBLIC_KEY_BYTES, new_private_key, pair_seed, p
 from ...wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from ..fedwad.exchange import FEDWAD_KINDS
-from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
 from .distances import pair_distances, pair_reference, reference_distance, solver_modules
+from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
 from .staged_pairs import StagedPlan
 from . import EmdCflConfig, fedwad
 
