@@ -13,6 +13,7 @@ from cfl_mpi.clustering.extraction import place_newcomer, symmetrised
 from cfl_mpi.config import ConfigError, check_resumable
 from cfl_mpi.runtime.control import participants, present
 from cfl_mpi.runtime.halves import server_half
+from cfl_mpi.strategies.emdcfl.plans import extract
 from config_files import config_from
 
 BASE = """
@@ -95,10 +96,10 @@ def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     full, truth = two_groups_W(rng)
     strategy.W[...] = two_groups_W(np.random.default_rng(0), late=[3])[0]
     strategy.noise[...] = 0.01
-    before, _ = strategy._extract()
+    before, _ = extract(strategy.W, strategy.noise, strategy.params, strategy.run)
     assert len(set(before[[0, 1, 2]])) == 1 and before[3] not in before[[0, 1, 2, 4]]
     strategy.W[3, :], strategy.W[:, 3] = full[3, :], full[:, 3]  # measured on arrival
-    after, _ = strategy._extract()
+    after, _ = extract(strategy.W, strategy.noise, strategy.params, strategy.run)
     others = [0, 1, 2, 4, 5, 6, 7]
     assert adjusted_rand_score(before[others], after[others]) == 1.0 and after[3] == after[0]
     arrays, meta = strategy.state_dict()

@@ -26,16 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...channel import SERVER, Channel, Pending, wait_all
-from ...clustering.extraction import (ExtractionReport, extract_clusters, noise_or_one, partition_report, place_newcomer,
-                                      symmetrised)
-from ...clustering.labels import relabel_by_first_appearance
+from ...clustering.extraction import extract_clusters
 from ...privacy.handshake import PUBLIC_KEY_BYTES, new_private_key, pair_seed, projection_matrix, public_bytes
 from ...wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy, timed
 from ..fedwad.exchange import FEDWAD_KINDS
 from .distances import pair_distances, pair_reference, reference_distance, solver_modules
-from .pairs import MEASURE, SERVE, Pair, both_ways, partner_roles
-from .staged_pairs import StagedPlan
+from .pairs import MEASURE, SERVE, Pair, partner_roles
+from .plans import pair_plan
 from . import EmdCflConfig, fedwad
 
 if TYPE_CHECKING:
@@ -86,8 +84,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self.noise = np.full(c, np.nan)
         self.extraction: dict = {}
         self.partners: dict[int, list[tuple[int, int]]] = {}  # this stage's (partner, role) per silo
-        self.plan: StagedPlan | None = None       # the round's staged plan (`pairs: staged`)
         self.placed = np.full(c, -1, dtype=np.int64)  # the staged plans' clusters so far (-1: not placed)
+        self.plan = pair_plan(params, run, self.placed)
+        self.more = False  # whether the round's plan has a stage after the one sent
         self.stated: dict[int, tuple[float, ...]] = {}
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
 
@@ -98,36 +97,18 @@ class EmdCfl(Strategy[EmdCflConfig]):
         return np.arange(self.run.silos, dtype=np.int64)  # M = I: every silo alone (line 3)
 
     def before_training(self, ctx: ServerRound) -> None:
-        """Plan the round's pairs, each silo's in tournament order, and send the first plan
-        before training, so a silo needs nobody else to start. All-pairs: the pairs of silos
-        training now that were never measured (a pair is measured the first round both silos
-        train, Appendix E.4). Staged: the first stage over the silos training now that no plan
-        has placed yet, against the earlier clusters' members training now (none in a round
-        without such silos: the pairs a plan skipped are not measured later)."""
-        s = self.params
-        silos = sorted(ctx.participants)
+        """Send the first stage of the round's pair plan before training, so a silo needs
+        nobody else to start."""
         self.stated = {}  # (noise_c[, τ_c]) as silo c first stated them this round
-        self.plan = None
-        if s.pairs == "staged":  # the pairs a plan left unmeasured stay so in later rounds
-            if new := [c for c in silos if self.placed[c] < 0]:
-                self.plan = StagedPlan(new, self.run.silos, sample=s.pair_sample,
-                                       representatives=s.representatives, noise_multiple=s.noise_multiple,
-                                       rng=np.random.default_rng([self.run.seed, 13, ctx.round]), retest=s.retest,
-                                       one_way=s.placement == "one_way", placed=self.placed,
-                                       members=[c for c in silos if self.placed[c] >= 0])
-            # None: the plan ended before a stage (placed by pairs measured earlier, or by none)
-            wanted = self.plan.next_pairs(self.W, self.noise) if self.plan else None
-            self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
-        else:
-            wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(self.W[a, b])])
-            self._send_plan(ctx, silos, wanted, more=False)
+        self.plan.start(ctx)
+        directions, self.more = self.plan.stage(self.W, self.noise)
+        self._send_plan(ctx, sorted(ctx.participants), directions, self.more)
 
     def _send_plan(self, ctx: ServerRound, silos: list[int], directions: list[Pair], more: bool) -> None:
         """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
         `more`: another plan follows in this round. Silos with the same plan get it as one
         message (`isend_all`: once per rank): at C = 2,400 most plans of a stage are the same
-        (no partners, or the same representatives): with a message per silo and the whole
-        tournament, round 2's empty plans took 6.5 s, with neither 0.03 s."""
+        (no partners, or the same representatives)."""
         self.partners = partner_roles(silos, directions)
         alike: dict[tuple[tuple[int, int], ...], list[int]] = defaultdict(list)
         for silo in silos:
@@ -138,58 +119,21 @@ class EmdCfl(Strategy[EmdCflConfig]):
                   for plan, group in alike.items()])
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
-        if self.plan is not None:
-            self._run_stages(ctx)
-        elif any(self.partners.values()):
-            self._measure(ctx, self.partners)
-            self.clusters, report = self._extract()
-            self.extraction = dataclasses.asdict(report)
-        return self.clusters
-
-    def _run_stages(self, ctx: ServerRound) -> None:
-        """Measure each stage's pairs, plan the next from W so far, until every silo is placed;
-        the clusters are the plan's (staged_pairs.py), the report over the pairs measured."""
-        s = self.params
-        silos, stages = sorted(ctx.participants), []
-        while len(stages) < len(self.plan.stages):  # a stage sent, its pairs not measured yet
+        """Measure each stage's pairs and send the next stage the plan asks for, until none
+        follows; then the plan's clusters (the last ones where the round measured nothing)."""
+        more, seconds = self.more, []
+        while True:
             start = time.monotonic()
             if any(self.partners.values()):
                 self._measure(ctx, self.partners)
-            wanted = self.plan.next_pairs(self.W, self.noise)
-            stage = self.plan.stages[len(stages)]
-            stages.append({"stage": stage.name, "silos": stage.silos, "pairs": stage.pairs,
-                           "directions": len(stage.directions),
-                           "seconds": round(time.monotonic() - start, 4),
-                           **({"orphans": stage.orphans} if stage.name in ("representatives", "retest")
-                              else {"clusters": stage.clusters})})
-            self._send_plan(ctx, silos, wanted or [], more=wanted is not None)
-        measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
-        self.placed = self.plan.labels
-        labels = self.placed.copy()  # a silo not placed yet trains alone, as one all-pairs never measured
-        alone = np.flatnonzero(labels < 0)
-        labels[alone] = labels.max(initial=-1) + 1 + np.arange(len(alone))
-        self.clusters = relabel_by_first_appearance(labels)
-        report = partition_report(self.W, self.clusters, self.noise, s.noise_multiple)
-        unplaced = len(self.plan.unplaced)
-        this_round = {"pairs": measured, "all_pairs": every, "stages": stages, "unplaced": unplaced}
-        ctx.facts["pair_plan"] = {"plan": "staged", **this_round}
-        self.extraction = {**dataclasses.asdict(report), "pair_plan": self._plans_so_far(ctx.round, this_round)}
-        parts = [f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
-                 + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
-                 + (f"{x['orphans']} near no cluster" if "orphans" in x else f"{x['clusters']} clusters")
-                 for x in stages]
-        if unplaced:
-            parts.append(f"{unplaced} near no cluster with a member training: alone until a later round")
-        print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
-              f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts), flush=True)
-
-    def _plans_so_far(self, round: int, this_round: dict) -> dict:
-        """`summary.json`'s `extraction.pair_plan`: the pairs of every round's plan (a round with
-        late or newly drawn silos has a plan of its own), each round's as `metrics.jsonl` has it."""
-        rounds = [*self.extraction.get("pair_plan", {}).get("rounds", []), {"round": round, **this_round}]
-        return {"plan": "staged", "pairs": sum(r["pairs"] for r in rounds),
-                "all_pairs": self.run.silos * (self.run.silos - 1) // 2, "unplaced": this_round["unplaced"],
-                "rounds": rounds}
+            if not more:
+                break
+            directions, more = self.plan.stage(self.W, self.noise)
+            seconds.append(time.monotonic() - start)
+            self._send_plan(ctx, sorted(ctx.participants), directions, more)
+        if found := self.plan.clusters(ctx, self.W, self.noise, seconds, self.extraction):
+            self.clusters, self.extraction = found
+        return self.clusters
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
         """Receive every silo's projected embeddings, pair by pair, and fill W (line 16)."""
@@ -311,27 +255,6 @@ class EmdCfl(Strategy[EmdCflConfig]):
         if self.stated.setdefault(c, claim) != claim:
             raise refuse(f"noise and τ {claim}, having stated {self.stated[c]} earlier in this round")
 
-    def _extract(self) -> tuple[np.ndarray, ExtractionReport]:
-        """Clusters of the silos present from round 1 (re-extracted whenever partial
-        participation has measured more pairs), then each late silo placed in order of
-        arrival, so a late silo never moves anyone (place_newcomer)."""
-        s = self.params
-        late = [c for c, _ in self.run.late_joins]
-        base = [c for c in range(self.run.silos) if c not in late]
-        noise = noise_or_one(self.noise)  # a silo never measured stays alone (its row is all NaN)
-        W = self.W[np.ix_(base, base)]
-        if s.rule == "neighbourhoods":
-            labels, report = extract_clusters(W, rule="neighbourhoods", epsilon=s.epsilon)
-            D, cut, how = symmetrised(self.W), s.epsilon, "complete"
-        else:
-            labels, report = extract_clusters(W, rule="robust", noise=noise[base], noise_multiple=s.noise_multiple)
-            D, cut, how = symmetrised(self.W, noise), s.noise_multiple, "average"
-        clusters = np.full(self.run.silos, -1, dtype=np.int64)
-        clusters[base] = labels
-        for x in late:
-            clusters[x] = place_newcomer(D[x], clusters, cut, how)
-        return relabel_by_first_appearance(clusters), report
-
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
         return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise,
                 "placed": self.placed}, \
@@ -339,8 +262,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         self.clusters = arrays["clusters"].astype(np.int64)
-        self.placed = arrays["placed"].astype(np.int64)
-        for name in ("W", "tau", "noise"):  # in place: self.artifacts holds these arrays
+        for name in ("W", "tau", "noise", "placed"):  # in place: self.artifacts and the plan hold these arrays
             getattr(self, name)[...] = arrays[name]
         self.extraction = meta["extraction"]
 
