@@ -122,21 +122,25 @@ class DataConfig:
 TORCHVISION_MODELS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536,
                       "vit_b_16": 768, "convnext_base": 1024}
 IMAGENET_INPUT_SIZE = 224  # what the paper feeds the ImageNet models
+MLP_HIDDEN = 200  # IFCA's rotated-MNIST network: 784-200-10
 
 
 # The network every silo trains; the embedding methods read its embedding Z (the pooled features).
 @dataclass(frozen=True)
 class ModelConfig:
-    # simple_cnn: two convolutions and two fully connected layers (sizes below); the others
-    # are torchvision's models (TORCHVISION_MODELS), fed 224x224 inputs by default.
-    name: Literal["simple_cnn", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16",
+    # simple_cnn: two convolutions and two fully connected layers (sizes below); mlp: IFCA's
+    # fully connected network (the flattened image, one hidden ReLU layer of embedding_dim
+    # units, the embedding, then the classes); the others are torchvision's models
+    # (TORCHVISION_MODELS), fed 224x224 inputs by default.
+    name: Literal["simple_cnn", "mlp", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16",
                   "convnext_base"] = "simple_cnn"
     # simple_cnn, the EMD-CFL paper's (Appendix D.2): conv 64, conv 128, fc 128 (embedding), fc classes.
     channels: list[int] = field(default_factory=lambda: [64, 128])
     # simple_cnn's 2x2 max-pools: 1, after the second conv (the authors' network, the paper
     # configs), or 2, after each conv (4x cheaper; the default, for CPU runs and tests).
     pools: Literal[1, 2] = 2
-    # dim(Z); null: 128 for the simple CNN, the model's own size for torchvision models.
+    # dim(Z); null: 128 for the simple CNN, 200 for the MLP (IFCA's hidden layer), the model's
+    # own size for torchvision models.
     embedding_dim: int | None = None
     # false: random initialisation; true: torchvision's ImageNet weights (torch's cache, or
     # downloaded by rank 0 / `python -m cfl_mpi.prepare`); a path: a weights file (a state
@@ -149,7 +153,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.embedding_dim is None:
-            object.__setattr__(self, "embedding_dim", TORCHVISION_MODELS.get(self.name, 128))
+            object.__setattr__(self, "embedding_dim", TORCHVISION_MODELS.get(self.name, MLP_HIDDEN if self.name == "mlp"
+                                                                          else 128))
         if self.input_size is None and self.name in TORCHVISION_MODELS:
             object.__setattr__(self, "input_size", IMAGENET_INPUT_SIZE)
 
@@ -166,8 +171,14 @@ class TrainConfig:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 1e-6
-    # Mini-batch size of local training (and of the embeddings with strategy.embed_mode: train).
-    batch_size: int = 64
+    # Mini-batch size of local training (and of the embeddings with strategy.embed_mode: train);
+    # all: full-batch steps, each epoch one gradient step on the silo's whole training set
+    # (IFCA's regime: local_epochs are then its τ local steps).
+    batch_size: int | Literal["all"] = 64
+
+    def batch(self, n: int) -> int:
+        """The mini-batch size for a set of `n` samples."""
+        return max(1, n) if self.batch_size == "all" else self.batch_size
 
 
 @dataclass(frozen=True)
@@ -276,6 +287,14 @@ class RuntimeConfig:
     # node's GPUs by local rank), else the CPU; cpu never uses a GPU, even where one is present;
     # cuda stops the job before any work where a silo rank has none. The server never uses one.
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # How a process's silos train: batched, as one computation (their parameters stacked, one
+    # forward and backward a step over every silo's own mini-batch: torch.func's vmap), for
+    # models without buffers or dropout (simple_cnn, mlp); one_by_one, one after another;
+    # auto: batched where the silos compute on a GPU, where it is many times faster, one by
+    # one on the CPU, where it is not (benchmarks/silo_batching.py). Each silo keeps its own
+    # shuffle and update; batched weights equal one by one's up to float rounding, not bit
+    # for bit (docs/SMALL_SILOS.md).
+    silo_training: Literal["auto", "batched", "one_by_one"] = "auto"
 
 
 # A run: the top-level keys of its YAML file and one section per part (data, model, train, ...).
@@ -426,7 +445,8 @@ def _validate(cfg: Config) -> None:
     _validate_data(cfg)
     _validate_model(cfg)
     for name in ("rounds", "local_epochs", "batch_size"):
-        _check(getattr(cfg.train, name) >= 1, f"train.{name}: must be at least 1, got {getattr(cfg.train, name)}")
+        value = getattr(cfg.train, name)
+        _check(value == "all" or value >= 1, f"train.{name}: must be at least 1, got {value}")
     _check(cfg.train.lr > 0, f"train.lr: must be positive, got {cfg.train.lr}")
     _check(0 <= cfg.train.momentum < 1, f"train.momentum: must lie in [0, 1), got {cfg.train.momentum}")
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
@@ -440,6 +460,9 @@ def _validate(cfg: Config) -> None:
            f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
            f"got {cfg.runtime.silos_per_rank}")
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
+    _check(cfg.runtime.silo_training != "batched" or cfg.model.name in ("simple_cnn", "mlp"),
+           f"runtime.silo_training: batched needs a model without buffers or dropout (simple_cnn, mlp); "
+           f"{cfg.model.name} has them (set auto or one_by_one)")
 
 
 def _facts(cfg: Config) -> ConfigFacts:
@@ -527,6 +550,14 @@ def _validate_data(cfg: Config) -> None:
 def _validate_model(cfg: Config) -> None:
     m = cfg.model
     _check(m.pretrained != "", "model.pretrained: give true, false or the path of a weights file")
+    if m.name == "mlp":
+        _check(m.embedding_dim > 0, f"model.embedding_dim: the MLP's hidden width must be positive, got {m.embedding_dim}")
+        _check(m.input_size is None or m.input_size == cfg.data.image_size,
+               f"model.input_size: the MLP is built for data.image_size ({cfg.data.image_size}), "
+               f"got {m.input_size} (set data.image_size instead)")
+        _check(m.pretrained is not True,
+               "model.pretrained: torchvision has no weights for the MLP (use false or a weights file)")
+        return
     if m.name == "simple_cnn":
         _check(len(m.channels) == 2 and all(c > 0 for c in m.channels),
                f"model.channels: the simple CNN takes two positive widths, got {m.channels}")

@@ -75,10 +75,11 @@ def train_local(model: nn.Module, x: Array, y: Array, cfg: TrainConfig,
     optimiser = Sgd(list(model.parameters()), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     xs, ys = tensor(x), tensor(y)
     loss_fn = nn.CrossEntropyLoss()
+    batch = cfg.batch(len(ys))
     for _ in range(cfg.local_epochs):
         order = torch.randperm(len(ys), generator=generator).to(xs.device)
-        for start in range(0, len(ys), cfg.batch_size):
-            idx = order[start:start + cfg.batch_size]
+        for start in range(0, len(ys), batch):
+            idx = order[start:start + batch]
             optimiser.zero_grad()
             loss = loss_fn(model(xs[idx].to(device, non_blocking=True)), ys[idx].to(device, non_blocking=True))
             loss.backward()
@@ -103,16 +104,18 @@ def evaluate(model: nn.Module, x: Array, y: Array, device: torch.device) -> tupl
 
 @torch.no_grad()
 def embed(embedding: nn.Module, x: Array, device: torch.device, train_mode: bool = False,
-          batch: int = EVAL_BATCH) -> np.ndarray:
+          batch: int | None = EVAL_BATCH) -> np.ndarray:
     """g_ω(x) for a batch of inputs, as float32 (n, dim(Z)).
 
     `train_mode` embeds as the authors' code does (`get_embeddings` never calls eval():
     BatchNorm normalises by each batch of `batch` inputs, dropout is on), on a copy, so that
-    the silo's own BatchNorm statistics stay as training left them."""
+    the silo's own BatchNorm statistics stay as training left them. `batch` None: all at once
+    (training's full batch)."""
     if train_mode:
         embedding = copy.deepcopy(embedding).train()
     else:
         embedding.eval()
     xs = tensor(x)
+    batch = batch or max(1, len(xs))
     out = [embedding(xs[s:s + batch].to(device)).cpu() for s in range(0, len(xs), batch)]
     return torch.cat(out).numpy().astype(np.float32)

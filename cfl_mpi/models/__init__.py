@@ -1,7 +1,8 @@
 """Models by name, and their weights as plain numpy arrays for the wire.
 
 Every model has an explicit `embedding` g and `head` h with `model(x) == head(embedding(x))`:
-the simple CNN (simple_cnn.py) and torchvision's ImageNet models (torchvision_models.py).
+the simple CNN (simple_cnn.py), IFCA's fully connected network (mlp.py) and torchvision's
+ImageNet models (torchvision_models.py).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from ..config import TORCHVISION_MODELS, Config
+from .mlp import Mlp
 from .simple_cnn import SimpleCNN
 from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
 
@@ -43,6 +45,8 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
         if m.name == "simple_cnn":
             model = SimpleCNN(input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels),
                               m.embedding_dim, m.pools)
+        elif m.name == "mlp":
+            model = Mlp(input_channels(cfg) * cfg.data.image_size ** 2, num_classes, m.embedding_dim)
         else:
             model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
     if load_weights and m.pretrained is not False:

@@ -20,7 +20,8 @@ def run_facts(cfg: Config) -> RunFacts:
         return seeded_states(cfg, num_classes(cfg), cfg.seed, k)
 
     late = tuple(sorted(((x.silo, x.round) for x in cfg.late_silos), key=lambda x: (x[1], x[0])))
-    return RunFacts(cfg.silos, cfg.seed, late, cfg.aggregation, cfg.train.batch_size, cfg.model.embedding_dim,
+    return RunFacts(cfg.silos, cfg.seed, late, cfg.aggregation,
+                    None if cfg.train.batch_size == "all" else cfg.train.batch_size, cfg.model.embedding_dim,
                     input_channels(cfg) * cfg.data.image_size ** 2, num_classes(cfg), initial_models)
 
 

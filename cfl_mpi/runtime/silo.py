@@ -28,6 +28,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     """The silo's rounds until the server says stop; it computes on `compute` (compute.py)."""
     import torch
 
+    from ..batched_training import LocalTraining, batches_silos, train_together
     from ..models import build_model, load_arrays, state_arrays
     from ..training import to_device, train_local
 
@@ -44,6 +45,16 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     mark("strategy")
     kinds = REGISTRY[cfg.strategy.name].halves().all_kinds
     template = state_arrays(model)
+    together = batches_silos(cfg, device)
+
+    def train(generator: torch.Generator) -> None:
+        """Local training: alone, or with the process's silos that queue theirs meanwhile
+        (`runtime.silo_training`, batched_training.py)."""
+        if together:
+            compute.batched("local_training", lambda jobs: train_together(jobs, cfg.train, device),
+                            LocalTraining(model, x_train, y_train, generator), limit=cfg.silos)
+        else:
+            compute(train_local, model, x_train, y_train, cfg.train, generator, device)
 
     def receive_model(round: int) -> None:
         msg = channel.recv(SERVER, Expect.like(MODEL, round, template, {"cluster": int}))
@@ -69,7 +80,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
             faults.before_training(t, lambda: state_arrays(model))
-            compute(train_local, model, x_train, y_train, cfg.train, torch.Generator().manual_seed(seed), device)
+            train(torch.Generator().manual_seed(seed))
             trained, n_samples = faults.update(t, state_arrays(model), len(data.y_train))
             faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
             protocol.after_training(ctx)

@@ -48,7 +48,7 @@ class RunFacts:
     seed: int
     late_joins: tuple[tuple[int, int], ...]  # (silo, round) of each late silo, in joining order
     aggregation: AggregationConfig   # the rule `Strategy.aggregate` applies inside a cluster
-    batch_size: int                  # train.batch_size
+    batch_size: int | None           # train.batch_size (None: all, full-batch steps)
     embedding_dim: int               # dim(Z), the embedding g's output
     input_dim: int                   # values in one model input (channels × pixels)
     num_classes: int
