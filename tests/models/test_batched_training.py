@@ -14,10 +14,15 @@ from cfl_mpi.training import train_local
 
 from jobs import PROJECT_ROOT, simulate_job
 
-# Batched and one-by-one weights differ by float rounding only (a batched product sums in
-# another order): ≤ 8e-8 measured on weights of size ≤ 0.4 after 3 epochs here; the bound
-# keeps two orders of magnitude above that and far below any training's own change.
-TOLERANCE = 1e-5
+# Batched and one-by-one weights differ by float rounding (a batched product sums in another
+# order): ≤ 8e-8 here after 3 epochs, on weights of size ≤ 0.4, and a median of 1.5e-8 over
+# 150 MLP silos (benchmarks/silo_batching.py). Where a ReLU's input lies within rounding of 0
+# the two paths can take its two sides, and that silo's weights then part further: 1 silo of
+# 150 by 1.3e-4, 0.6 % of how far training moved it. So the typical silo is held to rounding
+# (MEDIAN, ~70x the measured) and every silo to a small part of its training's own movement
+# (SHARE, ~8x that silo's).
+MEDIAN = 1e-6
+SHARE = 0.05
 SIZES = [40, 40, 40, 23, 23, 17]  # three groups of one size, one silo alone in its size
 
 
@@ -43,11 +48,14 @@ def test_batched_training_gives_each_silo_its_one_by_one_weights(make, batch_siz
     jobs = [LocalTraining(model, x, y, torch.Generator().manual_seed(i))
             for i, (model, (x, y)) in enumerate(zip(together, data))]
     assert train_together(jobs, cfg, cpu) == [None] * len(SIZES)
+    gaps = []
     for n, a, b in zip(SIZES, alone, together):
         moved = max(float((p - q).abs().max()) for p, q in zip(a.state_dict().values(), base.state_dict().values()))
         gap = max(float((p - q).abs().max()) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
-        assert moved > 1000 * TOLERANCE  # trained: the comparison means something
-        assert gap <= TOLERANCE, f"silo of {n} samples: batched weights {gap} from one by one's"
+        assert moved > 1000 * MEDIAN  # trained: the comparison means something
+        assert gap <= SHARE * moved, f"silo of {n} samples: batched weights {gap} from one by one's ({moved} moved)"
+        gaps.append(gap)
+    assert sorted(gaps)[len(gaps) // 2] <= MEDIAN, f"batched weights from one by one's: {gaps}"
     # the silo alone in its size trains as train_local itself: bit for bit
     for p, q in zip(alone[-1].state_dict().values(), together[-1].state_dict().values()):
         assert torch.equal(p, q)
