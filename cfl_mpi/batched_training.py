@@ -26,15 +26,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from .config import Config, TrainConfig
+from .config import BATCHABLE_MODELS, Config, TrainConfig
 from .training import Sgd, train_local
 
 __all__ = ["LocalTraining", "batchable", "batches_silos", "train_together"]
-
-# Models whose forward is a function of their parameters and input alone: no buffers (BatchNorm's
-# running statistics), no random layers (dropout, stochastic depth), which a stacked forward
-# would share between silos.
-BATCHABLE_MODELS = ("simple_cnn", "mlp")
 
 
 @dataclass

@@ -123,6 +123,10 @@ TORCHVISION_MODELS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536
                       "vit_b_16": 768, "convnext_base": 1024}
 IMAGENET_INPUT_SIZE = 224  # what the paper feeds the ImageNet models
 MLP_HIDDEN = 200  # IFCA's rotated-MNIST network: 784-200-10
+# Models whose forward is a function of their parameters and input alone: no buffers (BatchNorm's
+# running statistics), no random layers (dropout, stochastic depth), which a stacked forward
+# would share between silos (runtime.silo_training: batched).
+BATCHABLE_MODELS = ("simple_cnn", "mlp")
 
 
 # The network every silo trains; the embedding methods read its embedding Z (the pooled features).
@@ -460,8 +464,8 @@ def _validate(cfg: Config) -> None:
            f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
            f"got {cfg.runtime.silos_per_rank}")
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
-    _check(cfg.runtime.silo_training != "batched" or cfg.model.name in ("simple_cnn", "mlp"),
-           f"runtime.silo_training: batched needs a model without buffers or dropout (simple_cnn, mlp); "
+    _check(cfg.runtime.silo_training != "batched" or cfg.model.name in BATCHABLE_MODELS,
+           f"runtime.silo_training: batched needs a model without buffers or dropout ({', '.join(BATCHABLE_MODELS)}); "
            f"{cfg.model.name} has them (set auto or one_by_one)")
 
 

@@ -1,0 +1,123 @@
+"""IFCA's rotated-MNIST experiment to convergence: EMD-CFL, IFCA, FedAvg and the Oracle side by
+side on configs/ifca_rotated_mnist.yaml (the same data, partition and seed).
+
+    python -m benchmarks.ifca_experiment --mnist DIR [--silos 400] [--rounds 300] [--silo-ranks 2]
+        [--methods emdcfl,ifca,fedavg,oracle] [--seed 0] [--out DIR] [--resume] [--report-only]
+        [--set KEY=VALUE ...]
+
+Each method is its own MPI job (`python -m cfl_mpi.compare`, on 1 + `silo-ranks` ranks); IFCA
+starts from random cluster models as its authors' code does (`strategy.init: random`), the
+others as the config says. Writes in the output folder, besides compare's tables and runs:
+`accuracy.png`, the average silo accuracy per round and against the server's wall time (the
+rounds' own seconds, summed), one line per method; and `experiment.md`, the table of final
+average and worst accuracy, ARI in round 1 and at the end, rounds to 90 % of the final
+accuracy, and the job's wall time. `--report-only` redraws both from finished runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .runs import ROOT, machine
+
+CONFIG = "configs/ifca_rotated_mnist.yaml"
+METHODS = ("emdcfl", "ifca", "fedavg", "oracle")
+LABELS = {"emdcfl": "EMD-CFL", "ifca": "IFCA", "fedavg": "FedAvg", "oracle": "Oracle"}
+
+
+def run_methods(args: argparse.Namespace, out: Path) -> None:
+    """compare's jobs, one per method, on the experiment's settings."""
+    sets = [f"silos={args.silos}", f"train.rounds={args.rounds}",
+            f"runtime.silos_per_rank={math.ceil(args.silos / args.silo_ranks)}",
+            f"data.root={args.mnist}", "data.download=false", "ifca:strategy.init=random", *args.overrides]
+    command = [sys.executable, "-m", "cfl_mpi.compare", CONFIG, "--methods", ",".join(args.methods),
+               "--seeds", str(args.seed), "--out", str(out), *(a for s in sets for a in ("--set", s))]
+    subprocess.run(command + (["--resume"] if args.resume else []), cwd=ROOT, check=True)
+
+
+def read_run(run: Path) -> tuple[list[dict], dict]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return records, json.loads((run / "summary.json").read_text())
+
+
+def rounds_to(share: float, accuracies: list[float]) -> int:
+    """The first round whose average accuracy reaches `share` of the final one."""
+    return next(i + 1 for i, a in enumerate(accuracies) if a >= share * accuracies[-1])
+
+
+def report(out: Path, methods: list[str], seed: int) -> str:
+    """experiment.md's table and accuracy.png from the finished runs."""
+    from cfl_mpi.plots import MARKERS, OKABE_ITO, _pyplot, _round_axis, coinciding
+
+    plt = _pyplot()
+    runs = {m: read_run(out / f"{m}_s{seed}") for m in methods if (out / f"{m}_s{seed}" / "summary.json").exists()}
+    same = coinciding({m: ([r["round"] for r in records], np.array([r["avg_acc"] for r in records]))
+                       for m, (records, _) in runs.items()})
+    fig, (by_round, by_wall) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    rows = ["| method | final average accuracy | final worst accuracy | ARI round 1 | ARI final | "
+            "rounds to 90 % of final | wall |", "|---|---|---|---|---|---|---|"]
+    for i, method in enumerate(methods):
+        if method not in runs:
+            rows.append(f"| {LABELS.get(method, method)} | not run | | | | | |")
+            continue
+        records, summary = runs[method]
+        label = LABELS.get(method, method) + (f" (same as {LABELS.get(same[method], same[method])})"
+                                               if method in same else "")
+        rounds = [r["round"] for r in records]
+        accuracy = [100 * r["avg_acc"] for r in records]
+        wall = np.cumsum([sum(r["seconds"].values()) for r in records]) / 60
+        style = dict(color=OKABE_ITO[i % len(OKABE_ITO)], marker=MARKERS[i % len(MARKERS)], lw=1.6, ms=6,
+                     mec="black", mew=0.5, markevery=max(1, len(rounds) // 15), label=label)
+        by_round.plot(rounds, accuracy, **style)
+        by_wall.plot(wall, accuracy, **style)
+        rows.append(f"| {LABELS.get(method, method)} | {accuracy[-1]:.2f} % | {100 * records[-1]['worst_acc']:.2f} % | "
+                    f"{records[0]['ari']:.3f} | {records[-1]['ari']:.3f} | {rounds_to(0.9, accuracy)} | "
+                    f"{summary['wall_s'] / 60:.1f} min |")
+    _round_axis(by_round, {r["round"] for records, _ in runs.values() for r in records})
+    for ax, label in ((by_round, "round"), (by_wall, "the server's wall time in rounds (minutes)")):
+        ax.set_xlabel(label)
+        ax.set_ylabel("average silo test accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"IFCA's rotated MNIST, {out.name}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy.png", dpi=120)
+    plt.close(fig)
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mnist", type=Path, help="folder of the MNIST test split (t10k-*-ubyte.gz)")
+    parser.add_argument("--silos", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--silo-ranks", type=int, default=2)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--resume", action="store_true", help="skip the methods whose run has finished")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[METHOD:]KEY=VALUE")
+    args = parser.parse_args(argv)
+    args.methods = args.methods.split(",")
+    out = (args.out or Path(f"runs/ifca_experiment_c{args.silos}_t{args.rounds}")).resolve()
+    if not args.report_only:
+        if args.mnist is None:
+            parser.error("--mnist DIR is needed to run the jobs")
+        args.mnist = args.mnist.resolve()
+        run_methods(args, out)
+    table = report(out, args.methods, args.seed)
+    text = (f"# IFCA's rotated MNIST: C = {args.silos} on {args.silo_ranks} silo ranks, {args.rounds} rounds, "
+            f"seed {args.seed}\n\n{machine()}\n\n{table}\n\n![accuracy](accuracy.png)\n")
+    (out / "experiment.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
