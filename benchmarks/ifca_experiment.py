@@ -35,7 +35,8 @@ def run_methods(args: argparse.Namespace, out: Path) -> None:
     """compare's jobs, one per method, on the experiment's settings."""
     sets = [f"silos={args.silos}", f"train.rounds={args.rounds}",
             f"runtime.silos_per_rank={math.ceil(args.silos / args.silo_ranks)}",
-            f"data.root={args.mnist}", "data.download=false", "ifca:strategy.init=random", *args.overrides]
+            f"data.root={args.mnist}", "data.download=false",
+            *(["ifca:strategy.init=random"] if "ifca" in args.methods else []), *args.overrides]
     command = [sys.executable, "-m", "cfl_mpi.compare", CONFIG, "--methods", ",".join(args.methods),
                "--seeds", str(args.seed), "--out", str(out), *(a for s in sets for a in ("--set", s))]
     subprocess.run(command + (["--resume"] if args.resume else []), cwd=ROOT, check=True)

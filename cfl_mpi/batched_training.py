@@ -1,4 +1,4 @@
-"""Several silos' local training as one computation (`runtime.silo_training: batched`).
+"""Several silos' local training and evaluation as one computation (`runtime.silo_training: batched`).
 
 Each silo's ClientUpdate (training.py's `train_local`: E epochs of SGD on its own shuffled
 mini-batches) with the silos' parameters stacked along a first axis: one forward and one
@@ -9,11 +9,12 @@ batch); the gradient of the sum of the silos' losses is each silo's own gradient
 slice, since no silo's loss depends on another's parameters.
 
 Silos train together where they have the same number of training samples (the same steps
-and batch sizes); a silo alone in its size trains as `train_local`. The weights equal one by
-one's up to float rounding, not bit for bit: a batched product sums in another order
-(tests/models/test_batched_training.py measures the difference).
+and batch sizes); a silo alone in its size trains as `train_local`. Evaluation stacks the
+same way: each silo's model on its own test set, `evaluate`'s accuracy and mean loss. The
+weights equal one by one's up to float rounding, not bit for bit: a batched product sums in
+another order (tests/models/test_batched_training.py measures the difference).
 
-Why not torch.func's `grad`: its backward enters `torch._dynamo` (and sympy with it, ~2.5 s
+Why not torch.func's `grad`: its backward enters `torch._dynamo` (and sympy with it, seconds
 of import in a silo's first round), and so does `cross_entropy` under `vmap`; the batched
 forward with autograd's own backward and the loss outside `vmap` import nothing.
 """
@@ -27,9 +28,14 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from .config import BATCHABLE_MODELS, Config, TrainConfig
-from .training import Sgd, train_local
+from .training import Sgd, evaluate, train_local
 
-__all__ = ["LocalTraining", "batchable", "batches_silos", "train_together"]
+__all__ = ["Evaluation", "LocalTraining", "batchable", "batches_silos", "evaluate_together", "train_together"]
+
+
+# The most images one stacked step or evaluation pass holds (all its silos' together): bounds
+# the activations' memory, a few GB for the narrow CNN, while keeping a GPU busy.
+STEP_IMAGES = 16384
 
 
 @dataclass
@@ -41,6 +47,15 @@ class LocalTraining:
     x: torch.Tensor
     y: torch.Tensor
     generator: torch.Generator
+
+
+@dataclass
+class Evaluation:
+    """One silo's share of a batched evaluation: its model and a labelled set of its own."""
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
 
 
 def batchable(model: nn.Module) -> bool:
@@ -59,31 +74,67 @@ def batches_silos(cfg: Config, device: torch.device) -> bool:
 
 def train_together(jobs: list[LocalTraining], cfg: TrainConfig, device: torch.device) -> list[None]:
     """Each job's model trained as `train_local` would, the jobs of one training set size as
-    one computation."""
-    groups: dict[tuple, list[LocalTraining]] = defaultdict(list)
-    for job in jobs:
-        groups[(len(job.y), tuple(job.x.shape[1:]))].append(job)
-    for group in groups.values():
+    one computation (in chunks of silos whose step holds at most STEP_IMAGES images)."""
+    for group in _by_size(jobs):
         if len(group) == 1 or not batchable(group[0].model):
             for job in group:
                 train_local(job.model, job.x, job.y, cfg, job.generator, device)
-        else:
-            _train_stacked(group, cfg, device)
+            continue
+        per_step = max(1, STEP_IMAGES // cfg.batch(len(group[0].y)))
+        for first in range(0, len(group), per_step):
+            _train_stacked(group[first:first + per_step], cfg, device)
     return [None] * len(jobs)
+
+
+@torch.no_grad()
+def evaluate_together(jobs: list[Evaluation], device: torch.device) -> list[tuple[float, float]]:
+    """`evaluate` of each job's model on its own set, (accuracy, mean cross-entropy), the jobs
+    with sets of one size as one computation (passes of at most STEP_IMAGES images)."""
+    results = {}
+    for group in _by_size(jobs):
+        if len(group) == 1 or not batchable(group[0].model):
+            results.update({id(job): evaluate(job.model, job.x, job.y, device) for job in group})
+            continue
+        forward = _stacked_forward(group[0].model.eval())
+        params = [torch.stack(parts) for parts in zip(*(job.model.parameters() for job in group))]
+        x, y = (torch.stack(sets).to(device) for sets in zip(*((job.x, job.y) for job in group)))
+        silos, n = y.shape
+        correct = torch.zeros(silos, dtype=torch.int64, device=device)
+        loss_sum = torch.zeros(silos, dtype=torch.float64, device=device)
+        step = max(1, STEP_IMAGES // silos)
+        for start in range(0, n, step):
+            logits, labels = forward(params, x[:, start:start + step]), y[:, start:start + step]
+            losses = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+            loss_sum += losses.view(silos, -1).sum(1, dtype=torch.float64)
+            correct += (logits.argmax(-1) == labels).sum(1)
+        for job, hits, loss in zip(group, correct.tolist(), loss_sum.tolist()):
+            results[id(job)] = (hits / n, loss / n)
+    return [results[id(job)] for job in jobs]
+
+
+def _by_size(jobs: list) -> list[list]:
+    """The jobs grouped by the size and sample shape of their sets, in order."""
+    groups: dict[tuple, list] = defaultdict(list)
+    for job in jobs:
+        groups[(len(job.y), tuple(job.x.shape[1:]))].append(job)
+    return list(groups.values())
+
+
+def _stacked_forward(template: nn.Module):
+    """forward(stacked parameters, stacked inputs): `template`'s forward on each silo's slice."""
+    names = [name for name, _ in template.named_parameters()]
+    return vmap(lambda p, xb: functional_call(template, dict(zip(names, p)), (xb,)))
 
 
 def _train_stacked(group: list[LocalTraining], cfg: TrainConfig, device: torch.device) -> None:
     """`train_local` of silos with training sets of one size, their parameters stacked."""
-    template = group[0].model.train()
-    names = [name for name, _ in template.named_parameters()]
+    forward = _stacked_forward(group[0].model.train())
     params = [torch.stack([p.detach() for p in parts]).requires_grad_()
               for parts in zip(*(job.model.parameters() for job in group))]
-    x = torch.stack([job.x for job in group]).to(device)  # (silos, n, ...)
-    y = torch.stack([job.y for job in group]).to(device)
-    silos, n = len(group), len(group[0].y)
+    x, y = (torch.stack(sets).to(device) for sets in zip(*((job.x, job.y) for job in group)))  # (silos, n, ...)
+    silos, n = y.shape
     rows = torch.arange(silos, device=device)[:, None]
     batch = cfg.batch(n)
-    forward = vmap(lambda p, xb: functional_call(template, dict(zip(names, p)), (xb,)))
     optimiser = Sgd(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     for _ in range(cfg.local_epochs):
         order = torch.stack([torch.randperm(n, generator=job.generator) for job in group]).to(device)

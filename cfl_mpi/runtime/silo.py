@@ -38,14 +38,14 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     model = compute(lambda: build_model(cfg, num_classes(cfg), load_weights=False).to(device))
     # the sets training and evaluation use every round, on the device once (where they fit)
     x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
-    evaluation = SiloEvaluation(data, device, compute)
+    together = batches_silos(cfg, device)
+    evaluation = SiloEvaluation(data, device, compute, cfg.silos if together else 0)
     mark("model")
     faults = SiloFaults(cfg.runtime.fault, silo)
     protocol = silo_half(cfg)
     mark("strategy")
     kinds = REGISTRY[cfg.strategy.name].halves().all_kinds
     template = state_arrays(model)
-    together = batches_silos(cfg, device)
 
     def train(generator: torch.Generator) -> None:
         """Local training: alone, or with the process's silos that queue theirs meanwhile
@@ -97,20 +97,28 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
 
 class SiloEvaluation:
     """What a silo reports of the model it continues from: accuracy and loss on its test set,
-    and, for a backdoor data set's target silos, the accuracy on the backdoored test images."""
+    and, for a backdoor data set's target silos, the accuracy on the backdoored test images;
+    with up to `together` of the process's silos that evaluate meanwhile as one computation
+    (batched_training.py; 0: alone)."""
 
-    def __init__(self, data: SiloData, device: Any, compute: ComputePool) -> None:
+    def __init__(self, data: SiloData, device: Any, compute: ComputePool, together: int = 0) -> None:
         from ..training import to_device
 
-        self.compute, self.device, self.n_test = compute, device, len(data.y_test)
+        self.compute, self.device, self.n_test, self.together = compute, device, len(data.y_test), together
         self.test = (compute(to_device, data.x_test, device), compute(to_device, data.y_test, device))
         self.backdoor = None if data.x_backdoor is None else (compute(to_device, data.x_backdoor, device),
                                                               compute(to_device, data.y_backdoor, device))
 
     def report(self, model: Any) -> dict[str, float | int]:
+        accuracy, loss = self._evaluate(model, self.test)
+        backdoor = {} if self.backdoor is None else {"backdoor_acc": self._evaluate(model, self.backdoor)[0]}
+        return {"accuracy": accuracy, "loss": loss, "n_test": self.n_test, **backdoor}
+
+    def _evaluate(self, model: Any, labelled: tuple[Any, Any]) -> tuple[float, float]:
+        from ..batched_training import Evaluation, evaluate_together
         from ..training import evaluate
 
-        accuracy, loss = self.compute(evaluate, model, *self.test, self.device)
-        backdoor = {} if self.backdoor is None else \
-            {"backdoor_acc": self.compute(evaluate, model, *self.backdoor, self.device)[0]}
-        return {"accuracy": accuracy, "loss": loss, "n_test": self.n_test, **backdoor}
+        if self.together:
+            return self.compute.batched("evaluation", lambda jobs: evaluate_together(jobs, self.device),
+                                        Evaluation(model, *labelled), limit=self.together)
+        return self.compute(evaluate, model, *labelled, self.device)

@@ -6,11 +6,12 @@ import copy
 import pytest
 import torch
 
-from cfl_mpi.batched_training import LocalTraining, batchable, batches_silos, train_together
+from cfl_mpi.batched_training import (Evaluation, LocalTraining, batchable, batches_silos, evaluate_together,
+                                      train_together)
 from cfl_mpi.config import ConfigError, TrainConfig, load_config
 from cfl_mpi.models.mlp import Mlp
 from cfl_mpi.models.simple_cnn import SimpleCNN
-from cfl_mpi.training import train_local
+from cfl_mpi.training import evaluate, train_local
 
 from jobs import PROJECT_ROOT, simulate_job
 
@@ -59,6 +60,21 @@ def test_batched_training_gives_each_silo_its_one_by_one_weights(make, batch_siz
     # the silo alone in its size trains as train_local itself: bit for bit
     for p, q in zip(alone[-1].state_dict().values(), together[-1].state_dict().values()):
         assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("make", [lambda: Mlp(784, 10, hidden=32), lambda: SimpleCNN(1, 10, 28, (4, 8), 16)])
+def test_batched_evaluation_gives_each_silo_its_accuracy_and_loss(make):
+    """Each silo's own model (trained apart, so they differ) on its own test set."""
+    base, data = models_and_data(make, SIZES)
+    cfg = TrainConfig(local_epochs=1, lr=0.1, momentum=0.0, weight_decay=0.0, batch_size=16)
+    models = [copy.deepcopy(base) for _ in SIZES]
+    for i, (model, (x, y)) in enumerate(zip(models, data)):
+        train_local(model, x, y, cfg, torch.Generator().manual_seed(i), torch.device("cpu"))
+    alone = [evaluate(model, x, y, torch.device("cpu")) for model, (x, y) in zip(models, data)]
+    together = evaluate_together([Evaluation(model, x, y) for model, (x, y) in zip(models, data)], torch.device("cpu"))
+    assert len(set(alone)) > 1  # the silos' figures differ: a mix-up would show
+    for (acc, loss), (acc_b, loss_b) in zip(alone, together):
+        assert acc_b == acc and loss_b == pytest.approx(loss, rel=1e-5, abs=0)
 
 
 def test_only_models_without_buffers_or_dropout_are_batched():
