@@ -554,23 +554,16 @@ def _validate_data(cfg: Config) -> None:
 def _validate_model(cfg: Config) -> None:
     m = cfg.model
     _check(m.pretrained != "", "model.pretrained: give true, false or the path of a weights file")
-    if m.name == "mlp":
-        _check(m.embedding_dim > 0, f"model.embedding_dim: the MLP's hidden width must be positive, got {m.embedding_dim}")
-        _check(m.input_size is None or m.input_size == cfg.data.image_size,
-               f"model.input_size: the MLP is built for data.image_size ({cfg.data.image_size}), "
-               f"got {m.input_size} (set data.image_size instead)")
-        _check(m.pretrained is not True,
-               "model.pretrained: torchvision has no weights for the MLP (use false or a weights file)")
-        return
-    if m.name == "simple_cnn":
-        _check(len(m.channels) == 2 and all(c > 0 for c in m.channels),
+    if m.name in ("simple_cnn", "mlp"):  # built here, for data.image_size, with no published weights
+        what = {"simple_cnn": "the simple CNN", "mlp": "the MLP"}[m.name]
+        _check(m.name != "simple_cnn" or (len(m.channels) == 2 and all(c > 0 for c in m.channels)),
                f"model.channels: the simple CNN takes two positive widths, got {m.channels}")
         _check(m.embedding_dim > 0, f"model.embedding_dim: must be positive, got {m.embedding_dim}")
         _check(m.input_size is None or m.input_size == cfg.data.image_size,
-               f"model.input_size: the simple CNN is built for data.image_size ({cfg.data.image_size}), "
+               f"model.input_size: {what} is built for data.image_size ({cfg.data.image_size}), "
                f"got {m.input_size} (set data.image_size instead)")
         _check(m.pretrained is not True,
-               "model.pretrained: torchvision has no weights for the simple CNN (use false or a weights file)")
+               f"model.pretrained: torchvision has no weights for {what} (use false or a weights file)")
         return
     native = TORCHVISION_MODELS[m.name]
     _check(m.embedding_dim == native,

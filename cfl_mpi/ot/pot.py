@@ -4,7 +4,7 @@ The package hands POT numpy arrays only, so the backends POT would otherwise imp
 array types (PyTorch, JAX, CuPy, TensorFlow) are disabled before it loads: those imports are
 most of `import ot` on a machine that has them installed. A variable the environment already
 sets is left as it is. Import POT through this module, or name it in a strategy half's
-`modules()`, so that it loads when the party starts (runtime/halves.py), never in a round.
+`modules()`, so that it loads before the rounds start, never in one.
 """
 from __future__ import annotations
 
