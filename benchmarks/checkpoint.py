@@ -37,7 +37,7 @@ def main() -> None:
 
     cfg = load_config(args.config)
     truth = true_clusters(cfg)
-    strategy = server_half(cfg, truth)
+    strategy = server_half(cfg)
     rng = np.random.default_rng(0)
     for name in ("W", "tau", "noise"):
         if hasattr(strategy, name):

@@ -35,7 +35,8 @@ from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
 from cfl_mpi.clustering.extraction import robust_clusters
-from cfl_mpi.config import Config, EmdCflConfig, load_config
+from cfl_mpi.config import Config, load_config
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.data import build_silo_data, num_classes, true_clusters
 from cfl_mpi.models import build_model, initial_model, load_arrays
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes

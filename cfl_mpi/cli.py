@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, NoReturn, TypeVar
 
 from .config import Config, ConfigError, load_config
+from .console import count
 
 T = TypeVar("T")
 
@@ -79,11 +80,6 @@ def find_mpirun() -> str | None:
 
 
 NO_MPIRUN = "no mpirun next to this Python nor on PATH (activate the virtual environment, or pip install mpich)"
-
-
-def count(n: int, noun: str) -> str:
-    """"1 round", "3 rounds": what the console says."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def announce(cfg: Config, hosted: str) -> None:

@@ -34,8 +34,9 @@ import numpy as np
 import yaml
 
 from . import strategies
-from .cli import NO_MPIRUN, config_error, count, find_mpirun, split_list
+from .cli import NO_MPIRUN, config_error, find_mpirun, split_list
 from .config import Config, ConfigError, load_config
+from .console import count
 from .runtime.stop import EXIT_INTERRUPTED
 
 PROG = "cfl_mpi.compare"  # config errors name the command

@@ -19,13 +19,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from .strategies import REGISTRY, ConfigFacts, StrategyParams
-from .strategies.cfl import CflConfig
 from .strategies.emdcfl import EmdCflConfig
-from .strategies.fedavg import FedAvgConfig
-from .strategies.fedwad import FedWaDClusteringConfig
-from .strategies.ifca import IfcaConfig
-from .strategies.oracle import OracleConfig
-from .strategies.pacfl import PacflConfig
 from .strategies.spec import SEED_LIMIT
 
 
@@ -208,12 +202,6 @@ class AggregationConfig:
     count_ratio: float = 2.0
 
 
-# A strategy's section: the parameters class of the strategy named by `strategy.name`
-# (strategies/: one module per strategy, its keys and their checks).
-StrategyConfig = Union[EmdCflConfig, FedAvgConfig, OracleConfig, PacflConfig, CflConfig, IfcaConfig,
-                       FedWaDClusteringConfig, StrategyParams]
-
-
 @dataclass(frozen=True)
 class ParticipationConfig:
     """Which silos train in a round (EMD-CFL paper, Appendix E.4: sampled at random each round).
@@ -314,7 +302,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # The federated method, chosen by strategy.name; its other keys depend on that choice.
-    strategy: StrategyConfig = field(default_factory=EmdCflConfig)
+    strategy: StrategyParams = field(default_factory=EmdCflConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
@@ -360,10 +348,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is Literal:
         if value in typing.get_args(tp):
             return value
+    elif tp is StrategyParams:  # the registry's class for strategy.name
+        return _strategy(value, where)
     elif origin in (Union, types.UnionType):
         args = typing.get_args(tp)
-        if tp is StrategyConfig:  # tagged by strategy.name
-            return _strategy(value, where)
         if value is not None and len(args) == 2 and type(None) in args:  # optional: the inner error is the useful one
             return _coerce(value, next(a for a in args if a is not type(None)), where)
         for arg in args:

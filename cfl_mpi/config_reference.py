@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from .config import Config
-from .strategies import REGISTRY
+from .strategies import REGISTRY, StrategyParams
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_MD = PROJECT_ROOT / "docs" / "CONFIG.md"
@@ -162,7 +162,8 @@ def class_intro(cls: type) -> str:
 
 
 def _is_section(tp: Any) -> bool:
-    return dataclasses.is_dataclass(tp) and isinstance(tp, type)
+    """A nested mapping of keys: a dataclass, or the strategy's section (its class by name)."""
+    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, StrategyParams))
 
 
 def _args(tp: Any) -> tuple[Any, ...]:

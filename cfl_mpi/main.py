@@ -21,9 +21,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .channel import SERVER, LocalHub, RankLayout, party_name
-from .cli import (EXIT_CONFIG, announce, check_results_folder, count, exit_rank, load_run_config,
+from .cli import (EXIT_CONFIG, announce, check_results_folder, exit_rank, load_run_config,
                   prepare_results_folder, run_arguments)
 from .config import Config, ConfigError, check_world
+from .console import count
 from .results import record_failure
 from .runtime.compute import ComputePool
 from .runtime.parties import PartyFailure, PartyThreads

@@ -1,5 +1,6 @@
 """The layering docs/ARCHITECTURE.md states, checked on the source (by `ast`, so an import
-inside a function counts too; an `if TYPE_CHECKING:` block never runs and does not)."""
+inside a function counts too, and one under `if TYPE_CHECKING:`: a type a module names is a
+module it depends on)."""
 from __future__ import annotations
 
 import ast
@@ -14,6 +15,23 @@ from jobs import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "cfl_mpi"
 
+# cfl_mpi's layers, from the bottom: a module imports modules of its own layer and of those
+# below, never above (docs/ARCHITECTURE.md draws them). An entry covers the module it names
+# and the modules under it, `*` standing for any one name; the most specific entry decides
+# (`strategies.*` is a strategy's light parameters package, `strategies.*.*` its halves and
+# their helpers, which sit on top of the config, the data and the models).
+LAYERS = (
+    ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console"),  # formats, maths, keys, words
+    ("channel",),                                                   # how messages travel
+    ("strategies", "strategies.spec", "strategies.*"),              # the registry, the parameters
+    ("config",),                                                    # YAML into typed settings
+    ("data", "models", "training", "batched_training", "aggregation", "results", "plots"),
+    ("strategies.base", "strategies.*.*"),                          # the strategies' halves
+    ("runtime",),                                                   # rounds, silos, placement, checkpoints
+    ("cli", "main", "simulate", "compare", "reproduce", "prepare", "ranks", "launch", "srun_mpi",
+     "config_reference", "paper_figures"),                          # entry points
+)
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PROJECT_ROOT).with_suffix("").parts
@@ -23,37 +41,65 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def imports(name: str) -> list[tuple[str, list[str]]]:
-    """(module imported, names taken from it) for every import the module runs."""
+def layer(module: str) -> int:
+    """The layer of a cfl_mpi module: that of the most specific entry covering it (the most
+    names, then the fewest `*`)."""
+    parts = module.split(".")[1:] or ["cfl_mpi"]
+    covering = [(len(entry.split(".")), -entry.count("*"), i) for i, names in enumerate(LAYERS) for entry in names
+                if len(entry.split(".")) <= len(parts)
+                and all(e in ("*", p) for e, p in zip(entry.split("."), parts))]
+    assert covering, f"{module} is in no layer of LAYERS: add it where it belongs"
+    return max(covering)[2]
+
+
+def imports(name: str, source: str | None = None) -> list[tuple[str, list[str]]]:
+    """(module imported, names taken from it) for every import in the module's source."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: list[tuple[str, list[str]]] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
         if isinstance(node, ast.Import):
             found.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             target = ".".join([*base, *([node.module] if node.module else [])])
             found.append((target, [alias.name for alias in node.names]))
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
     return found
+
+
+def imported_modules(name: str, source: str | None = None) -> set[str]:
+    """The cfl_mpi modules a module imports (`from pkg import mod` imports the module pkg.mod)."""
+    return {t for target, names in imports(name, source) for t in (target, *(f"{target}.{n}" for n in names))
+            if t in MODULES and t != name}
+
+
+def upward_imports(name: str, source: str | None = None) -> list[str]:
+    return sorted(t for t in imported_modules(name, source) if layer(t) > layer(name))
+
+
+def test_every_module_has_a_layer():
+    for name in MODULES:
+        layer(name)
+
+
+def test_imports_point_down():
+    upward = {name: found for name in MODULES if (found := upward_imports(name))}
+    assert not upward, f"imports of a higher layer (LAYERS): {upward}"
+
+
+def test_an_upward_import_for_type_checking_only_is_found():
+    """A type named under `if TYPE_CHECKING:` is a dependency too: planted in the strategy
+    base, an import of the runtime is reported."""
+    name = "cfl_mpi.strategies.base"
+    planted = MODULES[name].read_text() + "\nif TYPE_CHECKING:\n    from ..runtime.server import Server\n"
+    assert upward_imports(name) == []
+    assert upward_imports(name, planted) == ["cfl_mpi.runtime.server"]
 
 
 def test_no_import_cycle():
     graph = nx.DiGraph()
     for name in MODULES:
-        for target, names in imports(name):
-            # `from pkg import mod` imports the module pkg.mod
-            targets = [target, *(f"{target}.{n}" for n in names)]
-            graph.add_edges_from((name, t) for t in targets if t in MODULES and t != name)
+        graph.add_edges_from((name, t) for t in imported_modules(name))
     cycles = list(nx.simple_cycles(graph))
     assert not cycles, f"import cycles: {cycles[:5]}"
 

@@ -6,7 +6,8 @@ import typing
 
 import pytest
 
-from cfl_mpi.config import Config, ConfigError, EmdCflConfig, check_world, load_config, read_yaml
+from cfl_mpi.config import Config, ConfigError, check_world, load_config, read_yaml
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.data import check_data
 from cfl_mpi.strategies import REGISTRY
 from conftest import PROJECT_ROOT

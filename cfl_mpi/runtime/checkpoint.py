@@ -220,7 +220,6 @@ def check_resume_arrays(cfg: Config, out: Path) -> None:
     and a fresh strategy, with torch): the arrays file's checksum and names (`load_checkpoint`),
     the models against θ(0), and the strategy's arrays against a fresh strategy, whose
     `load_state_dict` must accept them."""
-    from ..data import true_clusters
     from ..models import initial_model
     from .halves import server_half
 
@@ -229,7 +228,7 @@ def check_resume_arrays(cfg: Config, out: Path) -> None:
     theta0 = initial_model(cfg)
     for i, model in enumerate(ckpt.models):
         _check_like(model, theta0, index, f"model {i}")
-    strategy = server_half(cfg, true_clusters(cfg))
+    strategy = server_half(cfg)
     _check_like(ckpt.strategy, strategy.state_dict()[0], index, "the strategy's state", extra_allowed=True)
     try:
         strategy.load_state_dict(ckpt.strategy, ckpt.meta["strategy"])

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..config import Config, participant_count
 from ..wire.messages import Expect
-from .kinds import CONTROL
+from ..wire.kinds import CONTROL
 
 TRAIN = "train"          # train, take part in the strategy's exchanges, evaluate
 EVALUATE = "evaluate"    # present but not sampled: evaluate the cluster model only

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..channel import SERVER, Channel
 from ..config import FaultConfig
-from .kinds import UPDATE
+from ..wire.kinds import UPDATE
 
 __all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
 

@@ -8,9 +8,9 @@ from typing import TypeVar
 import numpy as np
 
 from ..config import Config
-from ..data import input_channels, num_classes
+from ..data import input_channels, num_classes, true_clusters
 from ..strategies import REGISTRY
-from ..strategies.base import Model, RunFacts, SiloProtocol, Strategy
+from ..strategies.base import Halves, Model, RunFacts, SiloProtocol, Strategy
 
 
 def run_facts(cfg: Config) -> RunFacts:
@@ -22,17 +22,26 @@ def run_facts(cfg: Config) -> RunFacts:
     late = tuple(sorted(((x.silo, x.round) for x in cfg.late_silos), key=lambda x: (x[1], x[0])))
     return RunFacts(cfg.silos, cfg.seed, late, cfg.aggregation,
                     None if cfg.train.batch_size == "all" else cfg.train.batch_size, cfg.model.embedding_dim,
-                    input_channels(cfg) * cfg.data.image_size ** 2, num_classes(cfg), initial_models)
+                    input_channels(cfg) * cfg.data.image_size ** 2, num_classes(cfg),
+                    len(np.unique(true_clusters(cfg))), initial_models)
 
 
-def server_half(cfg: Config, truth: np.ndarray) -> Strategy:
-    """The server half of the config's strategy, with the modules it needs in its rounds loaded."""
-    return loaded(REGISTRY[cfg.strategy.name].halves().server(cfg.strategy, run_facts(cfg), truth))
+def halves(cfg: Config) -> Halves:
+    """The halves of the config's strategy and the message kinds they add (its `HALVES`)."""
+    found: Halves = importlib.import_module(REGISTRY[cfg.strategy.name].halves).HALVES
+    return found
+
+
+def server_half(cfg: Config) -> Strategy:
+    """The server half of the config's strategy, with the modules it needs in its rounds loaded;
+    the true clusters are passed to a strategy whose spec says it sees them (the Oracle) only."""
+    truth = {"truth": true_clusters(cfg)} if REGISTRY[cfg.strategy.name].sees_truth else {}
+    return loaded(halves(cfg).server(cfg.strategy, run_facts(cfg), **truth))
 
 
 def silo_half(cfg: Config) -> SiloProtocol:
     """The silo half of the config's strategy (one per silo), its modules loaded."""
-    return loaded(REGISTRY[cfg.strategy.name].halves().silo(cfg.strategy, run_facts(cfg)))
+    return loaded(halves(cfg).silo(cfg.strategy, run_facts(cfg)))
 
 
 H = TypeVar("H", Strategy, SiloProtocol)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..cli import count
+from ..console import count
 from ..config import ConfigError, RuntimeConfig
 from ..wire.messages import ProtocolError
 

@@ -18,13 +18,12 @@ from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
-from ..strategies import REGISTRY
 from ..strategies.base import Model, ServerRound, timed
 from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
-from .halves import server_half
-from .kinds import CONTROL, EVAL, MODEL, UPDATE
+from .halves import halves, server_half
+from ..wire.kinds import CONTROL, EVAL, MODEL, UPDATE
 from .stop import StopRequest
 from .timeline import mark
 
@@ -57,9 +56,9 @@ class Server:
         self.devices = devices or []  # where the silos compute: one label per silo rank (summary.json)
         self.truth = true_clusters(cfg)
         self.targets = backdoor_targets(cfg)
-        self.halves = REGISTRY[cfg.strategy.name].halves()
+        self.halves = halves(cfg)
         self.kinds = self.halves.all_kinds
-        self.strategy = server_half(cfg, self.truth)
+        self.strategy = server_half(cfg)
         self.theta0 = initial_model(cfg)
         mark("strategy")
         self.start_models: dict[int, Model] = {c: self.theta0 for c in range(cfg.silos)}  # what each trains from

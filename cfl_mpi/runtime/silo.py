@@ -11,14 +11,13 @@ import numpy as np
 from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import SiloData, build_silo_data, num_classes
-from ..strategies import REGISTRY
 from ..strategies.base import SiloRound
 from ..wire.messages import Expect, ProtocolError
 from .compute import ComputePool
 from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 from .faults import SiloFaults
-from .halves import silo_half
-from .kinds import EVAL, MODEL
+from .halves import halves, silo_half
+from ..wire.kinds import EVAL, MODEL
 from .timeline import mark
 
 __all__ = ["run_silo"]
@@ -44,7 +43,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     faults = SiloFaults(cfg.runtime.fault, silo)
     protocol = silo_half(cfg)
     mark("strategy")
-    kinds = REGISTRY[cfg.strategy.name].halves().all_kinds
+    kinds = halves(cfg).all_kinds
     template = state_arrays(model)
 
     def train(generator: torch.Generator) -> None:

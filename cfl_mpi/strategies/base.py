@@ -24,7 +24,7 @@ import numpy as np
 from ..aggregation import Decision, cluster_averages
 from ..channel import Channel
 from ..config import AggregationConfig
-from ..runtime.kinds import ROUND_KINDS
+from ..wire.kinds import ROUND_KINDS
 from ..wire.messages import Kind
 from .spec import StrategyParams
 
@@ -52,6 +52,9 @@ class RunFacts:
     embedding_dim: int               # dim(Z), the embedding g's output
     input_dim: int                   # values in one model input (channels × pixels)
     num_classes: int
+    # clusters in the data partition: the number a strategy looks for where its config leaves
+    # it unset (IFCA's k, FedWaD clustering's clusters; EMD-CFL's experiments give K this way)
+    true_clusters: int
     # k models drawn one after another from the run's torch seed, the first θ(0) (torch: call
     # it only where a model is needed)
     initial_models: Callable[[int], list[Model]]
@@ -131,10 +134,9 @@ class Strategy(ABC, Generic[P]):
     #: extra arrays for the results folder (e.g. the distance matrix), filled as it learns
     artifacts: dict[str, np.ndarray]
 
-    def __init__(self, params: P, run: RunFacts, truth: np.ndarray) -> None:
+    def __init__(self, params: P, run: RunFacts) -> None:
         self.params = params
         self.run = run
-        self.truth = truth
         self.artifacts = {}
         self.clusters = self.initial_clusters()
 

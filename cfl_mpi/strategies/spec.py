@@ -7,14 +7,9 @@ comparison never loads torch or a strategy's halves.
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:  # the halves' interface; importing it pulls in numpy and the channel
-    from .base import Halves
-
+from typing import NamedTuple
 
 # torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).
 SEED_LIMIT = 2**64
@@ -47,23 +42,27 @@ class StrategyParams:
         return iter(())
 
 
-def halves_in(module: str) -> Callable[[], Halves]:
-    """The halves a module declares as `HALVES`, imported when first asked for."""
-    return lambda: importlib.import_module(module).HALVES
-
-
 @dataclass(frozen=True)
 class StrategySpec:
     """One strategy: its parameters, its halves, and how tables and plots show it."""
 
     params: type[StrategyParams]   # a frozen dataclass; its `name` default is the registry key
     label: str                     # in tables, legends and titles, e.g. "EMD-CFL"
-    halves: Callable[[], Halves]   # server and silo halves and the message kinds they add
     clusters: bool = True          # False: it keeps every silo in one model, its ARI is shown as "-"
     default: bool = True           # run by compare and reproduce unless --methods names others
     pairwise: Mapping[str, Pairwise] = field(default_factory=dict)  # artifacts it leaves, by name
+    # The module whose `HALVES` holds its server and silo halves and the message kinds they
+    # add (strategies.base.Halves), imported by the runtime only: "" is the package's halves.py.
+    halves_module: str = ""
+    # Whether its server half is told the true clusters: the Oracle's, no other.
+    sees_truth: bool = False
 
     @property
     def name(self) -> str:
         return self.params.name
+
+    @property
+    def halves(self) -> str:
+        """The module that declares the halves as `HALVES`."""
+        return self.halves_module or f"{self.params.__module__}.halves"
 

@@ -38,11 +38,11 @@ def main(argv: list[str]) -> None:
     from cfl_mpi.config import load_config
     from cfl_mpi.runtime.server import Server
     from cfl_mpi.simulate import simulate
-    from cfl_mpi.strategies import REGISTRY
+    from cfl_mpi.runtime.halves import halves as halves_of
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(argv[0], [*argv[1:], f"out={out}"])
-        halves = REGISTRY[cfg.strategy.name].halves()
+        halves = halves_of(cfg)
         for cls, names in ((Server, ("round",)), (halves.silo, ("before_training", "after_training")),
                            (training, ("train_local", "embed", "evaluate"))):
             for name in names:

@@ -7,7 +7,6 @@ import pytest
 import yaml
 
 from cfl_mpi.config import ConfigError, config_digest, load_config
-from cfl_mpi.data import true_clusters
 from cfl_mpi.models import initial_model
 from cfl_mpi.results import remove_run
 from cfl_mpi.runtime.checkpoint import (Checkpoint, check_results_folder, check_resume_arrays, dedupe_models,
@@ -69,7 +68,7 @@ def write_run(out, *overrides, round=1, theta=None, strategy_arrays=None):
     cfg = small_config(out, *overrides)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    arrays, meta = server_half(cfg, true_clusters(cfg)).state_dict()
+    arrays, meta = server_half(cfg).state_dict()
     run_meta = {"strategy": meta, "trained": [0, 1], "first_counts": {"0": 10, "1": 12},
                 "records": [{"round": r + 1} for r in range(round)]}
     save_checkpoint(out, Checkpoint(round, [theta or initial_model(cfg)], [0] * cfg.silos,
@@ -187,7 +186,7 @@ def test_arrays_that_do_not_fit_theta0_or_the_strategy_are_refused(tmp_path):
     retyped = {**theta, name: theta[name].astype(np.float64)}
     write_run(tmp_path / "b", theta=retyped)
     refused(small_config(tmp_path / "b"), "expected float32")
-    arrays, _ = server_half(cfg, true_clusters(cfg)).state_dict()
+    arrays, _ = server_half(cfg).state_dict()
     write_run(tmp_path / "c", strategy_arrays={**arrays, "W": np.zeros((1, 1))})
     refused(small_config(tmp_path / "c"), "the strategy's state: W is float64[1, 1], expected float64[2, 2]")
 

@@ -92,7 +92,7 @@ def two_groups_W(rng, size=8, late=(), noise=0.01):
 def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     rng = np.random.default_rng(0)
     cfg = config_from(tmp_path, BASE, "late_silos=[{silo: 3, round: 3}]")
-    strategy = server_half(cfg, np.zeros(8, dtype=int))
+    strategy = server_half(cfg)
     full, truth = two_groups_W(rng)
     strategy.W[...] = two_groups_W(np.random.default_rng(0), late=[3])[0]
     strategy.noise[...] = 0.01
@@ -103,7 +103,7 @@ def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     others = [0, 1, 2, 4, 5, 6, 7]
     assert adjusted_rand_score(before[others], after[others]) == 1.0 and after[3] == after[0]
     arrays, meta = strategy.state_dict()
-    again = server_half(cfg, np.zeros(8, dtype=int))
+    again = server_half(cfg)
     again.load_state_dict({k: v.copy() for k, v in arrays.items()}, json_round_trip(meta))
     np.testing.assert_array_equal(again.W, strategy.W)
     assert again.artifacts["W"] is again.W
@@ -122,7 +122,7 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
     cfg = config_from(tmp_path, BASE,
         "strategy.name=cfl", "strategy.warmup_rounds=0", "strategy.eps1=10", "strategy.eps2=0.1",
         "late_silos=[{silo: 7, round: 3}]")
-    strategy = server_half(cfg, np.zeros(8, dtype=int))
+    strategy = server_half(cfg)
     assert strategy.tree.members(0) == list(range(7))
     rng = np.random.default_rng(0)
     directions = rng.standard_normal((2, 50))
@@ -141,7 +141,7 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
     clusters = strategy.after_training(ctx)
     assert clusters[7] == clusters[1] and 7 in strategy.tree.members(int(clusters[1]))
     arrays, meta = strategy.state_dict()
-    again = server_half(cfg, np.zeros(8, dtype=int))
+    again = server_half(cfg)
     again.load_state_dict(arrays, json_round_trip(meta))
     assert again.tree.to_dict() == strategy.tree.to_dict()
     assert again.tree.route(directions[0]) == strategy.tree.route(directions[0])
@@ -149,9 +149,9 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
 
 def test_ifca_state_round_trip(tmp_path):
     cfg = config_from(tmp_path, BASE, "strategy.name=ifca", "strategy.k=2")
-    strategy = server_half(cfg, np.zeros(8, dtype=int))
+    strategy = server_half(cfg)
     arrays, meta = strategy.state_dict()
-    again = server_half(cfg, np.zeros(8, dtype=int))
+    again = server_half(cfg)
     again.load_state_dict(arrays, json_round_trip(meta))
     assert again.models is None
     strategy.models = [{"w": np.full(3, k, dtype=np.float32)} for k in range(2)]

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from cfl_mpi.config import config_digest, load_config
-from cfl_mpi.data import true_clusters
 from cfl_mpi.models import initial_model
 from cfl_mpi.runtime.checkpoint import Checkpoint, save_checkpoint
 from cfl_mpi.runtime.halves import server_half
@@ -33,7 +32,7 @@ def write_run(out, rounds: int) -> None:
     cfg = load_config(DIGITS, [*TWO, f"out={out}"])
     out.mkdir(parents=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    arrays, meta = server_half(cfg, true_clusters(cfg)).state_dict()
+    arrays, meta = server_half(cfg).state_dict()
     run_meta = {"strategy": meta, "trained": [0, 1], "first_counts": {"0": 10, "1": 12},
                 "records": [{"round": r + 1} for r in range(rounds)]}
     save_checkpoint(out, Checkpoint(rounds, [initial_model(cfg)], [0, 0], arrays, run_meta, config_digest(cfg)))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from cfl_mpi.clustering.bipartition import pairwise_cosine
-from cfl_mpi.config import CflConfig, ConfigError
+from cfl_mpi.config import ConfigError
+from cfl_mpi.strategies.cfl import CflConfig
 from cfl_mpi.runtime.halves import silo_half
 from cfl_mpi.strategies.cfl.halves import flat
 from config_files import FOUR_SILOS, config_from

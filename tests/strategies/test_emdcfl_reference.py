@@ -4,7 +4,7 @@ import ot
 
 from cfl_mpi.strategies.emdcfl.halves import sample_size
 from cfl_mpi.strategies.emdcfl.distances import reference_distance
-from cfl_mpi.config import EmdCflConfig
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.ot.wasserstein import w1
 
 

@@ -8,7 +8,8 @@ import pytest
 from jobs import PROJECT_ROOT, run_job, simulate_job
 
 from cfl_mpi.strategies.emdcfl.distances import pair_reference, reference_distance
-from cfl_mpi.config import ConfigError, EmdCflConfig, load_config
+from cfl_mpi.config import ConfigError, load_config
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.ot.energy import energy_distance
 from cfl_mpi.privacy.handshake import random_projection
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
-from cfl_mpi.config import ConfigError, IfcaConfig
+from cfl_mpi.config import ConfigError
+from cfl_mpi.strategies.ifca import IfcaConfig
 from cfl_mpi.runtime.halves import server_half
-from cfl_mpi.runtime.kinds import MODEL
+from cfl_mpi.wire.kinds import MODEL
 from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.ifca.assign import ifca_assign
 from cfl_mpi.strategies.ifca.halves import LOSSES
@@ -49,7 +50,7 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
     hub = LocalHub()
     server, silos = LocalChannel(SERVER, hub, 5, 0.01), [LocalChannel(c, hub, 5, 0.01) for c in range(4)]
     losses = [[0.1, 0.9], [0.2, 0.8], [0.9, 0.1], [0.7, 0.3]]
-    strategy = server_half(cfg, np.array([0, 0, 1, 1]))
+    strategy = server_half(cfg)
     model = {"w": np.zeros(3, np.float32)}
     strategy.models = [model, model]
     ctx = ServerRound(1, server, [0, 1, 2, 3], {}, {}, {c: model for c in range(4)})

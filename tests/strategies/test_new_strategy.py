@@ -31,8 +31,8 @@ class ToySoft(Strategy[ToySoftConfig]):
     """Every silo continues from its own mixture of all updates, weighted by softmax(−|loss_c −
     loss_c'| / temperature): soft clusters, a model per silo."""
 
-    def __init__(self, params: ToySoftConfig, run: RunFacts, truth: np.ndarray) -> None:
-        super().__init__(params, run, truth)
+    def __init__(self, params: ToySoftConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
         self.artifacts["M"] = np.zeros((run.silos, run.silos))  # row c: the weights of c's mixture
 
     def initial_clusters(self) -> np.ndarray:
@@ -68,7 +68,8 @@ class ToySoftSilo(SiloProtocol):
         ctx.channel.send(SERVER, LOSS, ctx.round, {"loss": np.array([loss])})
 
 
-TOY = StrategySpec(ToySoftConfig, "Toy soft clustering", lambda: Halves(ToySoft, ToySoftSilo, (LOSS,)),
+HALVES = Halves(ToySoft, ToySoftSilo, (LOSS,))
+TOY = StrategySpec(ToySoftConfig, "Toy soft clustering", halves_module=__name__,  # this file's HALVES
                    pairwise={"M": Pairwise("mixing weight of silo c' in c's model", similarity=True)})
 
 

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from cfl_mpi.config import ConfigError, PacflConfig
+from cfl_mpi.config import ConfigError
+from cfl_mpi.strategies.pacfl import PacflConfig
 from cfl_mpi.runtime.halves import server_half
 from config_files import FOUR_SILOS, config_from
 
@@ -34,7 +35,7 @@ def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     rng = np.random.default_rng(1)
     centres = [np.linalg.qr(rng.standard_normal((40, 3)))[0] for _ in range(2)]
     bases = [np.linalg.qr(centres[g] + 0.05 * rng.standard_normal((40, 3)))[0] for g in (0, 0, 1, 1, 1, 0)]
-    strategy = server_half(cfg, np.array([0, 0, 1, 1, 1, 0]))
+    strategy = server_half(cfg)
     strategy.add_signatures([bases[c] for c in (0, 2, 3, 5)], [0, 2, 3, 5])  # first batch: silos 1, 4 absent
     first = strategy.clusters.copy()
     assert first[0] == first[5] != first[2] == first[3]
@@ -45,7 +46,7 @@ def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     assert strategy.order == [0, 2, 3, 5, 4, 1] and strategy.artifacts["A"] is strategy.A
     assert not np.isnan(strategy.A).any()
     arrays, meta = strategy.state_dict()
-    again = server_half(cfg, np.array([0, 0, 1, 1, 1, 0]))
+    again = server_half(cfg)
     again.load_state_dict(arrays, json.loads(json.dumps(meta)))
     np.testing.assert_array_equal(again.clusters, strategy.clusters)
     np.testing.assert_array_equal(again.A, strategy.A)

@@ -375,7 +375,7 @@ def server_with_plan(directions: list[tuple[int, int]]):
 
     cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["silos=3", "data.rotations=[0,90,180]"])
     hub = LocalHub()
-    server = server_half(cfg, np.zeros(3, dtype=np.int64))
+    server = server_half(cfg)
     ctx = ServerRound(1, LocalChannel(SERVER, hub, 5.0, 0.01), [0, 1, 2], {}, {}, first={0, 1, 2})
     server._send_plan(ctx, [0, 1, 2], directions, more=False)
     return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}

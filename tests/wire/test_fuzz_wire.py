@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cfl_mpi.runtime.kinds import UPDATE
+from cfl_mpi.wire.kinds import UPDATE
 from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.runtime.server import eval_expect

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import SEED_LIMIT, ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_in
+from ..spec import SEED_LIMIT, ConfigFacts, Pairwise, StrategyParams, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -46,5 +46,5 @@ class CflConfig(StrategyParams):
             yield f"strategy.transform_seed: must be an integer in [0, 2**64) or null, got {self.transform_seed}"
 
 
-SPEC = StrategySpec(CflConfig, "CFL", halves_in(f"{__name__}.halves"),
+SPEC = StrategySpec(CflConfig, "CFL",
                     pairwise={"S": Pairwise("cosine similarity of the silos' weight updates", similarity=True)})

@@ -52,8 +52,8 @@ def transform_for(s: CflConfig, run_seed: int, dim: int) -> OrthonormalTransform
 class Cfl(Strategy[CflConfig]):
     """Server half: the parameter tree, split checks after every round."""
 
-    def __init__(self, params: CflConfig, run: RunFacts, truth: np.ndarray) -> None:
-        super().__init__(params, run, truth)
+    def __init__(self, params: CflConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
         self.S = np.full((run.silos, run.silos), np.nan)
         self.artifacts = {"S": self.S}
         self.checks: list[dict] = []

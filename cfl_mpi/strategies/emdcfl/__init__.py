@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_in
+from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,6 @@ class EmdCflConfig(StrategyParams):
                    f"got {self.fedwad_support}")
 
 
-SPEC = StrategySpec(EmdCflConfig, "EMD-CFL", halves_in(f"{__name__}.halves"),
+SPEC = StrategySpec(EmdCflConfig, "EMD-CFL",
                     pairwise={"W": Pairwise("distance W1 − τ, the larger of the two directions",
                                               directed=True)})

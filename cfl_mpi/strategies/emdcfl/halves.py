@@ -73,8 +73,8 @@ def pair_context(seed: int, round: int) -> bytes:
 class EmdCfl(Strategy[EmdCflConfig]):
     """Server half: schedules unmeasured pairs, computes W from projected embeddings, clusters."""
 
-    def __init__(self, params: EmdCflConfig, run: RunFacts, truth: np.ndarray) -> None:
-        super().__init__(params, run, truth)
+    def __init__(self, params: EmdCflConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
         self.dim_r = projected_dim(params, run.embedding_dim)
         c = run.silos
         self.W = np.full((c, c), np.nan)

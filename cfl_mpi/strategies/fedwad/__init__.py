@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_in
+from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -49,5 +49,5 @@ class FedWaDClusteringConfig(StrategyParams):
                    "start (remove participation and late_silos, or use emdcfl or pacfl)")
 
 
-SPEC = StrategySpec(FedWaDClusteringConfig, "FedWaD clustering", halves_in(f"{__name__}.halves"),
+SPEC = StrategySpec(FedWaDClusteringConfig, "FedWaD clustering",
                     default=False, pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)")})

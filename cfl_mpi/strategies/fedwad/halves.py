@@ -58,8 +58,8 @@ def fedwad_params(s: FedWaDClusteringConfig, run: RunFacts) -> FedWaDParams:
 class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
     """Server half: drives every pair's FedWaD job before round 1 trains, then clusters D."""
 
-    def __init__(self, params: FedWaDClusteringConfig, run: RunFacts, truth: np.ndarray) -> None:
-        super().__init__(params, run, truth)
+    def __init__(self, params: FedWaDClusteringConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
         self.D = np.full((run.silos, run.silos), np.nan)
         np.fill_diagonal(self.D, 0.0)
         self.sigma = float("nan")
@@ -79,7 +79,7 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
         estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(s, self.run), self.run.seed, ctx.cores)
         for job in jobs:
             self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
-        k = s.clusters or len(np.unique(self.truth))
+        k = s.clusters or self.run.true_clusters
         self.clusters, self.sigma = spectral_clusters(self.D, k, self.run.seed)
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -93,7 +93,7 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
     def report(self) -> dict:
         s = self.params
         return {"fedwad": {"space": s.space, "p": s.p, "iterations": s.iterations,
-                           "clusters": s.clusters or len(np.unique(self.truth)), "sigma": self.sigma}}
+                           "clusters": s.clusters or self.run.true_clusters, "sigma": self.sigma}}
 
 
 class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import ConfigFacts, StrategyParams, StrategySpec, halves_in
+from ..spec import ConfigFacts, StrategyParams, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -31,4 +31,4 @@ class IfcaConfig(StrategyParams):
                    "in round 1 (use strategy.init: random, or more participants)")
 
 
-SPEC = StrategySpec(IfcaConfig, "IFCA", halves_in(f"{__name__}.halves"))
+SPEC = StrategySpec(IfcaConfig, "IFCA")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import StrategyParams, StrategySpec, halves_in
+from ..spec import StrategyParams, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -15,4 +15,4 @@ class OracleConfig(StrategyParams):
     name: Literal["oracle"] = "oracle"
 
 
-SPEC = StrategySpec(OracleConfig, "Oracle", halves_in(f"{__name__}.halves"))
+SPEC = StrategySpec(OracleConfig, "Oracle", sees_truth=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec, halves_in
+from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -34,5 +34,5 @@ class PacflConfig(StrategyParams):
             yield f"strategy.beta: must be positive (degrees), got {self.beta}"
 
 
-SPEC = StrategySpec(PacflConfig, "PACFL", halves_in(f"{__name__}.halves"),
+SPEC = StrategySpec(PacflConfig, "PACFL",
                     pairwise={"A": Pairwise("sum of principal angles (degrees)")})

@@ -44,8 +44,8 @@ class Pacfl(Strategy[PacflConfig]):
     sampled later under partial participation — are placed by Algorithm 2 without moving
     anyone already placed."""
 
-    def __init__(self, params: PacflConfig, run: RunFacts, truth: np.ndarray) -> None:
-        super().__init__(params, run, truth)
+    def __init__(self, params: PacflConfig, run: RunFacts) -> None:
+        super().__init__(params, run)
         self.order: list[int] = []            # silos with a signature, in arrival order
         self.bases: list[np.ndarray] = []     # their signatures, in that order
         self.A = np.full((run.silos, run.silos), np.nan)

@@ -1,9 +1,10 @@
 """The message kinds of every round, whatever the strategy (model broadcast, weight update,
-evaluation, control): the runtime sends them; a strategy's own kinds are declared in its
-halves (`Halves.kinds`)."""
+evaluation, control): the runtime sends them, and a strategy that hands silos models of its
+own (IFCA) sends `MODEL` too; a strategy's own kinds are declared in its halves
+(`Halves.kinds`)."""
 from __future__ import annotations
 
-from ..wire.messages import Kind, message_kind
+from .messages import Kind, message_kind
 
 CONTROL = message_kind("control")  # server → silo: what to do in a round (train, evaluate, wait, stop)
 MODEL = message_kind("model")      # server → silo: model weights to train from / evaluate
