@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from cfl_mpi.strategies.emdcfl.halves import projected_dim, sample_size
+from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.fedwad.exchange import T_RANGE
 from cfl_mpi.config import load_config
 from cfl_mpi.data import build_silo_data, num_classes

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from cfl_mpi.strategies.emdcfl.halves import projected_dim, sample_size
+from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.distances import reference_distance
 from cfl_mpi.config import load_config
 from cfl_mpi.data import build_silo_data, num_classes
@@ -37,7 +37,7 @@ def former_estimator(tree: Path):
     spec = importlib.util.spec_from_file_location("before_emdcfl_w1", tree / "cfl_mpi" / "ot" / "wasserstein.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    import cfl_mpi.strategies.emdcfl.halves as ours
+    import cfl_mpi.strategies.emdcfl.distances as ours
     source = (tree / "cfl_mpi" / "algorithms" / "emdcfl.py").read_text()
     body = source[source.index("def reference_distance("):source.index("\nclass EmdCfl(")]
     scope = {**vars(ours), "w1": module.w1}

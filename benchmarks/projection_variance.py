@@ -40,7 +40,8 @@ from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.data import build_silo_data, num_classes, true_clusters
 from cfl_mpi.models import build_model, initial_model, load_arrays
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
-from cfl_mpi.strategies.emdcfl.halves import pair_context, projected_dim, round_key, sample_size
+from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
+from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key
 from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
 from cfl_mpi.training import embed, train_local
 

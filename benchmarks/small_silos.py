@@ -96,7 +96,7 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
 
     import torch
 
-    from cfl_mpi.strategies.emdcfl.halves import projected_dim, sample_size
+    from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
     from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
     from cfl_mpi.config import load_config
     from cfl_mpi.data import build_silo_data, num_classes

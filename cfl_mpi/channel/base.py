@@ -21,6 +21,7 @@ from typing import Final
 import numpy as np
 
 from ..wire.messages import Expect, Kind, Message, encode_header
+from ..wire.payload import Payload
 
 __all__ = ["SERVER", "Channel", "ChannelClosed", "Pending", "PeerTimeout", "WaitStats", "party_name"]
 
@@ -77,14 +78,15 @@ class Channel(ABC):
         self.waits = WaitStats()
 
     # ------------------------------------------------------------------ the protocol
-    def isend(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
+    def isend(self, dest: int, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None = None,
               **meta: object) -> Pending:
-        """Start sending a message; call `.wait()` on the result before reusing the arrays."""
+        """Start sending a message, a declared one (wire/payload.py) or a kind with its arrays and
+        meta; call `.wait()` on the result before reusing the arrays."""
         header, payload = self._encode(kind, round, arrays, meta, copies=1)
         return self._post(dest, header, payload)
 
-    def isend_all(self, dests: Sequence[int], kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
-                  **meta: object) -> Pending:
+    def isend_all(self, dests: Sequence[int], kind: Kind | Payload, round: int,
+                  arrays: dict[str, np.ndarray] | None = None, **meta: object) -> Pending:
         """Start sending one message to every party in `dests`, each receiving it as if it were
         sent to it alone. It travels once per receiving process (once per MPI rank), and the
         receivers of a process share its arrays, read-only: a representative's ω for its
@@ -96,16 +98,20 @@ class Channel(ABC):
         header, payload = self._encode(kind, round, arrays, meta, copies=self._processes(dests))
         return self._post_all(dests, header, payload)
 
-    def _encode(self, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None, meta: dict[str, object],
-                copies: int) -> tuple[bytes, list[np.ndarray]]:
+    def _encode(self, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None,
+                meta: dict[str, object], copies: int) -> tuple[bytes, list[np.ndarray]]:
         """The header and contiguous payload of a message, its bytes counted `copies` times."""
+        if isinstance(kind, Payload):
+            if arrays is not None or meta:
+                raise TypeError(f"a {type(kind).__name__} carries its own arrays and meta")
+            kind, arrays, meta = kind.KIND, kind.arrays(), kind.meta()
         # np.require keeps 0-d arrays (e.g. BatchNorm's step counter) 0-d; ascontiguousarray would not.
         arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}
         header = encode_header(kind, round, self.me, arrays, meta)
         self.sent_bytes[kind.name] += copies * (len(header) + sum(a.nbytes for a in arrays.values()))
         return header, list(arrays.values())
 
-    def send(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray] | None = None,
+    def send(self, dest: int, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None = None,
              **meta: object) -> None:
         self.isend(dest, kind, round, arrays, **meta).wait()
 

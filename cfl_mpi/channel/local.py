@@ -276,9 +276,9 @@ class LocalHub:
         else:
             raise ProtocolError(f"{who} sent a payload where a header of {what} belongs")
         if isinstance(frame, SharedFrame):
-            frame.check_once(lambda: check_payload(arrays, who, expect))
+            frame.check_once(lambda: check_payload(arrays, meta, who, expect))
         else:
-            check_payload(arrays, who, expect)
+            check_payload(arrays, meta, who, expect)
         return Message(expect.kind, expect.round, src, arrays, meta, who)
 
     def fail(self, why: str) -> None:

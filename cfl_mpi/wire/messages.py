@@ -79,6 +79,9 @@ class Expect:
     max_elements: int = 1 << 28  # refuse absurd declared sizes before allocating
     # closed ranges of numeric meta values, e.g. {"accuracy": (0, 1)}: well-formed is not plausible
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # what else a message that fits the above must satisfy (a declared message's, payload.py):
+    # None, or why it is refused
+    check: Callable[[dict[str, np.ndarray], dict[str, Any]], str | None] | None = None
 
     @staticmethod
     def like(kind: Kind, round: int, arrays: dict[str, np.ndarray], meta: dict[str, type] | None = None,
@@ -226,8 +229,11 @@ def all_finite(a: np.ndarray) -> bool:
     return all(np.isfinite(rows[i]).all() for i in suspects) and bool(np.isfinite(flat[body:]).all())
 
 
-def check_payload(arrays: dict[str, np.ndarray], who: str, expect: Expect) -> None:
-    """Floating arrays must be finite: NaN or inf would poison every aggregate downstream."""
+def check_payload(arrays: dict[str, np.ndarray], meta: dict[str, Any], who: str, expect: Expect) -> None:
+    """Floating arrays must be finite (NaN or inf would poison every aggregate downstream), and
+    the message must pass the expectation's own `check`."""
     for name, a in arrays.items():
         if a.dtype.kind == "f" and not all_finite(a):
             raise ProtocolError(f"{who} sent non-finite values in {name!r} of {expect.kind} (round {expect.round})")
+    if expect.check is not None and (problem := expect.check(arrays, meta)):
+        raise ProtocolError(f"{who} sent {expect.kind} of round {expect.round} with {problem}")

@@ -2,7 +2,7 @@
 import numpy as np
 import ot
 
-from cfl_mpi.strategies.emdcfl.halves import sample_size
+from cfl_mpi.strategies.emdcfl.distances import sample_size
 from cfl_mpi.strategies.emdcfl.distances import reference_distance
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.ot.wasserstein import w1

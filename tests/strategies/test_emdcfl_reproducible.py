@@ -14,7 +14,7 @@ import numpy as np
 import ot
 import pytest
 
-from cfl_mpi.strategies.emdcfl.halves import EmdCfl
+from cfl_mpi.strategies.emdcfl.server import EmdCfl
 from cfl_mpi.ot.wasserstein import ground_cost
 from jobs import simulate_job
 from w_guard import CONFIG, FIXTURE, OVERRIDES, machine_kind

@@ -7,11 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from cfl_mpi.strategies.fedwad.exchange import (FEDWAD_MEASURE, T_RANGE, FedWaDParams, Job, job_rng, job_times,
+from cfl_mpi.strategies.fedwad.exchange import (FedWaDRequest, T_RANGE, FedWaDParams, Job, job_rng, job_times,
                                                 run_jobs, serve)
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub, PeerTimeout
 from cfl_mpi.ot.fedwad import fedwad, uniform_measure
-from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError
+from cfl_mpi.wire.messages import ProtocolError
 
 ROUND, SEED, DIM, K, S = 7, 3, 3, 6, 12
 rng = np.random.default_rng(0)
@@ -68,21 +68,20 @@ def test_distributed_jobs_equal_local_fedwad(p, cores):
 def test_bad_reply_names_the_silo_and_premature_done_is_refused():
     server, silo0, silo1 = parties()
     params = FedWaDParams(p=1, n_iter=K, dim=DIM, max_support=S)
-    spec = Expect(FEDWAD_MEASURE, ROUND, (ArraySpec("points", "float64", (None, DIM)),
-                                          ArraySpec("weights", "float64", (None,))), {"op": str, "job": str, "k": int})
+    spec = FedWaDRequest.expect(ROUND, dim=DIM)
 
     def drive():
         try:
             run_jobs(server, ROUND, JOBS, params, SEED)
         finally:  # end both loops early: silo 0 must refuse a premature done
             for silo in (0, 1):
-                server.send(silo, FEDWAD_MEASURE, ROUND, {"points": np.zeros((0, DIM)), "weights": np.zeros(0)},
+                server.send(silo, FedWaDRequest.KIND, ROUND, {"points": np.zeros((0, DIM)), "weights": np.zeros(0)},
                             op="done", job="", k=0, t=0.0)
 
     def cheat():
         """Silo 1 answers its first request with weights summing to 2."""
         msg = silo1.recv(SERVER, spec)
-        silo1.send(SERVER, FEDWAD_MEASURE, ROUND, {"points": msg.arrays["points"], "weights": 2 * msg.arrays["weights"]},
+        silo1.send(SERVER, FedWaDRequest.KIND, ROUND, {"points": msg.arrays["points"], "weights": 2 * msg.arrays["weights"]},
                    job=msg.meta["job"], k=msg.meta["k"])
 
     server_error, good_silo_error, _ = in_threads(drive, lambda: serve(silo0, ROUND, measures(0), params, SEED), cheat)
@@ -103,7 +102,7 @@ def test_bad_reply_names_the_silo_and_premature_done_is_refused():
 def test_bad_requests_are_refused_by_the_silo(meta, words):
     server, silo0, _ = parties(timeout_s=5.0)
     xi = np.random.default_rng(1).normal(size=(S, DIM))
-    server.send(0, FEDWAD_MEASURE, ROUND, {"points": xi, "weights": np.full(S, 1 / S)}, **meta)
+    server.send(0, FedWaDRequest.KIND, ROUND, {"points": xi, "weights": np.full(S, 1 / S)}, **meta)
     with pytest.raises(ProtocolError) as err:
         serve(silo0, ROUND, measures(0), FedWaDParams(p=1, n_iter=K, dim=DIM, max_support=S), SEED)
     error = str(err.value)

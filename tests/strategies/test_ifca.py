@@ -13,7 +13,7 @@ from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.wire.kinds import MODEL
 from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.ifca.assign import ifca_assign
-from cfl_mpi.strategies.ifca.halves import LOSSES
+from cfl_mpi.strategies.ifca.halves import Losses
 from cfl_mpi.wire.messages import Expect, ProtocolError
 from config_files import FOUR_SILOS, config_from
 
@@ -57,7 +57,7 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
 
     def answer(chosen):
         for c, (table, k) in enumerate(zip(losses, chosen)):
-            silos[c].send(SERVER, LOSSES, 1, {"losses": np.array(table)}, cluster=k)
+            silos[c].send(SERVER, Losses(np.array(table), k), 1)
 
     answer([0, 0, 1, 0])  # silo 3 claims cluster 0
     with pytest.raises(ProtocolError, match=r"silo 3 sent losses of round 1 and chose cluster 0, but .* cluster 1"):

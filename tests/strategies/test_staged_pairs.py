@@ -393,7 +393,7 @@ def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=()) -> dict[st
 def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
     """Clouds arrive in batches, as a silo sends whatever is ready: silo 0's own clouds for both
     partners it serves in one message, its cross cloud for silo 2 in another."""
-    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
+    from cfl_mpi.strategies.emdcfl.messages import Embeddings
     from cfl_mpi.strategies.emdcfl.distances import pair_distance
     from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE
 
@@ -406,7 +406,7 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
                                 (1, batch(dim, measured=[0], cross=[cloud["1cross"]]), 0.0),  # it only measures
                                 (0, batch(dim, measured=[2], cross=[cloud["0cross"]]), 0.0),
                                 (2, batch(dim, [0], [cloud["2own"]], [0.1], [0], [cloud["2cross"]]), 0.02)):
-        silos[silo].send(-1, EMBEDDINGS, 1, arrays, noise=noise)
+        silos[silo].send(-1, Embeddings.KIND, 1, arrays, noise=noise)
     server._measure(ctx, server.partners)
     s = server.params
     assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
@@ -420,30 +420,30 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
 def test_a_silo_that_states_a_noise_where_it_only_measures_is_named():
     """The noise belongs to the rows of W a silo serves: a batch that serves no partner states
     0, and anything else is a message its plan did not ask for."""
-    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
+    from cfl_mpi.strategies.emdcfl.messages import Embeddings
     from cfl_mpi.wire.messages import ProtocolError
 
     server, ctx, silos = server_with_plan([(0, 1)])
-    silos[1].send(-1, EMBEDDINGS, 1, batch(server.dim_r, measured=[0], cross=[np.ones((6, server.dim_r))]),
+    silos[1].send(-1, Embeddings.KIND, 1, batch(server.dim_r, measured=[0], cross=[np.ones((6, server.dim_r))]),
                   noise=0.1)
     with pytest.raises(ProtocolError, match="silo 1 sent embeddings of round 1 with noise 0.1 where it serves no "
-                                            r"partner .*\[\(0, 2\)\]"):
+                                            "partner"):
         server._measure(ctx, server.partners)
 
 
 @pytest.mark.parametrize("case, words", [
     ("own cloud", "partners served \\[0\\]: one it does not serve"),
     ("cross twice", "partners measured \\[0\\]: one it does not measure with or sent already"),
-    ("no cloud", "0 own clouds and 0 τ for 0 partners served, 0 cross clouds for 0 measured"),
+    ("no cloud", "no cloud \\(at least one\\)"),
     ("one row", "clouds of \\[1\\] rows"),
     ("two sizes", "clouds of \\[6\\] rows, expected 5"),
-    ("no τ", "1 own clouds and 0 τ for 1 partners served"),
+    ("no τ", "'tau' of 0 along 'served' where 'served' has 1"),
 ])
 def test_a_batch_its_plan_did_not_ask_for_is_named(case, words):
     """Silo 1 only measures with silo 0 (one cross cloud); silo 0 serves silo 1 (one own
     cloud, its τ and noise); both ways in two cases. Anything else names the silo, the kind,
     the round and the fault."""
-    from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
+    from cfl_mpi.strategies.emdcfl.messages import Embeddings
     from cfl_mpi.wire.messages import ProtocolError
 
     server, ctx, silos = server_with_plan([(0, 1), (1, 0)] if case in ("two sizes", "cross twice") else [(0, 1)])
@@ -459,6 +459,6 @@ def test_a_batch_its_plan_did_not_ask_for_is_named(case, words):
         "no τ": (0, [batch(dim, [1], [ones])]),
     }[case]
     for arrays in sent:
-        silos[sender].send(-1, EMBEDDINGS, 1, arrays, noise=0.0 if sender == 1 else 0.01)
+        silos[sender].send(-1, Embeddings.KIND, 1, arrays, noise=0.01 if len(arrays["served"]) else 0.0)
     with pytest.raises(ProtocolError, match=f"silo {sender} sent embeddings of round 1 with .*{words}"):
         server._measure(ctx, server.partners)

@@ -15,23 +15,19 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cfl_mpi.wire.kinds import UPDATE
-from cfl_mpi.strategies.emdcfl.halves import EMBEDDINGS
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.runtime.server import eval_expect
-from cfl_mpi.wire.messages import (ALLOWED_DTYPES, FINITE_ROW, ArraySpec, Expect, ProtocolError, all_finite,
-                                   decode_header, encode_header)
+from cfl_mpi.strategies.emdcfl.messages import Embeddings
+from cfl_mpi.wire.kinds import UPDATE
+from cfl_mpi.wire.messages import ALLOWED_DTYPES, FINITE_ROW, Expect, ProtocolError, all_finite, decode_header, encode_header
+from declared_messages import DECLARED, MODEL, declared_expect
 
 ROUND = 3
-MODEL = {"conv.weight": np.zeros((4, 1, 3, 3), np.float32), "conv.bias": np.zeros(4, np.float32),
-         "steps": np.array(0, np.int64)}
 EXPECTS = [
     Expect.like(UPDATE, ROUND, MODEL, {"n_samples": int}, {"n_samples": (1, 1 << 31)}),
     eval_expect(ROUND, tuple(UPDATE for _ in range(5)), backdoor=True),
-    Expect(EMBEDDINGS, ROUND, (ArraySpec("served", "int64", (None,)), ArraySpec("own", "float32", (None, None, 5)),
-                               ArraySpec("tau", "float64", (None,)), ArraySpec("measured", "int64", (None,)),
-                               ArraySpec("cross", "float32", (None, None, 5))),
-           {"noise": float}, max_elements=64 * 5, bounds={"noise": (0, math.inf)}),
+    Embeddings.expect(ROUND, dim_r=5, max_elements=64 * 5),
+    *(declared_expect(cls, ROUND) for cls in DECLARED),  # every message a strategy declares
 ]
 SENDER = 2
 FUZZ = settings(max_examples=3500, suppress_health_check=list(HealthCheck), database=None)
@@ -123,6 +119,7 @@ def test_the_receive_path_accepts_only_what_fits(which, data):
         return
     for a in msg.arrays.values():
         assert a.dtype.kind != "f" or np.isfinite(a).all()
+    assert expect.check is None or expect.check(msg.arrays, msg.meta) is None
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,6 +8,8 @@ stacked array arithmetic, each entry the bits of `pair_distance` on its own
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ot.energy import energy_distances
@@ -19,6 +21,16 @@ from . import EmdCflConfig
 # stacked distance matrices in the CPU's caches, where hundreds spill out of them and take
 # longer per pair than one pair at a time (benchmarks/results/20261128-reference-machine.md).
 STACK = 32
+
+
+def projected_dim(s: EmdCflConfig, embedding_dim: int) -> int:
+    """dim(R) = ⌊proj_ratio · dim(Z)⌋ (proj_ratio 0.9 in the paper and the authors' code)."""
+    return int(s.proj_ratio * embedding_dim)
+
+
+def sample_size(s: EmdCflConfig, n_train: int) -> int:
+    """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph)."""
+    return max(2, min(math.ceil(s.sample_fraction * n_train), s.max_rows, n_train))
 
 
 def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,

@@ -20,17 +20,13 @@ import numpy as np
 from ...channel import SERVER
 from ...ot.fedwad import Measure, uniform_measure
 from ...ot.wasserstein import unit_rows
-from ...wire.messages import Expect, message_kind
 from ..base import ServerRound, SiloRound
 from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
 from .pairs import SERVE
 from . import EmdCflConfig
+from .messages import ReferenceReport
 
-__all__ = ["REFERENCE", "measure", "serve_pairs", "silo_measure"]
-
-REFERENCE = message_kind("reference")  # silo → server: τ_c, noise scale and sample size, no arrays
-
-_META = {"tau": float, "noise": float, "n_samples": int}
+__all__ = ["measure", "serve_pairs", "silo_measure"]
 
 
 def fedwad_params(s: EmdCflConfig, dim: int) -> FedWaDParams:
@@ -51,7 +47,7 @@ def serve_pairs(ctx: SiloRound, s: EmdCflConfig, seed: int, own: dict[int, np.nd
     """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for the jobs c>p of the partners
     it serves and ν = Z_{c|p}R for the jobs p>c of those it measures with."""
     n, dim = next(iter({**own, **cross}.values())).shape
-    ctx.channel.send(SERVER, REFERENCE, ctx.round, None, tau=tau, noise=noise, n_samples=n)
+    ctx.channel.send(SERVER, ReferenceReport(tau, noise, n), ctx.round)
     measures = {job_key(ctx.silo, p): silo_measure(z, s) for p, z in own.items()}
     measures |= {job_key(p, ctx.silo): silo_measure(z, s) for p, z in cross.items()}
     serve(ctx.channel, ctx.round, measures, fedwad_params(s, dim), seed)
@@ -63,11 +59,10 @@ def measure(ctx: ServerRound, s: EmdCflConfig, seed: int, partners: dict[int, li
     (c, p) the plan asks for (c serves p: pairs.py), fill W."""
     busy = sorted(c for c, p in partners.items() if p)
     sizes = {}
-    expect = Expect(REFERENCE, ctx.round, (), _META,
-                    bounds={"tau": (0.0, np.inf), "noise": (0.0, np.inf), "n_samples": (2, s.max_rows)})
+    expect = ReferenceReport.expect(ctx.round, ranges={"n_samples": (2, s.max_rows)})
     for msg in ctx.channel.recv_each(busy, lambda _: expect):
-        c = msg.sender
-        tau[c], noise[c], sizes[c] = msg.meta["tau"], msg.meta["noise"], msg.meta["n_samples"]
+        c, report = msg.sender, ReferenceReport.of(msg)
+        tau[c], noise[c], sizes[c] = report.tau, report.noise, report.n_samples
     jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c]
             if role & SERVE]
     params = fedwad_params(s, dim)

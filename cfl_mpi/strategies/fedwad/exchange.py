@@ -44,20 +44,63 @@ import numpy as np
 
 from ...channel import SERVER, Channel, wait_all
 from ...ot.fedwad import Measure, client_distance, client_step, gaussian_measure, server_step
-from ...wire.messages import ArraySpec, Expect, Message, ProtocolError, message_kind
+from ...wire.messages import Expect, Message, ProtocolError
+from ...wire.payload import Payload, array, scalar
 
-__all__ = ["FEDWAD_KINDS", "FEDWAD_MEASURE", "FEDWAD_DISTANCE", "T_RANGE", "Job", "FedWaDParams", "job_key",
-           "job_rng", "job_times", "run_jobs", "serve"]
-
-FEDWAD_MEASURE = message_kind("fedwad_measure")    # server ↔ silo: an interpolating measure ξ
-FEDWAD_DISTANCE = message_kind("fedwad_distance")  # silo → server: Wp between its measure and ξ(K)
-FEDWAD_KINDS = (FEDWAD_MEASURE, FEDWAD_DISTANCE)
+__all__ = ["FEDWAD_KINDS", "T_RANGE", "FedWaDDistance", "FedWaDMeasure", "FedWaDParams", "FedWaDRequest", "Job",
+           "job_key", "job_rng", "job_times", "run_jobs", "serve"]
 
 _WEIGHT_SUM_TOL = 1e-6
 T_RANGE = (0.1, 0.9)  # every time t of the schedule: bounded away from 0 and from 1
 _TIMES_STREAM = 1  # the times' Generator is seeded apart from ξ(0)'s
 INTERPOLATE, DISTANCE, DONE = "interpolate", "distance", "done"
 _STEP_POLL_S = 0.002  # while server steps run, how often the server looks for messages too
+
+
+def _weights_problem(weights: np.ndarray) -> str | None:
+    """A measure's weights must be a probability vector (an empty measure ends the exchange)."""
+    total = float(weights.sum()) if weights.size else 1.0
+    if np.any(weights < 0) or abs(total - 1.0) > _WEIGHT_SUM_TOL:
+        return f"weights that are negative or sum to {total!r}, not 1"
+    return None
+
+
+class FedWaDRequest(Payload, kind="fedwad_measure"):
+    """server → silo: ξ(k−1) of a job and the time t (interpolate), ξ(K) (distance), or the
+    end of the exchange (done, no points)."""
+
+    points: np.ndarray = array("float64", "support", "dim")
+    weights: np.ndarray = array("float64", "support")
+    op: str = scalar(str)
+    job: str = scalar(str)
+    k: int = scalar(int)
+    t: float = scalar(float)
+
+    def problem(self) -> str | None:
+        return _weights_problem(self.weights)
+
+
+class FedWaDMeasure(Payload, kind=FedWaDRequest.KIND):
+    """silo → server: its interpolating measure ξ_own(k) of step k of a job (Eq. 10)."""
+
+    points: np.ndarray = array("float64", "support", "dim")
+    weights: np.ndarray = array("float64", "support")
+    job: str = scalar(str)
+    k: int = scalar(int)
+
+    def problem(self) -> str | None:
+        return _weights_problem(self.weights)
+
+
+class FedWaDDistance(Payload, kind="fedwad_distance"):
+    """silo → server: Wp between its measure and ξ(K), the last step of a job (line 9)."""
+
+    job: str = scalar(str)
+    k: int = scalar(int)
+    distance: float = scalar(float, 0.0, np.inf)
+
+
+FEDWAD_KINDS = (FedWaDRequest.KIND, FedWaDDistance.KIND)
 
 
 @dataclass(frozen=True)
@@ -100,26 +143,14 @@ def job_times(seed: int, round: int, key: str, n_iter: int) -> np.ndarray:
     return np.random.default_rng([seed, round, mu, nu, _TIMES_STREAM]).uniform(*T_RANGE, size=n_iter)
 
 
-def _measure_spec(params: FedWaDParams) -> tuple[ArraySpec, ArraySpec]:
-    return ArraySpec("points", "float64", (None, params.dim)), ArraySpec("weights", "float64", (None,))
-
-
-def _checked_measure(msg: Message, params: FedWaDParams) -> Measure:
-    """The message's (points, weights) as a Measure, or ProtocolError naming sender, kind, round."""
-    points, weights = msg.arrays["points"], msg.arrays["weights"]
-    n = points.shape[0]
-    total = float(weights.sum()) if weights.size else 0.0
-    problem = None
+def _checked_measure(msg: Message, measure: FedWaDRequest | FedWaDMeasure, params: FedWaDParams) -> Measure:
+    """The message's measure (its weights checked by its declaration), or ProtocolError naming
+    sender, kind and round where it has no point or more than the agreed bound."""
+    n = measure.points.shape[0]
     if not 1 <= n <= params.max_support:
-        problem = f"{n} points, expected 1 to {params.max_support}"
-    elif weights.shape != (n,):
-        problem = f"{weights.shape[0]} weights for {n} points"
-    elif np.any(weights < 0) or abs(total - 1.0) > _WEIGHT_SUM_TOL:
-        problem = f"weights that are negative or sum to {total!r}, not 1"
-    if problem:
-        raise ProtocolError(f"{msg.who} sent a {msg.kind} of round {msg.round} "
-                            f"(job {msg.meta.get('job')!r}) with {problem}")
-    return Measure(points, weights / total)
+        raise ProtocolError(f"{msg.who} sent a {msg.kind} of round {msg.round} (job {measure.job!r}) with {n} points, "
+                            f"expected 1 to {params.max_support}")
+    return Measure(measure.points, measure.weights / float(measure.weights.sum()))
 
 
 # --------------------------------------------------------------------------- server
@@ -164,29 +195,28 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
         state.halves = {}
         pending[:] = [p for p in pending if not p.done()]  # free the buffers of delivered ξ
         for silo in (state.job.mu, state.job.nu):
-            pending.append(channel.isend(silo, FEDWAD_MEASURE, round,
-                                         {"points": state.xi.points, "weights": state.xi.weights},
-                                         op=op, job=state.job.key, k=state.k, t=t))
+            pending.append(channel.isend(silo, FedWaDRequest(state.xi.points, state.xi.weights, op, state.job.key,
+                                                             state.k, t), round))
             queues[silo].append((state.job.key, state.k, op))
 
     def expect(silo: int) -> Expect:
         _, _, op = queues[silo][0]
         if op == DISTANCE:
-            return Expect(FEDWAD_DISTANCE, round, (), {"job": str, "k": int, "distance": float})
-        return Expect(FEDWAD_MEASURE, round, _measure_spec(params), {"job": str, "k": int},
-                      max_elements=params.max_support * params.dim)
+            return FedWaDDistance.expect(round)
+        return FedWaDMeasure.expect(round, dim=params.dim, max_elements=params.max_support * params.dim)
 
     steps: dict[Future, _State] = {}  # server steps under way
 
     def take(msg: Message, pool: ThreadPoolExecutor) -> None:
         """One holder's reply; a job whose two halves are in moves on."""
         key, k, op = queues[msg.sender].popleft()
-        if msg.meta["job"] != key or msg.meta["k"] != k or (op == DISTANCE and not msg.meta["distance"] >= 0):
-            raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} for job "
-                                f"{msg.meta['job']!r} step {msg.meta['k']} {msg.meta.get('distance', '')}; "
-                                f"expected job {key!r} step {k}" + (" and a distance >= 0" if op == DISTANCE else ""))
+        reply = FedWaDDistance.of(msg) if op == DISTANCE else FedWaDMeasure.of(msg)
+        if reply.job != key or reply.k != k:
+            raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} for job {reply.job!r} step {reply.k}; "
+                                f"expected job {key!r} step {k}")
         state = states[key]
-        state.halves[msg.sender] = msg.meta["distance"] if op == DISTANCE else _checked_measure(msg, params)
+        state.halves[msg.sender] = reply.distance if isinstance(reply, FedWaDDistance) else \
+            _checked_measure(msg, reply, params)
         if len(state.halves) < 2:
             return
         mine, theirs = state.halves[state.job.mu], state.halves[state.job.nu]
@@ -214,9 +244,8 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     for silo in queues:
-        pending.append(channel.isend(silo, FEDWAD_MEASURE, round,
-                                       {"points": np.zeros((0, params.dim)), "weights": np.zeros(0)},
-                                       op=DONE, job="", k=0, t=0.0))
+        pending.append(channel.isend(silo, FedWaDRequest(np.zeros((0, params.dim)), np.zeros(0), DONE, "", 0, 0.0),
+                                     round))
     wait_all(pending)
     return results
 
@@ -230,11 +259,11 @@ def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params:
     (:func:`job_times`), then its distance."""
     next_step = {key: 1 for key in measures}
     times = {key: job_times(seed, round, key, params.n_iter) for key in measures}
-    expect = Expect(FEDWAD_MEASURE, round, _measure_spec(params), {"op": str, "job": str, "k": int, "t": float},
-                    max_elements=params.max_support * params.dim)
+    expect = FedWaDRequest.expect(round, dim=params.dim, max_elements=params.max_support * params.dim)
     while True:
         msg = channel.recv(SERVER, expect)
-        op, key, k, t = msg.meta["op"], msg.meta["job"], msg.meta["k"], msg.meta["t"]
+        request = FedWaDRequest.of(msg)
+        op, key, k, t = request.op, request.job, request.k, request.t
         unfinished = [j for j, s in next_step.items() if s <= params.n_iter + 1]
         if op == DONE:
             if unfinished:
@@ -250,14 +279,12 @@ def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params:
                                 + (f"step {wanted} of job {key!r} (op {'distance' if final else 'interpolate'}"
                                    + (f", the scheduled t {scheduled!r})" if scheduled is not None else ")")
                                    if wanted else f"one of the jobs {sorted(measures)}"))
-        xi = _checked_measure(msg, params)
+        xi = _checked_measure(msg, request, params)
         next_step[key] += 1
         if final:  # Algorithm 1, line 9
-            channel.send(SERVER, FEDWAD_DISTANCE, round, None, job=key, k=k,
-                           distance=client_distance(measures[key], xi, p=params.p))
+            channel.send(SERVER, FedWaDDistance(key, k, client_distance(measures[key], xi, p=params.p)), round)
             continue
         # Wp(own, ξ(k-1)) stays here: the server learns distances only at the end.
         # The server is always receiving, so a blocking (back-off) send returns promptly.
         mine, _ = client_step(measures[key], xi, t, p=params.p)  # lines 4-5, Eq. 10
-        channel.send(SERVER, FEDWAD_MEASURE, round, {"points": mine.points, "weights": mine.weights},
-                       job=key, k=k)
+        channel.send(SERVER, FedWaDMeasure(mine.points, mine.weights, key, k), round)

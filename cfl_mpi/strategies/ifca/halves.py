@@ -22,25 +22,44 @@ Initialisation (`strategy.init`):
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from ...channel import SERVER, wait_all
 from ...wire.kinds import MODEL
-from ...wire.messages import ArraySpec, Expect, ProtocolError, message_kind
+from ...wire.messages import ProtocolError
+from ...wire.payload import Payload, array, scalar, state
 from ..base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from .assign import ifca_assign
 from . import IfcaConfig
 
-LOSSES = message_kind("losses")  # silo → server: the losses of the K cluster models on its data
-KINDS = (LOSSES,)
+
+
+class ClusterModel(Payload, kind=MODEL):
+    """server → silo: cluster model k of K before training, or seed candidate k of K in the
+    seeding round (init "silos"); a model message of its own round."""
+
+    weights: dict[str, np.ndarray] = state()
+    cluster: int = scalar(int, 0, np.inf)
+    clusters: int = scalar(int, 1, np.inf)
+
+
+class Losses(Payload, kind="losses"):
+    """silo → server: the losses of the K cluster models on its training data, and the cluster
+    it chose (the one of lowest loss: the server checks)."""
+
+    losses: np.ndarray = array("float64", "k")
+    cluster: int = scalar(int, 0, np.inf)
+
+
+class CandidateLoss(Payload, kind=Losses.KIND):
+    """silo → server, in the seeding round: the loss of seed candidate k on its training data."""
+
+    losses: np.ndarray = array("float64", 1)
+    candidate: int = scalar(int, 0, np.inf)
+
 
 #: a loss the wire accepts standing for a diverged model (the channel refuses inf/NaN)
 HUGE_LOSS = float(np.finfo(np.float64).max)
-
-
-def losses_expect(round: int, k: int, meta: dict[str, type]) -> Expect:
-    return Expect(LOSSES, round, (ArraySpec("losses", "float64", (k,)),), meta)
 
 
 class Ifca(Strategy[IfcaConfig]):
@@ -79,16 +98,16 @@ class Ifca(Strategy[IfcaConfig]):
 
     def _broadcast(self, ctx: ServerRound, model: Model, k: int) -> list:
         """Model k to every participant: once per rank, shared there (Channel.isend_all)."""
-        return [ctx.channel.isend_all(ctx.participants, MODEL, ctx.round, model, cluster=k, clusters=self.k)]
+        return [ctx.channel.isend_all(ctx.participants, ClusterModel(model, k, self.k), ctx.round)]
 
     def _assign(self, ctx: ServerRound) -> None:
         """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
         pending = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
         chosen = {}
-        expect = losses_expect(ctx.round, self.k, {"cluster": int})
+        expect = Losses.expect(ctx.round, k=self.k)
         for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect):
-            c = msg.sender
-            self.losses[c], chosen[c] = msg.arrays["losses"], msg.meta["cluster"]
+            c, reply = msg.sender, Losses.of(msg)
+            self.losses[c], chosen[c] = reply.losses, reply.cluster
         wait_all(pending)
         here = ctx.participants  # the others keep their cluster until they train again
         self.clusters[here] = ifca_assign(self.losses[here])
@@ -106,14 +125,15 @@ class Ifca(Strategy[IfcaConfig]):
             raise ValueError(f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
                              "(use strategy.init: random, or more participants)")
         picked = [here[int(np.random.default_rng([self.run.seed, 43]).integers(len(here)))]]
-        expect = losses_expect(ctx.round, 1, {"candidate": int})
+        expect = CandidateLoss.expect(ctx.round)
         for k in range(self.k):
             pending = self._broadcast(ctx, ctx.updates[picked[k]], k)
             for msg in ctx.channel.recv_each(here, lambda _: expect):
-                if msg.meta["candidate"] != k:
+                reply = CandidateLoss.of(msg)
+                if reply.candidate != k:
                     raise ProtocolError(f"{msg.who} sent losses of round {ctx.round} for candidate "
-                                        f"{msg.meta['candidate']}, expected candidate {k}")
-                self.losses[msg.sender, k] = msg.arrays["losses"][0]
+                                        f"{reply.candidate}, expected candidate {k}")
+                self.losses[msg.sender, k] = reply.losses[0]
             wait_all(pending)
             if k + 1 < self.k:
                 served = self.losses[here, :k + 1].min(axis=1)
@@ -150,16 +170,16 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
         from ...models import state_arrays
 
         template = state_arrays(ctx.model)
-        expect = Expect.like(MODEL, ctx.round, template, {"cluster": int, "clusters": int})
+        expect = ClusterModel.expect(ctx.round, like=template)
         k, total = 0, None
         while total is None or k < total:
             msg = ctx.channel.recv(SERVER, expect)
-            total = msg.meta["clusters"] if total is None else total
-            if msg.meta["cluster"] != k or msg.meta["clusters"] != total or not 1 <= total <= ctx.silos:
-                raise ProtocolError(f"{msg.who} sent {what} {msg.meta['cluster']} of "
-                                    f"{msg.meta['clusters']} in round {ctx.round}, expected number {k} of "
-                                    f"{total} (at most {ctx.silos})")
-            yield k, msg.arrays
+            model = ClusterModel.of(msg)
+            total = model.clusters if total is None else total
+            if model.cluster != k or model.clusters != total or not 1 <= total <= ctx.silos:
+                raise ProtocolError(f"{msg.who} sent {what} {model.cluster} of {model.clusters} in round "
+                                    f"{ctx.round}, expected number {k} of {total} (at most {ctx.silos})")
+            yield k, model.weights
             k += 1
 
     def _loss(self, ctx: SiloRound, arrays: dict[str, np.ndarray]) -> float:
@@ -190,15 +210,14 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
             losses.append(self._loss(ctx, arrays))
         table = np.asarray(losses, dtype=np.float64)
         choice = int(ifca_assign(table[None, :])[0])
-        ctx.channel.send(SERVER, LOSSES, ctx.round, {"losses": table}, cluster=choice)
+        ctx.channel.send(SERVER, Losses(table, choice), ctx.round)
         ctx.compute(load_arrays, ctx.model, models[choice])  # train the chosen cluster's model
 
     def after_training(self, ctx: SiloRound) -> None:
         if not self._seeding_round(ctx):
             return
         for k, arrays in self._models(ctx, "seed candidate"):
-            ctx.channel.send(SERVER, LOSSES, ctx.round,
-                               {"losses": np.array([self._loss(ctx, arrays)])}, candidate=k)
+            ctx.channel.send(SERVER, CandidateLoss(np.array([self._loss(ctx, arrays)]), k), ctx.round)
 
 
-HALVES = Halves(Ifca, IfcaSilo, KINDS)
+HALVES = Halves(Ifca, IfcaSilo, (Losses.KIND,))

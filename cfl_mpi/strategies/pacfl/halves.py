@@ -17,12 +17,18 @@ import numpy as np
 from ...channel import SERVER
 from ...clustering.principal_angles import (class_subspace_basis, extend_proximity_matrix, hierarchical_clusters,
                                             place_new_silos, proximity_matrix)
-from ...wire.messages import ArraySpec, Expect, ProtocolError, message_kind
+from ...wire.messages import ProtocolError
+from ...wire.payload import Payload, array
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from . import PacflConfig
 
-PRINCIPAL_VECTORS = message_kind("principal_vectors")  # silo → server: PACFL's signature U_c, once
-KINDS = (PRINCIPAL_VECTORS,)
+
+
+class PrincipalVectors(Payload, kind="principal_vectors"):
+    """silo → server, once: PACFL's signature U_c, the top-p left singular vectors of each
+    class of its inputs, stacked as columns (the server bounds their number and length)."""
+
+    basis: np.ndarray = array("float64", None, None)
 
 
 def merge_heights(A: np.ndarray) -> list[float]:
@@ -62,11 +68,11 @@ class Pacfl(Strategy[PacflConfig]):
         if not new:
             return self.clusters
         s = self.params
-        expect = Expect(PRINCIPAL_VECTORS, ctx.round, (ArraySpec("basis", "float64", (None, None)),))
+        expect = PrincipalVectors.expect(ctx.round)
         most = s.p * (self.run.num_classes if s.per_class else 1)
         received: dict[int, np.ndarray] = {}
         for msg in ctx.channel.recv_each(new, lambda _: expect):
-            basis = msg.arrays["basis"]
+            basis = PrincipalVectors.of(msg).basis
             first = next(iter(self.bases or received.values()), basis)
             if not 1 <= basis.shape[1] <= most or basis.shape[0] != first.shape[0]:
                 raise ProtocolError(f"{msg.who} sent principal_vectors of round {ctx.round} with shape "
@@ -126,7 +132,7 @@ class PacflSilo(SiloProtocol[PacflConfig]):
         s = self.params
         x = ctx.data.x_train.reshape(len(ctx.data.x_train), -1)
         basis = class_subspace_basis(x, ctx.data.y_train if s.per_class else None, s.p)
-        ctx.channel.send(SERVER, PRINCIPAL_VECTORS, ctx.round, {"basis": np.ascontiguousarray(basis)})
+        ctx.channel.send(SERVER, PrincipalVectors(np.ascontiguousarray(basis)), ctx.round)
 
 
-HALVES = Halves(Pacfl, PacflSilo, KINDS)
+HALVES = Halves(Pacfl, PacflSilo, (PrincipalVectors.KIND,))

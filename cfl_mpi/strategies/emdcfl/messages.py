@@ -1,0 +1,111 @@
+"""EMD-CFL's messages, each declared once (wire/payload.py): what the server and the silos
+send each other in a clustering round."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...privacy.handshake import PUBLIC_KEY_BYTES
+from ...wire.payload import Payload, array, scalar, state
+from ..fedwad.exchange import FEDWAD_KINDS
+from .pairs import MEASURE, SERVE
+
+ROLES = (SERVE, MEASURE, SERVE | MEASURE)
+
+
+class Plan(Payload, kind="plan"):
+    """server → silo: the partners to measure with in a stage, in tournament order, its role
+    with each (1 serve, 2 measure, 3 both: pairs.py), and whether another plan follows in the
+    round (a staged plan's next stage)."""
+
+    partners: np.ndarray = array("int64", "partners")
+    roles: np.ndarray = array("uint8", "partners")
+    more: int = scalar(int, 0, 1)
+
+    def problem(self) -> str | None:
+        if len(set(self.partners.tolist())) != len(self.partners) or not set(self.roles.tolist()) <= set(ROLES):
+            return f"partners {self.partners.tolist()[:8]}, roles {self.roles.tolist()[:8]} (repeated, or no role)"
+        return None
+
+
+class Handshake(Payload, kind="handshake"):
+    """silo ↔ silo: the public half of the silo's X25519 key of the round."""
+
+    public_key: np.ndarray = array("uint8", PUBLIC_KEY_BYTES)
+
+
+class EmbeddingModel(Payload, kind="embedding_model"):
+    """silo ↔ silo: the embedding part ω of a silo's model, to a partner it serves."""
+
+    omega: dict[str, np.ndarray] = state()
+
+
+@dataclass(frozen=True)
+class Projected:
+    """A silo's projected clouds for partner c' (both by the pair's R): Z_{c|c}R where it
+    serves c', with its τ and noise (they belong to W[c][c']); Z_{c|c'}R where it measures."""
+
+    partner: int
+    own: np.ndarray | None    # Z_{c|c}R, where the silo serves the partner
+    cross: np.ndarray | None  # Z_{c|c'}R, where it measures with the partner
+    tau: float = 0.0
+    noise: float = 0.0
+
+
+class SendReady:
+    """Yielded among `Projected`s where the next one waits on a partner: what is ready goes."""
+
+
+SEND_READY = SendReady()
+
+
+class Embeddings(Payload, kind="embeddings"):
+    """silo → server: a batch of pairs' clouds, as its plan gave it the roles: its own cloud
+    and τ for the partners it serves, its cross cloud for those it measures with; its noise
+    where it serves one, else 0 (the noise belongs to the rows of W it serves). One size of
+    cloud in all of a silo's batches of a round: the server checks it across them."""
+
+    served: np.ndarray = array("int64", "served")
+    own: np.ndarray = array("float32", "served", None, "dim_r")
+    tau: np.ndarray = array("float64", "served")
+    measured: np.ndarray = array("int64", "measured")
+    cross: np.ndarray = array("float32", "measured", None, "dim_r")
+    noise: float = scalar(float, 0.0, math.inf)
+
+    @staticmethod
+    def batch(ready: list[Projected], dim_r: int) -> Embeddings:
+        served = [p for p in ready if p.own is not None]
+        measured = [p for p in ready if p.cross is not None]
+
+        def clouds(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.stack(arrays) if arrays else np.zeros((0, 0, dim_r), dtype=np.float32)
+
+        return Embeddings(np.asarray([p.partner for p in served], dtype=np.int64),
+                          clouds([p.own for p in served if p.own is not None]),
+                          np.asarray([p.tau for p in served], dtype=np.float64),
+                          np.asarray([p.partner for p in measured], dtype=np.int64),
+                          clouds([p.cross for p in measured if p.cross is not None]),
+                          next((p.noise for p in served), 0.0))
+
+    def problem(self) -> str | None:
+        if not (len(self.served) or len(self.measured)):
+            return "no cloud (at least one)"
+        if (self.tau < 0).any():
+            return f"τ {self.tau[:8].tolist()} (at least 0)"
+        if not len(self.served) and self.noise != 0.0:
+            return f"noise {self.noise} where it serves no partner (0: the noise belongs to the rows it serves)"
+        return None
+
+
+class ReferenceReport(Payload, kind="reference"):
+    """silo → server, in FedWaD mode (fedwad.py): τ_c, its noise scale and the size of its
+    sample, before it serves the FedWaD jobs of its pairs."""
+
+    tau: float = scalar(float, 0.0, math.inf)
+    noise: float = scalar(float, 0.0, math.inf)
+    n_samples: int = scalar(int, 2, math.inf)  # the server bounds it by max_rows too
+
+
+KINDS = (Plan.KIND, Handshake.KIND, EmbeddingModel.KIND, Embeddings.KIND, ReferenceReport.KIND, *FEDWAD_KINDS)
