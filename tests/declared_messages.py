@@ -1,5 +1,5 @@
-"""Every message a strategy declares (wire/payload.py), with a valid example of each: what the
-wire's round-trip and fuzz tests go through."""
+"""Every declared message (wire/payload.py), the round's and the strategies', with a valid
+example of each: what the wire's round-trip and fuzz tests go through."""
 from __future__ import annotations
 
 import importlib
@@ -13,6 +13,7 @@ from cfl_mpi.strategies.ifca.halves import CandidateLoss, ClusterModel, Losses
 from cfl_mpi.strategies.pacfl.halves import PrincipalVectors
 from cfl_mpi.wire.messages import Expect
 from cfl_mpi.wire.payload import Payload, StateField
+from cfl_mpi.wire.round import BackdoorEvaluation, Control, Evaluation, Hello, StartModel, Update
 
 for _spec in REGISTRY.values():  # each strategy's halves declare its messages
     importlib.import_module(_spec.halves)
@@ -24,6 +25,12 @@ DECLARED: list[type[Payload]] = sorted({cls for cls in Payload.DECLARED if cls._
 _RNG = np.random.default_rng(0)
 _CLOUD = _RNG.normal(size=(2, 6, 5)).astype(np.float32)
 VALID: dict[type[Payload], Payload] = {cls: example for example in [
+    Hello(1),
+    Control("train", 1, 0),
+    StartModel({k: v + 2 for k, v in MODEL.items()}, -1),
+    Update({k: v + 3 for k, v in MODEL.items()}, 90),
+    Evaluation(np.array([10, 0, 300], np.int64), np.zeros(0), 0.75, 0.5, 30, 1.5, 0.01),
+    BackdoorEvaluation(np.array([10, 0, 300], np.int64), np.array([0.5, 0.25]), 0.75, 0.5, 30, 1.5, 0.01, 0.125),
     Plan(np.array([3, 1], np.int64), np.array([1, 3], np.uint8), 1),
     Handshake(np.arange(32, dtype=np.uint8)),
     EmbeddingModel({k: v + 1 for k, v in MODEL.items()}),

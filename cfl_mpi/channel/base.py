@@ -104,7 +104,8 @@ class Channel(ABC):
         if isinstance(kind, Payload):
             if arrays is not None or meta:
                 raise TypeError(f"a {type(kind).__name__} carries its own arrays and meta")
-            kind, arrays, meta = kind.KIND, kind.arrays(), kind.meta()
+            message = kind
+            kind, arrays, meta = message.KIND, message.arrays(), message.meta()
         # np.require keeps 0-d arrays (e.g. BatchNorm's step counter) 0-d; ascontiguousarray would not.
         arrays = {k: np.require(v, requirements="C") for k, v in (arrays or {}).items()}
         header = encode_header(kind, round, self.me, arrays, meta)

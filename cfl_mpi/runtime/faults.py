@@ -11,7 +11,7 @@ import numpy as np
 
 from ..channel import SERVER, Channel
 from ..config import FaultConfig
-from ..wire.kinds import UPDATE
+from ..wire.round import Update
 
 __all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
 
@@ -81,8 +81,8 @@ class SiloFaults:
         """Send the update to the server; a hostile silo withholds its payload or sends it twice."""
         kind = self.kind(round)
         if kind == "header_only":
-            channel.send_header_only(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+            channel.send_header_only(SERVER, Update.KIND, round, arrays, n_samples=n_samples)
             return
-        channel.send(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+        channel.send(SERVER, Update(arrays, n_samples), round)
         if kind == "duplicate_update":
-            channel.send(SERVER, UPDATE, round, arrays, n_samples=n_samples)
+            channel.send(SERVER, Update(arrays, n_samples), round)

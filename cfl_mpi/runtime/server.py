@@ -5,7 +5,6 @@ It talks to the silos through its channel only, so the same server runs over MPI
 and in the in-process simulator."""
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,29 +18,15 @@ from ..config import Config, config_digest
 from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..strategies.base import Model, ServerRound, timed
-from ..wire.messages import ArraySpec, Expect, Kind, ProtocolError
+from ..wire.round import EVALUATE, STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel, Update
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
-from .control import EVALUATE, STOP, TRAIN, WAIT, participants, present
+from .control import participants, present
 from .halves import halves, server_half
-from ..wire.kinds import CONTROL, EVAL, MODEL, UPDATE
 from .stop import StopRequest
 from .timeline import mark
 
 
-MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
 PHASES = ("train", "clustering", "aggregation", "evaluation")  # of a round's wall time, as recorded
-
-
-def eval_expect(round: int, kinds: tuple[Kind, ...], backdoor: bool = False, steps: int = 0) -> Expect:
-    """A silo's evaluation and its bytes sent per kind (in `kinds` order); the target silos of a
-    backdoor set also report `backdoor_acc`; a strategy with timed silo steps adds their seconds."""
-    meta = {"accuracy": float, "loss": float, "n_test": int, "wait_wall_s": float, "wait_cpu_s": float}
-    bounds = {"accuracy": (0.0, 1.0), "backdoor_acc": (0.0, 1.0), "loss": (0.0, math.inf), "n_test": (1, MAX_SAMPLES),
-              "wait_wall_s": (0.0, math.inf), "wait_cpu_s": (0.0, math.inf)}
-    arrays = (ArraySpec("sent_bytes", "int64", (len(kinds),)),) + (
-        (ArraySpec("step_seconds", "float64", (steps,)),) if steps else ())
-    return Expect(EVAL, round, arrays,
-                  {**meta, "backdoor_acc": float} if backdoor else meta, bounds=bounds)
 
 
 class Server:
@@ -94,7 +79,7 @@ class Server:
     def run(self) -> dict | None:
         start = time.monotonic()
         recorder = RunRecorder(self.out, self.cfg, self.records)
-        wait_all([self.channel.isend(c, CONTROL, 0, next_round=self.next_round) for c in range(self.cfg.silos)])
+        wait_all([self.channel.isend(c, Hello(self.next_round), 0) for c in range(self.cfg.silos)])
         mark("hello")
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
@@ -110,7 +95,7 @@ class Server:
                 size, seconds = self.checkpoint(t)
                 record["checkpoint"] = {"bytes": size, "seconds": round(seconds, 4)}
             recorder.write(record)
-        wait_all([self.channel.isend(c, CONTROL, t + 1, action=STOP, model=0, first=0) for c in range(self.cfg.silos)])
+        wait_all([self.channel.isend(c, Control(STOP, 0, 0), t + 1) for c in range(self.cfg.silos)])
         if t < self.cfg.train.rounds:
             then = f"continue with --resume {self.out}" if t else "nothing to resume: start again with --overwrite"
             print(f"stopped after round {t} ({self.stop.reason}); {then}", flush=True)
@@ -164,18 +149,18 @@ class Server:
         here, training = present(cfg, t), participants(cfg, t)
         needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
         first = {c for c in training if c not in self.trained}
-        wait_all([self.channel.isend(c, CONTROL, t, action=TRAIN if c in training else EVALUATE if c in here else WAIT,
-                                     model=int(c in needs_model), first=int(c in first)) for c in range(cfg.silos)])
+        wait_all([self.channel.isend(c, Control(TRAIN if c in training else EVALUATE if c in here else WAIT,
+                                                int(c in needs_model), int(c in first)), t) for c in range(cfg.silos)])
         wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
         return here, training, first
 
     def receive_updates(self, ctx: ServerRound) -> None:
         """The training silos' weight updates and sample counts into `ctx`, in silo order, not
         arrival order: the run is a function of the seed."""
-        expect = Expect.like(UPDATE, ctx.round, self.theta0, {"n_samples": int}, {"n_samples": (1, MAX_SAMPLES)})
-        arrived = {msg.sender: msg for msg in self.channel.recv_each(ctx.participants, lambda _: expect)}
+        expect = Update.expect(ctx.round, like=self.theta0)
+        arrived = {msg.sender: Update.of(msg) for msg in self.channel.recv_each(ctx.participants, lambda _: expect)}
         for c in sorted(arrived):
-            ctx.updates[c], ctx.n_samples[c] = arrived[c].arrays, arrived[c].meta["n_samples"]
+            ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
         self.trained |= set(ctx.participants)
 
     def report_decisions(self, t: int, decisions: list[Decision]) -> list[Decision]:
@@ -191,7 +176,7 @@ class Server:
         groups: dict[tuple[int, int], list[int]] = defaultdict(list)
         for c in silos:
             groups[(id(self.start_models[c]), int(clusters[c]))].append(c)
-        return [self.channel.isend_all(members, MODEL, t, self.start_models[members[0]], cluster=k)
+        return [self.channel.isend_all(members, StartModel(self.start_models[members[0]], k), t)
                 for (_, k), members in groups.items()]
 
     def evaluations(self, t: int, here: list[int]) -> dict:
@@ -203,19 +188,19 @@ class Server:
         targets = self.targets
         steps = self.halves.silo.steps
         step_rows = []
-        for msg in self.channel.recv_each(here, lambda c: eval_expect(t, self.kinds, bool(targets[c]), len(steps))):
-            silo = msg.sender
-            if steps:  # the wire has refused non-finite values already
-                seconds = msg.arrays["step_seconds"]
-                if (seconds < 0).any():
-                    raise ProtocolError(f"{msg.who} sent step seconds {seconds.tolist()} in round {t}: "
-                                        "expected finite non-negative values")
-                step_rows.append(seconds)
-            accuracy[silo] = msg.meta["accuracy"]
-            if targets[silo]:  # checked by eval_expect; other silos' extra meta is ignored
-                backdoor_acc[silo] = msg.meta["backdoor_acc"]
-            sent += msg.arrays["sent_bytes"]
-            silo_wait += (msg.meta["wait_wall_s"], msg.meta["wait_cpu_s"])
+        def declared(silo: int) -> type[Evaluation]:  # other silos' extra meta is ignored
+            return BackdoorEvaluation if targets[silo] else Evaluation
+
+        for msg in self.channel.recv_each(here, lambda c: declared(c).expect(t, kinds=len(self.kinds),
+                                                                             steps=len(steps))):
+            silo, report = msg.sender, declared(msg.sender).of(msg)
+            if steps:
+                step_rows.append(report.step_seconds)
+            accuracy[silo] = report.accuracy
+            if isinstance(report, BackdoorEvaluation):
+                backdoor_acc[silo] = report.backdoor_acc
+            sent += report.sent_bytes
+            silo_wait += (report.wait_wall_s, report.wait_cpu_s)
         sent += [self.channel.sent_bytes.pop(kind.name, 0) for kind in self.kinds]
         waits = self.channel.waits
         record = {

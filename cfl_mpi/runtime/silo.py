@@ -12,12 +12,10 @@ from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import SiloData, build_silo_data, num_classes
 from ..strategies.base import SiloRound
-from ..wire.messages import Expect, ProtocolError
+from ..wire.round import STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel
 from .compute import ComputePool
-from .control import ACTIONS, STOP, TRAIN, WAIT, control_expect, hello_expect
 from .faults import SiloFaults
 from .halves import halves, silo_half
-from ..wire.kinds import EVAL, MODEL
 from .timeline import mark
 
 __all__ = ["run_silo"]
@@ -56,25 +54,23 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             compute(train_local, model, x_train, y_train, cfg.train, generator, device)
 
     def receive_model(round: int) -> None:
-        msg = channel.recv(SERVER, Expect.like(MODEL, round, template, {"cluster": int}))
-        compute(load_arrays, model, protocol.decode_model(msg.arrays, round))
+        weights = StartModel.of(channel.recv(SERVER, StartModel.expect(round, like=template))).weights
+        compute(load_arrays, model, protocol.decode_model(weights, round))
 
-    t = channel.recv(SERVER, hello_expect()).meta["next_round"]
+    t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
     mark("hello")
     reported: Counter[str] = Counter()
     while True:
-        control = channel.recv(SERVER, control_expect(t))
-        action = control.meta["action"]
-        if action not in ACTIONS:
-            raise ProtocolError(f"{control.who} sent control of round {t} with unknown action {action!r}")
+        control = Control.of(channel.recv(SERVER, Control.expect(t)))
+        action = control.action
         if action == STOP:
             return
         if action != WAIT:
             faults.at_round_start(t, channel)
-            if control.meta["model"]:
+            if control.model:
                 receive_model(t - 1)
         if action == TRAIN:
-            ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.meta["first"]),
+            ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.first),
                             compute=compute)
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
@@ -88,9 +84,11 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             receive_model(t)
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
-            timings = {"step_seconds": np.array([steps.get(k, 0.0) for k in protocol.steps])} if protocol.steps else {}
-            channel.send(SERVER, EVAL, t, {"sent_bytes": sent, **timings}, **evaluation.report(model),
-                         wait_wall_s=channel.waits.wall_s, wait_cpu_s=channel.waits.cpu_s)
+            timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
+            report = evaluation.report(model)
+            declared = BackdoorEvaluation if "backdoor_acc" in report else Evaluation
+            channel.send(SERVER, declared(sent, timings, **report, wait_wall_s=channel.waits.wall_s,
+                                          wait_cpu_s=channel.waits.cpu_s), t)
         t += 1
 
 

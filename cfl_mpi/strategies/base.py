@@ -24,7 +24,7 @@ import numpy as np
 from ..aggregation import Decision, cluster_averages
 from ..channel import Channel
 from ..config import AggregationConfig
-from ..wire.kinds import ROUND_KINDS
+from ..wire.round import ROUND_KINDS
 from ..wire.messages import Kind
 from .spec import StrategyParams
 

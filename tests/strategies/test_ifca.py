@@ -10,11 +10,10 @@ from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.config import ConfigError
 from cfl_mpi.strategies.ifca import IfcaConfig
 from cfl_mpi.runtime.halves import server_half
-from cfl_mpi.wire.kinds import MODEL
 from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.ifca.assign import ifca_assign
-from cfl_mpi.strategies.ifca.halves import Losses
-from cfl_mpi.wire.messages import Expect, ProtocolError
+from cfl_mpi.strategies.ifca.halves import ClusterModel, Losses
+from cfl_mpi.wire.messages import ProtocolError
 from config_files import FOUR_SILOS, config_from
 
 
@@ -68,6 +67,6 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
     assert ctx.start_models[3] is strategy.models[1]
     # each _assign sent every silo the K = 2 models, in order
     for silo in silos:
-        expect = Expect.like(MODEL, 1, model, {"cluster": int, "clusters": int})
-        clusters = [silo.recv(SERVER, expect).meta["cluster"] for _ in range(4)]
+        expect = ClusterModel.expect(1, like=model)
+        clusters = [ClusterModel.of(silo.recv(SERVER, expect)).cluster for _ in range(4)]
         assert clusters == [0, 1, 0, 1] and not hub.waiting(SERVER, silo.me)

@@ -16,18 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
-from cfl_mpi.runtime.server import eval_expect
 from cfl_mpi.strategies.emdcfl.messages import Embeddings
-from cfl_mpi.wire.kinds import UPDATE
 from cfl_mpi.wire.messages import ALLOWED_DTYPES, FINITE_ROW, Expect, ProtocolError, all_finite, decode_header, encode_header
-from declared_messages import DECLARED, MODEL, declared_expect
+from cfl_mpi.wire.round import BackdoorEvaluation
+from declared_messages import DECLARED, declared_expect
 
 ROUND = 3
 EXPECTS = [
-    Expect.like(UPDATE, ROUND, MODEL, {"n_samples": int}, {"n_samples": (1, 1 << 31)}),
-    eval_expect(ROUND, tuple(UPDATE for _ in range(5)), backdoor=True),
+    BackdoorEvaluation.expect(ROUND, kinds=5, steps=2),  # lengths a receiver fixes
     Embeddings.expect(ROUND, dim_r=5, max_elements=64 * 5),
-    *(declared_expect(cls, ROUND) for cls in DECLARED),  # every message a strategy declares
+    *(declared_expect(cls, ROUND) for cls in DECLARED),  # every declared message: the round's and the strategies'
 ]
 SENDER = 2
 FUZZ = settings(max_examples=3500, suppress_health_check=list(HealthCheck), database=None)

@@ -146,9 +146,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
 
         while todo:
             msg = ctx.channel.recv_any(list(todo), expect)
-            c, batch = msg.sender, Embeddings.of(msg)
-            served, measured = batch.served.tolist(), batch.measured.tolist()
-            self._check_batch(ctx, msg, todo[c], rows, batch)
+            c, clouds = msg.sender, Embeddings.of(msg)
+            served, measured = clouds.served.tolist(), clouds.measured.tolist()
+            self._check_batch(ctx, msg, todo[c], rows, clouds)
             for p in served:
                 todo[c][p] &= ~SERVE
             for p in measured:
@@ -157,11 +157,11 @@ class EmdCfl(Strategy[EmdCflConfig]):
             if not todo[c]:
                 del todo[c]
             if served:  # τ and the noise belong to the rows W[c][·] it serves
-                self.noise[c] = batch.noise
-            for p, own, tau in zip(served, batch.own, batch.tau.tolist()):
+                self.noise[c] = clouds.noise
+            for p, own, tau in zip(served, clouds.own, clouds.tau.tolist()):
                 self.tau[(c, p) if per_pair else c] = tau
                 owns[(c, p)] = own
-            for p, cross in zip(measured, batch.cross):
+            for p, cross in zip(measured, clouds.cross):
                 crosses[(p, c)] = cross
             # W[r][c] compares r's data and c's data, both under r's model.
             done = [d for d in [(c, p) for p in served] + [(p, c) for p in measured] if d in owns and d in crosses]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...channel import SERVER, wait_all
-from ...wire.kinds import MODEL
+from ...wire.round import StartModel
 from ...wire.messages import ProtocolError
 from ...wire.payload import Payload, array, scalar, state
 from ..base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
@@ -34,7 +34,7 @@ from . import IfcaConfig
 
 
 
-class ClusterModel(Payload, kind=MODEL):
+class ClusterModel(Payload, kind=StartModel.KIND):
     """server → silo: cluster model k of K before training, or seed candidate k of K in the
     seeding round (init "silos"); a model message of its own round."""
 
