@@ -94,7 +94,7 @@ def trimmed_mean(models: list[Model], trim: float) -> Model:
     members nothing is cut."""
     if not 0 <= trim < 0.5:
         raise ValueError(f"trimmed_mean: trim must lie in [0, 0.5), got {trim}")
-    from scipy import stats  # scipy.stats costs 0.5 s to import: only where a trimmed mean is taken
+    from scipy import stats  # scipy.stats is slow to import: only where a trimmed mean is taken
 
     return _coordinatewise(models, lambda stack: stats.trim_mean(stack, trim, axis=0))
 

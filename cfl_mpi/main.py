@@ -48,8 +48,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 def limit_threads(threads: int) -> None:
     """numpy/scipy's BLAS and the OpenMP pools would start a thread per core in every rank: on
-    a node shared by many ranks that oversubscribes it (measured 2.5x slower FedWaD with 9
-    ranks on 2 cores). The libraries loaded now (torch's OpenMP among them: every rank
+    a node shared by many ranks that oversubscribes it, and the threads of one rank take the
+    cores from the others. The libraries loaded now (torch's OpenMP among them: every rank
     computes with torch) are limited at once; those imported later, where they are needed,
     read the variables."""
     import torch  # noqa: F401 - loads torch's OpenMP library, so that the limit covers it

@@ -8,10 +8,10 @@ the paper's figures (cfl_mpi/paper_figures.py) beside ours, mean ± std over the
 and `accuracy_per_round.png`: every method's average accuracy per round, one panel per
 data set, all methods on the same axes.
 
-`--scale small` runs here (5 to 50 minutes a table and seed on 2 cores): the rotated sets on
-the real MNIST test split (the configs' `data/mnist`, fetched on first use, or --set
-data.root=...), backdoor MNIST on the same split, fewer silos and rounds; CIFAR-10 blocks are
-listed as not run. `--scale paper` is the paper's
+`--scale small` runs on a 2-core machine (docs/reproduction/README.md gives the times): the
+rotated sets on the real MNIST test split (the configs' `data/mnist`, fetched on first use, or
+--set data.root=...), backdoor MNIST on the same split, fewer silos and rounds; CIFAR-10 blocks
+are listed as not run. `--scale paper` is the paper's
 configs (configs/*.yaml: 40/30/15 silos, T = 10, E = 10) for a GPU cluster: it prints the
 sbatch line, and runs only with `--run` (inside that allocation).
 """

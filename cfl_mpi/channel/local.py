@@ -28,8 +28,8 @@ Frame = object
 
 
 # A party whose bell rings on every arrival looks this often anyway (its timeout ends its
-# sleep on time): at 0.5 s, 1,000 silos on two ranks spent 38.6 s of CPU in the clustering
-# round, 29.3 s at 30 s.
+# sleep on time): a shorter interval wakes every idle silo thread of a rank for nothing, which
+# adds up with thousands of them (benchmarks/results/20261126-c2400-live.md).
 ARRIVAL_CHECK_S = 30.0  # see LocalChannel._arrival_sleeps
 
 
@@ -43,8 +43,7 @@ class OversizedHeader:
 # A message from another rank whose arrays hold up to this many bytes travels as one MPI
 # message, header and arrays together (`InlineFrame`), not a header and a message per array:
 # a second MPI message costs the receiving rank a match by its inbox, and the receiver a wait
-# for its payload and a receive (C = 2,400: the inboxes' CPU −5 core-seconds;
-# benchmarks/results/20261127-batched-embeddings.md).
+# for its payload and a receive (benchmarks/results/20261127-batched-embeddings.md).
 INLINE_MAX_BYTES = 1 << 16
 _INLINE_MARK = 0    # an inline message's first byte; a header (JSON) starts with "{"
 _INLINE_PREFIX = 8  # the mark, 3 bytes of padding, the header's length (uint32, little-endian)
@@ -112,8 +111,8 @@ class SharedFrame:
     in-process; from another rank, fetched by the first receiver to take it (until then they
     stay with the sender, as a unicast payload does) from the `payloads` the MPI inbox files.
     Its header is read and its arrays' values checked once too: a representative's ω goes to
-    every silo of the rank (1,200 at C = 2,400), whose per-receiver JSON and finite checks were
-    the largest share of the silo threads' CPU in the clustering round after the embeddings."""
+    every silo of the rank, and reading its JSON and checking its values per receiver would
+    repeat the same work for each of them (benchmarks/results/20261127-one-read-per-rank.md)."""
 
     def __init__(self, header: bytes, payloads: int, arrays: tuple[np.ndarray, ...] | None = None) -> None:
         self.header = header
@@ -129,8 +128,9 @@ class SharedFrame:
         self._lock = threading.Lock()
 
     # The later receivers read what the first one left without taking the lock (an attribute
-    # read is atomic under the GIL, and each is set once): at C = 2,400, 445 of a rank's silo
-    # threads were seen queued on one frame's lock, each handing the lock and the GIL on in turn.
+    # read is atomic under the GIL, and each is set once): hundreds of a rank's silo threads
+    # read one frame at once, and would queue on its lock, each handing the lock and the GIL on
+    # in turn (benchmarks/results/20261127-silo-thread-locks.md).
     def read_header(self, data: bytes) -> object:
         """`read_header(self.header)`, read by the first receiver (the receivers still check
         it against what each expects)."""
@@ -188,8 +188,9 @@ class LocalHub:
     Queues change under one lock; the looks that only read (`bell`, `first_waiting`,
     `waiting`, `taken`) take none: under the GIL a dict or set look-up is atomic, a stale
     answer is a look again after the next bell, and only the receiver takes from its queues.
-    At C = 2,400 the clustering round wakes the 1,200 silo threads of a rank at once, and ~230
-    of them were seen queued on this lock, each handing the lock and the GIL on in turn."""
+    With many silos the clustering round wakes every silo thread of a rank at once, and a lock
+    taken to look would queue hundreds of them, each handing the lock and the GIL on in turn
+    (benchmarks/results/20261127-silo-thread-locks.md)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -235,7 +236,7 @@ class LocalHub:
     def take(self, src: int, dest: int) -> Frame:
         """The next frame from `src` to `dest`. The sender's bell stays silent: no send waits
         to be taken (`_Queued.wait` returns at once), and a representative whose key and ω
-        1,200 silos take was woken 2,400 times while it waited for their keys."""
+        every silo of a rank takes would be woken twice a silo while it waits for their keys."""
         with self._lock:
             queue = self._queues[(src, dest)]
             frame = queue.popleft()
@@ -293,7 +294,7 @@ class LocalHub:
 def _fitted(payload: tuple[np.ndarray, ...], layout: list, who: str, what: str) -> dict[str, np.ndarray]:
     """The arrays by name, if they are what the header declared."""
     # dtype against its name (`decode_header` allowed it): str(dtype) runs numpy's Python code,
-    # 30 times as long, once per array and receiver of a shared ω
+    # far slower than the comparison, once per array and receiver of a shared ω
     if len(payload) != len(layout) or any(a.dtype != dtype or a.shape != shape
                                            for (_, dtype, shape), a in zip(layout, payload)):
         raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header")
@@ -345,10 +346,10 @@ class LocalChannel(Channel):
 
     def _arrival_sleeps(self) -> tuple[float, float]:
         """Every arrival (and the run's failure) rings the receiver's bell, so a waiting party
-        sleeps until then, from its first look: polling at the back-off cap cost 0.65 of a core
-        for 500 silos of one rank, and a back-off from 50 µs woke each of 1,200 silos waiting
-        for the server's message ~14 times, which made 2,400 messages take twice as long
-        (benchmarks/wire.py)."""
+        sleeps until then, from its first look: polling at the back-off cap costs a rank CPU in
+        proportion to its waiting silos, and a back-off from 50 µs wakes each silo waiting for
+        the server's message many times, while the inbox that delivers it queues behind them for
+        the GIL (benchmarks/wire.py; benchmarks/results/20261126-c2400-live.md)."""
         longest = max(self.max_sleep_s, ARRIVAL_CHECK_S)
         return longest, longest
 

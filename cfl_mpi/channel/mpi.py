@@ -8,8 +8,8 @@ tag and payload tag, derived from their slots on their ranks.
 One thread per rank, the `MpiInbox`, matches whatever arrives for the rank (MPI's matched
 probe): it receives each header and files it, and the handle of each payload, in the hub's
 queue of its (sender, receiver) pair, and rings the receiver's bell. So a rank's waiting
-parties sleep on their bells instead of each polling MPI: 500 waiting silos on one rank
-polled MPI for 0.8 of a core (benchmarks/wire.py, "waiting parties"); the inbox alone
+parties sleep on their bells instead of each polling MPI, which would cost a rank CPU in
+proportion to its waiting silos (benchmarks/results/20261125-wire-inbox.md); the inbox alone
 polls, with the same back-off. MPI's non-overtaking rule keeps every payload right behind its
 header in the pair's queue. A message to several parties of a rank (`isend_all`) travels
 once, on its sender's multicast tags: an envelope (the receivers, the payload count, the
@@ -37,23 +37,23 @@ __all__ = ["MpiChannel", "MpiInbox"]
 
 # Polling MPI for a payload being received (until then the receiver sleeps on its bell, which
 # the inbox rings when it files the payload). An honest peer posts the payload right behind
-# its header, so the wait is as long as the copy (45 MB: ~7 ms here, 3.5 MB: 0.3 ms); the
-# doubling back-off alone would overshoot it by up to the time already waited (a 45 MB payload
-# was taken 12.7 ms after its header, benchmarks/wire.py). So the receiver polls without
-# sleeping for as long as a large copy takes, then at most 1 ms apart: a peer that withholds
-# its payload costs it 10 ms of CPU, not payload_timeout_s.
+# its header, so the wait is as long as the copy; the doubling back-off alone would overshoot
+# it by up to the time already waited (benchmarks/wire.py times the transfers). So the
+# receiver polls without sleeping for as long as a large copy takes, then at most 1 ms apart:
+# a peer that withholds its payload costs it 10 ms of CPU, not payload_timeout_s.
 PAYLOAD_SPIN_S = 10e-3
 PAYLOAD_MAX_SLEEP_S = 1e-3
 # A large send moves only while its rank calls MPI (MPICH copies it through shared memory in
 # chunks, each on a progress call): while any send of the rank is in flight the inbox polls
-# at most this far apart. With only its back-off, a server whose parties all waited for
-# replies polled every runtime.max_poll_sleep_ms and its 1,600 IFCA model messages of 420 KB
-# to 400 silos took 239 s a round.
+# at most this far apart. With only its back-off, a rank whose parties all wait for replies
+# polls every runtime.max_poll_sleep_ms, and its large sends (a server's models to hundreds of
+# silos) crawl (benchmarks/results/20261126-inbox-sends.md).
 SENDING_MAX_SLEEP_S = 1e-3
 # The inbox tests only this many of its rank's oldest sends a poll: a server slower than its
-# silos leaves thousands of them in flight (C = 2,400: one Testsome over all of them, and a list
-# rebuilt, on each of 89,930 polls was a silo rank's largest Python cost after the
-# embeddings). MPI progresses every request on any call; the owner of a send tests its own.
+# silos leaves thousands of them in flight, and one Testsome over all of them (and a list
+# rebuilt) on every poll would make a poll's cost grow with them
+# (benchmarks/results/20261127-one-read-per-rank.md). MPI progresses every request on any call;
+# the owner of a send tests its own.
 SENDS_TESTED = 64
 ENVELOPE_FIXED = 8            # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
@@ -124,8 +124,8 @@ class MpiInbox:
 
     def _sending(self) -> bool:
         """Whether a send of the rank is still in flight (testing them progresses them). One
-        Testsome for the `SENDS_TESTED` oldest: a Testall per message cost 13 ms a poll with
-        2,000 sends in flight."""
+        Testsome for the `SENDS_TESTED` oldest, not a Testall per message: a poll's cost stays
+        the same however many sends are in flight."""
         with self.mpi_lock:
             sends = self._sends
             oldest = [sends.popleft() for _ in range(min(SENDS_TESTED, len(sends)))]
@@ -236,7 +236,8 @@ class MpiInbox:
 
 def carried(arrays: list[np.ndarray]) -> list[np.ndarray]:
     """The arrays of a message that travel as payloads: an empty one is declared by its header
-    alone (at C = 2,400 most plans are empty, and one cloud of each one-way pair)."""
+    alone (with many silos most plans of a staged plan are empty, as is one cloud of each
+    one-way pair)."""
     return [a for a in arrays if a.nbytes]
 
 
@@ -272,8 +273,9 @@ class _MpiPending(Pending):
 
     def done(self) -> bool:
         """Without the rank's MPI lock where the inbox has seen every request complete (mpi4py
-        nulls a request in place once a test has seen it complete): 1,200 silo threads of a
-        rank that poll their sends at once were seen queued ~190 deep on that lock."""
+        nulls a request in place once a test has seen it complete): the silo threads of a rank
+        poll their sends at once, and would queue hundreds deep on that lock
+        (benchmarks/results/20261127-silo-thread-locks.md)."""
         if any(self.requests):
             with self.channel.mpi_lock:
                 complete = MPI.Request.Testall(self.requests)

@@ -235,9 +235,9 @@ def _decoded_split(family: str, root: Path, split: str) -> tuple[np.ndarray, np.
 
 def _pools(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train images, train labels, test images, test labels) before any group's transform, read
-    and decoded once per process: the silos of a rank share them (decoding MNIST's gzip again was
-    0.3 s of each silo's start). The lock makes the silo threads that start together wait for
-    one decoding."""
+    and decoded once per process: the silos of a rank share them (decoding MNIST's gzip again
+    would add to each silo's start). The lock makes the silo threads that start together wait
+    for one decoding."""
     with _SPLITS_LOCK:
         return _held_out_pools(cfg.data.name, Path(cfg.data.root) if cfg.data.root else None, cfg.data.pool,
                                cfg.data.test_fraction, cfg.seed)
@@ -247,7 +247,8 @@ def _pools(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 def _held_out_pools(name: str, root: Path | None, pool: str, test_fraction: float,
                     seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`_pools`, made once per process and read-only: the silos of a rank share it (copying the
-    held-out pool out of the split again was ~2.5 ms of each of 1,200 silos' start)."""
+    held-out pool out of the split again would add to each of hundreds of silos' start;
+    benchmarks/results/20261127-first-stage-and-pools.md)."""
     if name == "rotated_digits":
         images, labels = digits.load_digit_pool()
     else:

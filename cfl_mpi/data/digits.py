@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 # Where scikit-learn keeps the digits (its `load_digits` reads this file). Every silo rank
-# reads it: found without importing scikit-learn, whose import (0.7 s of CPU) would cost
-# each rank more than reading the set does.
+# reads it: found without importing scikit-learn, whose import would cost each rank more
+# than reading the set does.
 DIGITS_FILE = ("datasets", "data", "digits.csv.gz")
 
 

@@ -25,7 +25,7 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     n, h, w = images.shape[:3]
     if (h, w) == (size, size):
         return images
-    from scipy import ndimage  # 0.33 s of import that a rank whose images fit never pays
+    from scipy import ndimage  # a slow import that a rank whose images fit never pays
 
     return ndimage.zoom(images, (1, size / h, size / w) + (1,) * (images.ndim - 3), order=1)
 

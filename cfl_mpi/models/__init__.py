@@ -127,8 +127,8 @@ _THREAD = threading.local()
 def scratch_copy(module: nn.Module) -> nn.Module:
     """A module of `module`'s architecture for this thread to load other weights into, made
     once per thread and architecture: `load_arrays` overwrites every parameter and buffer, and
-    a deep copy per use cost 5 ms against a 25 ms embedding (the compute workers embed under
-    thousands of partners' ω)."""
+    a deep copy per use would cost a good share of an embedding's time (the compute workers
+    embed under thousands of partners' ω)."""
     state = module.state_dict()
     key = (type(module), tuple((k, tuple(v.shape), v.dtype, v.device) for k, v in state.items()))
     copies = _THREAD.__dict__.setdefault("copies", {})

@@ -78,7 +78,7 @@ def squared_euclidean_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """The rows (along the last axis) scaled to unit length, zero rows left at 0: scikit-learn's
     `normalize` (the same row norms, sqrt of an einsum), without its input checks, which cost
-    10x the arithmetic on the ~100-point clouds W is measured on."""
+    more than the arithmetic on the ~100-point clouds W is measured on."""
     norms = np.sqrt(np.einsum("...j,...j->...", x, x))
     norms[norms == 0.0] = 1.0
     return x / norms[..., None]

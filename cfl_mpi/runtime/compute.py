@@ -4,15 +4,15 @@ The silos a rank hosts (and the simulator's) are threads, each a sequential prog
 blocks on its channel. Their torch computations (training, evaluation, embedding) run on the
 pool's `slots` workers, not in the silo's own thread: the process then holds `slots` silos'
 activations at once, not every silo's, and only the workers carry what torch leaves in a
-thread that has computed. Measured (200 silo threads, one round of training each, the narrow
-CNN): 3.81 MB per silo when each trained in its own thread, 0.86 MB when they trained on one
-worker (data and model alone: 0.75 MB); C = 2,400 silos on two ranks are 1,200 threads each.
+thread that has computed, several times what a small silo's data and model take
+(benchmarks/results/20261126-scaling.md), and a rank may host a thousand silo threads or more.
 A silo waits for its turn and its result without holding a worker, and never waits for a
 message on one (a worker blocked on a peer could stall that peer's turn).
 
 `batched` lets the silos that queue the same computation on different data (EMD-CFL's silos
-embedding their samples under one representative's model) share one call: the narrow CNN
-embeds 2,000 images in one pass in about half the time of 20 passes of 100.
+embedding their samples under one representative's model) share one call: one large forward
+pass costs less than many small ones over the same images
+(benchmarks/results/20261126-c2400-live.md).
 """
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def wait_quietly(request) -> None:
     MAX_QUIET_SLEEP_S. MPICH's (and Open MPI's) blocking calls spin a core until the other
     ranks arrive: where many ranks share a node's cores, the ranks that arrive first would
     take the CPU from those still starting up, and at the end of a run from the server that
-    writes the results (41 ranks on 2 cores: 10 s to write them instead of 0.5 s)."""
+    writes the results."""
     sleep = 5e-5
     while not request.Test():
         time.sleep(sleep)

@@ -207,8 +207,8 @@ def decode_header(data: bytes, sender: int, who: str, expect: Expect,
 
 
 # The finite check reads every received float once, as row sums: a matrix-vector product with
-# ones, which BLAS runs at memory speed, in half the time of np.isfinite over the same bytes
-# (one thread, 45 MB: 3.4 against 6.2 ms; 3.5 MB: 0.12 against 0.21 ms). IEEE arithmetic
+# ones, which BLAS runs at memory speed, faster than np.isfinite over the same bytes
+# (benchmarks/results/20261126-wire-check-and-exit.md). IEEE arithmetic
 # carries NaN and ±inf into every sum they enter (inf − inf is NaN), so a finite sum proves its
 # row finite; finite values can also overflow a sum (near float32's 3.4e38), and only such a
 # row is read again, element by element.

@@ -41,7 +41,7 @@ class EmdCflConfig(StrategyParams):
     # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does
     # (with projection: gaussian; an orthonormal one is a rotation, which leaves τ as "none"),
     # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
-    # measured in (on small silos W's spread falls 2-3x: docs/SMALL_SILOS.md).
+    # measured in (on small silos the projection makes much of W's spread: docs/SMALL_SILOS.md).
     tau_projection: Literal["none", "full", "pair"] = "none"
     # "fedwad": W1 between two silos' embeddings by FedWaD (strategies/emdcfl/fedwad.py),
     # the server never receives an embedding; needs a Euclidean ground cost (below).
@@ -64,8 +64,9 @@ class EmdCflConfig(StrategyParams):
     # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
     rule: Literal["robust", "neighbourhoods"] = "robust"
     noise_multiple: float = 3.5
-    # Random halvings of the validation sample used to measure a silo's noise (the RMS of
-    # 30 draws is within ~13 % of the truth; 10 draws left ~22 % and split a true pair).
+    # Random halvings of the validation sample used to measure a silo's noise (the RMS of n
+    # draws strays by about 1/√(2n) of the truth: ~13 % at 30, ~22 % at 10; a unit too small
+    # can split a true pair).
     noise_splits: int = 30
     # "ephemeral": X25519 keys from the OS's entropy, R is secret from everyone but the
     # pair (deploy with this). "seeded": keys derived from the run seed so that W is

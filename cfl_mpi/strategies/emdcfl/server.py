@@ -62,8 +62,8 @@ class EmdCfl(Strategy[EmdCflConfig]):
     def _send_plan(self, ctx: ServerRound, silos: list[int], directions: list[Pair], more: bool) -> None:
         """Each silo's partners and roles for the `directions` (r, c) to measure (W[r][c]);
         `more`: another plan follows in this round. Silos with the same plan get it as one
-        message (`isend_all`: once per rank): at C = 2,400 most plans of a stage are the same
-        (no partners, or the same representatives)."""
+        message (`isend_all`: once per rank): with many silos most plans of a stage are the
+        same (no partners, or the same representatives)."""
         self.partners = partner_roles(silos, directions)
         alike: dict[tuple[tuple[int, int], ...], list[int]] = defaultdict(list)
         for silo in silos:
@@ -132,8 +132,8 @@ class EmdCfl(Strategy[EmdCflConfig]):
         as many batches as the pool has threads. A silo's message carries a batch: its own
         cloud for partners it serves (`served`, `own`, `tau`) and its cross cloud for partners
         it measures with (`measured`, `cross`), as its plan gave it the roles; a silo sends what
-        is ready whenever it would otherwise wait (at C = 2,400: one message a silo and stage,
-        not one a pair, for the server to take)."""
+        is ready whenever it would otherwise wait (with many silos: one message a silo and
+        stage, not one a pair, for the server to take)."""
         # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
         owns: dict[Pair, np.ndarray] = {}
         crosses: dict[Pair, np.ndarray] = {}

@@ -86,8 +86,8 @@ class OwnSample:
     """What a silo measures every pair of a round with: the data its partners' models embed,
     and, once it serves a partner, its `Reference`. A silo that only measures (a one-way
     placing stage's, staged_pairs.py) never needs its own model's embeddings: τ and the noise
-    belong to the rows of W it serves, so it skips them (at C = 2,400 that is all but ~50
-    silos)."""
+    belong to the rows of W it serves, so it skips them (with many silos nearly all do: only
+    the sample and the members others are placed by serve)."""
 
     images: np.ndarray      # the silo's training or validation images ...
     cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
@@ -144,8 +144,8 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                     following = self._plan(ctx)
             # The stage's sends are waited for once the next plan is here: the server plans from
             # the stage's embeddings, so they have left, and the wait polls MPI once (the inbox
-            # moves them meanwhile). Waiting at once, each silo polled its embeddings until the
-            # server took them (~12 times at C = 2,400: benchmarks/wire.py part 5).
+            # moves them meanwhile). Waiting at once, each silo would poll its embeddings until
+            # the server takes them (benchmarks/results/20261127-silo-thread-locks.md).
             with timed(ctx.step_seconds, "send"):
                 wait_all(in_flight)
             if following is None:

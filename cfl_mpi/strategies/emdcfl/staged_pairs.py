@@ -16,9 +16,9 @@ measured one-vs-all recover a well-separated clustering (Voevodski et al., JMLR 
    (`place_newcomer`, the rule late silos follow);
 4. **retest**: a silo near no representative is measured against `retest` more members of
    the cluster nearest to it, drawn at random (one way: under the member's model), and joins
-   it if its mean distance to all the members measured is within the cut: a decision on 2 pairs sits on W's noise, and an
-   unusual representative leaves an honest member just beyond the cut (C = 400 at 90 images,
-   docs/SMALL_SILOS.md);
+   it if its mean distance to all the members measured is within the cut: a decision on 2
+   pairs sits on W's noise, and an unusual representative can leave an honest member just
+   beyond the cut (on many small silos: docs/SMALL_SILOS.md);
 5. the silos still near no cluster — of a cluster the sample missed — start again at 1
    among themselves, and the clusters they form are new ones.
 

@@ -20,7 +20,8 @@ class IfcaConfig(StrategyParams):
     # "silos": round 1 trains from θ(0), then K of the trained silo models are picked by
     # farthest-first traversal of their losses on the silos' data, and the clusters are
     # formed from those. "random": K models drawn from the seed, as the IFCA authors' code
-    # does (on 8 silos their losses barely differ and IFCA rarely recovers, see README).
+    # does (random models' losses on the silos barely differ, so the first assignment is noise
+    # and IFCA rarely recovers: docs/METHODS.md, "IFCA initialisation").
     init: Literal["silos", "random"] = "silos"
 
     def problems(self, facts: ConfigFacts) -> Iterator[str]:

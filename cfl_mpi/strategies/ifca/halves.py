@@ -15,10 +15,10 @@ Initialisation (`strategy.init`):
 - "silos" (default): round 1 trains from θ(0) like every method; then the server picks K
   of the trained silo models by farthest-first traversal of the loss table (the first at
   random from the seed; each next one the model of the silo worst served by those picked
-  so far) and the silos join the one of lowest loss. With random models the losses on
-  8 silos differ by ~0.005 nats, so the first assignment is noise and an unused model
-  never wins again; seeding from trained models is k-means++'s deterministic cousin
-  (Gonzalez 1985) in loss space, at the cost of one IFCA round of messages.
+  so far) and the silos join the one of lowest loss. With random models the silos' losses
+  barely differ, so the first assignment is noise and an unused model never wins again;
+  seeding from trained models is k-means++'s deterministic cousin (Gonzalez 1985) in loss
+  space, at the cost of one IFCA round of messages.
 """
 from __future__ import annotations
 
