@@ -19,18 +19,31 @@ against the other members before any rule runs; see its docstring for what it ca
 tell. Strategies aggregate through these functions (`Strategy.aggregate`, via `aggregate`);
 the runtime never averages.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 if TYPE_CHECKING:
     from .config import AggregationConfig
 
-__all__ = ["fedavg", "coordinate_median", "trimmed_mean", "norm_clipped_mean", "clip_update", "update_norm",
-           "Decision", "Screened", "screen_updates", "aggregate", "cluster_averages"]
+__all__ = [
+    "fedavg",
+    "coordinate_median",
+    "trimmed_mean",
+    "norm_clipped_mean",
+    "clip_update",
+    "update_norm",
+    "Decision",
+    "Screened",
+    "screen_updates",
+    "aggregate",
+    "cluster_averages",
+]
 
 Model = dict[str, np.ndarray]
 # Norm and count bounds need a majority to compare with: with fewer members the one who lies
@@ -101,8 +114,15 @@ def trimmed_mean(models: list[Model], trim: float) -> Model:
 
 def update_norm(model: Model, start: Model) -> float:
     """‖θ − s‖₂ over the floating tensors, in float64 (finite for any finite float32 input)."""
-    return float(np.sqrt(sum(np.sum((model[k].astype(np.float64) - start[k].astype(np.float64)) ** 2)
-                             for k in model if np.issubdtype(model[k].dtype, np.floating))))
+    return float(
+        np.sqrt(
+            sum(
+                np.sum((model[k].astype(np.float64) - start[k].astype(np.float64)) ** 2)
+                for k in model
+                if np.issubdtype(model[k].dtype, np.floating)
+            )
+        )
+    )
 
 
 def clip_update(model: Model, start: Model, max_norm: float) -> Model:
@@ -112,12 +132,17 @@ def clip_update(model: Model, start: Model, max_norm: float) -> Model:
     if norm <= max_norm:
         return model
     scale = max_norm / norm
-    return {k: (start[k] + scale * (v.astype(np.float64) - start[k])).astype(v.dtype)
-            if np.issubdtype(v.dtype, np.floating) else v for k, v in model.items()}
+    return {
+        k: (start[k] + scale * (v.astype(np.float64) - start[k])).astype(v.dtype)
+        if np.issubdtype(v.dtype, np.floating)
+        else v
+        for k, v in model.items()
+    }
 
 
-def norm_clipped_mean(models: list[Model], starts: list[Model], weights: list[int],
-                      max_norm: float | None = None) -> Model:
+def norm_clipped_mean(
+    models: list[Model], starts: list[Model], weights: list[int], max_norm: float | None = None
+) -> Model:
     """Norm thresholding (Sun et al. 2019, §4): every update clipped to norm M, then FedAvg.
 
     M = `max_norm`, or the median of the members' update norms when None (the paper fixes M
@@ -159,9 +184,18 @@ class Screened:
     first_counts: dict[int, int] = field(default_factory=dict)
 
 
-def screen_updates(round: int, silos: list[int], models: list[Model], starts: list[Model], counts: list[int],
-                   first_counts: dict[int, int], *, norm_ratio: float, count_ratio: float,
-                   outliers: Literal["reject", "clip"]) -> Screened:
+def screen_updates(
+    round: int,
+    silos: list[int],
+    models: list[Model],
+    starts: list[Model],
+    counts: list[int],
+    first_counts: dict[int, int],
+    *,
+    norm_ratio: float,
+    count_ratio: float,
+    outliers: Literal["reject", "clip"],
+) -> Screened:
     """Check every member's update against its own start and against the cluster.
 
     - Sample count: at most what the silo reported in its first round (a silo's training
@@ -188,7 +222,9 @@ def screen_updates(round: int, silos: list[int], models: list[Model], starts: li
     for silo, model, start, n, norm in zip(silos, models, starts, counts, norms):
         reasons = []
         if norm > norm_cap:
-            reasons.append(f"update norm {norm:.4g} above {norm_ratio:g} x the cluster median {norm_cap / norm_ratio:.4g}")
+            reasons.append(
+                f"update norm {norm:.4g} above {norm_ratio:g} x the cluster median {norm_cap / norm_ratio:.4g}"
+            )
             if outliers == "reject":
                 out.decisions.append(Decision(silo, round, "rejected", reasons[0]))
                 continue
@@ -210,18 +246,39 @@ def screen_updates(round: int, silos: list[int], models: list[Model], starts: li
     return out
 
 
-def aggregate(cfg: AggregationConfig, round: int, silos: list[int], models: list[Model], starts: list[Model],
-              counts: list[int], first_counts: dict[int, int]) -> tuple[Model, Screened]:
+def aggregate(
+    cfg: AggregationConfig,
+    round: int,
+    silos: list[int],
+    models: list[Model],
+    starts: list[Model],
+    counts: list[int],
+    first_counts: dict[int, int],
+) -> tuple[Model, Screened]:
     """One cluster's new model under `cfg` (config `aggregation:`): screening (if on), then
     the rule. With `rule: fedavg` and nothing clipped or rejected the result is exactly
     `fedavg(models, counts)`, bit for bit: the same arrays, in the same order, same weights."""
     if cfg.screen:
-        screened = screen_updates(round, silos, models, starts, counts, first_counts, norm_ratio=cfg.norm_ratio,
-                                  count_ratio=cfg.count_ratio, outliers=cfg.outliers)
+        screened = screen_updates(
+            round,
+            silos,
+            models,
+            starts,
+            counts,
+            first_counts,
+            norm_ratio=cfg.norm_ratio,
+            count_ratio=cfg.count_ratio,
+            outliers=cfg.outliers,
+        )
     else:
-        screened = Screened(list(silos), list(models), list(starts), list(counts),
-                            [Decision(s, round, "accepted") for s in silos],
-                            {s: n for s, n in zip(silos, counts) if s not in first_counts})
+        screened = Screened(
+            list(silos),
+            list(models),
+            list(starts),
+            list(counts),
+            [Decision(s, round, "accepted") for s in silos],
+            {s: n for s, n in zip(silos, counts) if s not in first_counts},
+        )
     if cfg.rule == "fedavg":
         model = fedavg(screened.models, screened.weights)
     elif cfg.rule == "median":
@@ -233,9 +290,15 @@ def aggregate(cfg: AggregationConfig, round: int, silos: list[int], models: list
     return model, screened
 
 
-def cluster_averages(cfg: AggregationConfig, round: int, clusters: np.ndarray, updates: dict[int, Model],
-                     counts: dict[int, int], starts: dict[int, Model],
-                     first_counts: dict[int, int]) -> tuple[dict[int, Model], list[Decision]]:
+def cluster_averages(
+    cfg: AggregationConfig,
+    round: int,
+    clusters: np.ndarray,
+    updates: dict[int, Model],
+    counts: dict[int, int],
+    starts: dict[int, Model],
+    first_counts: dict[int, int],
+) -> tuple[dict[int, Model], list[Decision]]:
     """What every silo continues from: each cluster's updates aggregated by `aggregate`
     (by default, screened weighted FedAvg: EMD-CFL Alg. 1, line 21), and the decisions taken.
 
@@ -247,8 +310,15 @@ def cluster_averages(cfg: AggregationConfig, round: int, clusters: np.ndarray, u
     models, decisions = {}, []
     for k in np.unique([clusters[c] for c in updates]):
         members = sorted(c for c in updates if clusters[c] == k)
-        models[int(k)], screened = aggregate(cfg, round, members, [updates[c] for c in members],
-                                             [starts[c] for c in members], [counts[c] for c in members], first_counts)
+        models[int(k)], screened = aggregate(
+            cfg,
+            round,
+            members,
+            [updates[c] for c in members],
+            [starts[c] for c in members],
+            [counts[c] for c in members],
+            first_counts,
+        )
         first_counts.update(screened.first_counts)
         decisions += screened.decisions
     return {c: models.get(int(clusters[c]), starts[c]) for c in range(len(clusters))}, decisions

@@ -18,6 +18,7 @@ Why not torch.func's `grad`: its backward enters `torch._dynamo` (and sympy with
 of import in a silo's first round), and so does `cross_entropy` under `vmap`; the batched
 forward with autograd's own backward and the loss outside `vmap` import nothing.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -60,8 +61,9 @@ class Evaluation:
 
 def batchable(model: nn.Module) -> bool:
     """Whether the stacked forward computes `model` exactly: no buffers, no dropout."""
-    return not any(True for _ in model.buffers()) and \
-        not any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
+    return not any(True for _ in model.buffers()) and not any(
+        isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules()
+    )
 
 
 def batches_silos(cfg: Config, device: torch.device) -> bool:
@@ -82,7 +84,7 @@ def train_together(jobs: list[LocalTraining], cfg: TrainConfig, device: torch.de
             continue
         per_step = max(1, STEP_IMAGES // cfg.batch(len(group[0].y)))
         for first in range(0, len(group), per_step):
-            _train_stacked(group[first:first + per_step], cfg, device)
+            _train_stacked(group[first : first + per_step], cfg, device)
     return [None] * len(jobs)
 
 
@@ -103,7 +105,7 @@ def evaluate_together(jobs: list[Evaluation], device: torch.device) -> list[tupl
         loss_sum = torch.zeros(silos, dtype=torch.float64, device=device)
         step = max(1, STEP_IMAGES // silos)
         for start in range(0, n, step):
-            logits, labels = forward(params, x[:, start:start + step]), y[:, start:start + step]
+            logits, labels = forward(params, x[:, start : start + step]), y[:, start : start + step]
             losses = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
             loss_sum += losses.view(silos, -1).sum(1, dtype=torch.float64)
             correct += (logits.argmax(-1) == labels).sum(1)
@@ -129,8 +131,10 @@ def _stacked_forward(template: nn.Module):
 def _train_stacked(group: list[LocalTraining], cfg: TrainConfig, device: torch.device) -> None:
     """`train_local` of silos with training sets of one size, their parameters stacked."""
     forward = _stacked_forward(group[0].model.train())
-    params = [torch.stack([p.detach() for p in parts]).requires_grad_()
-              for parts in zip(*(job.model.parameters() for job in group))]
+    params = [
+        torch.stack([p.detach() for p in parts]).requires_grad_()
+        for parts in zip(*(job.model.parameters() for job in group))
+    ]
     x, y = (torch.stack(sets).to(device) for sets in zip(*((job.x, job.y) for job in group)))  # (silos, n, ...)
     silos, n = y.shape
     rows = torch.arange(silos, device=device)[:, None]
@@ -139,7 +143,7 @@ def _train_stacked(group: list[LocalTraining], cfg: TrainConfig, device: torch.d
     for _ in range(cfg.local_epochs):
         order = torch.stack([torch.randperm(n, generator=job.generator) for job in group]).to(device)
         for start in range(0, n, batch):
-            idx = order[:, start:start + batch]
+            idx = order[:, start : start + batch]
             logits = forward(params, x[rows, idx])  # (silos, b, classes)
             losses = nn.functional.cross_entropy(logits.flatten(0, 1), y[rows, idx].flatten(), reduction="none")
             optimiser.zero_grad()

@@ -1,5 +1,6 @@
 """What every command line of cfl_mpi shares: the run arguments, config loading and checks, and
 the exit code of a config error (2, with one line on stderr)."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,8 +8,9 @@ import ctypes
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from .config import Config, ConfigError, load_config
 from .console import count
@@ -17,8 +19,21 @@ T = TypeVar("T")
 
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "config_error", "NO_MPIRUN", "announce", "check_results_folder", "count", "exit_now",
-           "exit_rank", "find_mpirun", "load_run_config", "prepare_results_folder", "run_arguments", "split_list"]
+__all__ = [
+    "EXIT_CONFIG",
+    "config_error",
+    "NO_MPIRUN",
+    "announce",
+    "check_results_folder",
+    "count",
+    "exit_now",
+    "exit_rank",
+    "find_mpirun",
+    "load_run_config",
+    "prepare_results_folder",
+    "run_arguments",
+    "split_list",
+]
 
 
 def run_arguments(prog: str, description: str, *, resume: bool = True) -> argparse.ArgumentParser:
@@ -27,13 +42,25 @@ def run_arguments(prog: str, description: str, *, resume: bool = True) -> argpar
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
     parser.add_argument("--out", help="results folder (overrides the config's `out`)")
     if resume:
-        parser.add_argument("--resume", metavar="DIR",
-                            help="continue the run whose results folder is DIR from its last checkpoint "
-                                 "(same config and --set options; DIR must hold an intact checkpoint)")
-        parser.add_argument("--overwrite", action="store_true",
-                            help="start afresh in a results folder that already holds a run, deleting that run's files")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value by its dotted key, e.g. --set train.rounds=2")
+        parser.add_argument(
+            "--resume",
+            metavar="DIR",
+            help="continue the run whose results folder is DIR from its last checkpoint "
+            "(same config and --set options; DIR must hold an intact checkpoint)",
+        )
+        parser.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="start afresh in a results folder that already holds a run, deleting that run's files",
+        )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value by its dotted key, e.g. --set train.rounds=2",
+    )
     return parser
 
 
@@ -85,8 +112,11 @@ NO_MPIRUN = "no mpirun next to this Python nor on PATH (activate the virtual env
 def announce(cfg: Config, hosted: str) -> None:
     """The job's first line, as soon as its config is valid: the minutes before round 1 ends
     are not silent. `hosted`: where the silos run, e.g. "on 8 ranks (one per rank)"."""
-    print(f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} {hosted}, "
-          f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}", flush=True)
+    print(
+        f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} {hosted}, "
+        f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}",
+        flush=True,
+    )
 
 
 def exit_now(code: int) -> NoReturn:
@@ -110,6 +140,7 @@ def exit_rank(code: int) -> NoReturn:
     sys.stderr.flush()
     ctypes.CDLL(None).exit(code)
     raise AssertionError("unreachable: libc exit returned")
+
 
 def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:
     print(f"{prog}: config error: {message}", file=sys.stderr, flush=True)

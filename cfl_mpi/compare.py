@@ -17,6 +17,7 @@ Nothing runs or is written before every run's config is valid and the data they 
 ready (missing data: one line, exit code 2). Each job's console lines reach the console as
 they come, after `[<method> s<seed>]`, then a line with its outcome.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,16 +50,29 @@ COLUMNS = ("avg_acc", "worst_acc", "ari", "wall_s")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cfl_mpi.compare", description=DESCRIPTION)
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
-    parser.add_argument("--methods", default=",".join(strategies.defaults()),
-                        help="comma-separated strategy names (default: %(default)s)")
+    parser.add_argument(
+        "--methods",
+        default=",".join(strategies.defaults()),
+        help="comma-separated strategy names (default: %(default)s)",
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder for the runs and the tables (default: runs/compare_<name>)")
     parser.add_argument("--resume", action="store_true", help="skip runs whose summary.json exists")
-    parser.add_argument("--backend", choices=("mpi", "simulate"), default="mpi",
-                        help="run each job under mpirun (default) or in one process (python -m cfl_mpi.simulate)")
+    parser.add_argument(
+        "--backend",
+        choices=("mpi", "simulate"),
+        default="mpi",
+        help="run each job under mpirun (default) or in one process (python -m cfl_mpi.simulate)",
+    )
     parser.add_argument("--mpirun", help="mpirun to launch with (default: next to this Python, else on PATH)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
-                        help="config override for every run, or for one method with a METHOD: prefix")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="[METHOD:]KEY=VALUE",
+        help="config override for every run, or for one method with a METHOD: prefix",
+    )
     return parser.parse_args(argv)
 
 
@@ -98,15 +112,19 @@ def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[st
     The run folders are the comparison's own: a run not skipped by `--resume` starts over
     there (`--overwrite`) rather than being refused for the unfinished run it holds."""
     out.mkdir(parents=True, exist_ok=True)
-    start_cmd = [mpirun, "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main"] if mpirun else \
-        [sys.executable, "-m", "cfl_mpi.simulate"]
+    start_cmd = (
+        [mpirun, "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main"]
+        if mpirun
+        else [sys.executable, "-m", "cfl_mpi.simulate"]
+    )
     cmd = [*start_cmd, config, "--out", str(out), "--overwrite", *[a for s in sets for a in ("--set", s)]]
     start = time.monotonic()
     with open(out / "log.txt", "wb") as log:
         log.write((" ".join(cmd) + "\n").encode())
         log.flush()
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        job = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         for line in job.stdout:  # until every process of the job has closed its output
             log.write(line)
             log.flush()
@@ -139,8 +157,11 @@ def failure_reason(run: Path) -> str:
     failure = run / FAILURE
     if failure.is_file() and (lines := failure.read_text().strip().splitlines()):
         return lines[0]
-    lines = [line.strip() for line in (run / "log.txt").read_text(errors="replace").splitlines() if line.strip()] \
-        if (run / "log.txt").is_file() else []
+    lines = (
+        [line.strip() for line in (run / "log.txt").read_text(errors="replace").splitlines() if line.strip()]
+        if (run / "log.txt").is_file()
+        else []
+    )
     errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
     return (errors or lines or ["no output"])[-1]
 
@@ -163,15 +184,20 @@ def markdown_table(rows: list[dict], title: str) -> str:
     def fmt(cell, scale: float, digits: int) -> str:
         return "n/a" if cell is None else f"{scale * cell[0]:.{digits}f} ± {scale * cell[1]:.{digits}f}"
 
-    lines = [f"### {title}", "",
-             "| Method | Avg Acc | Worst Acc | ARI | Clusters | Wall time (s) | Runs |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| Method | Avg Acc | Worst Acc | ARI | Clusters | Wall time (s) | Runs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         spec = strategies.REGISTRY.get(r["method"])
         ari = "-" if spec and not spec.clusters else fmt(r["ari"], 1, 2)  # the paper prints "-" for FedAvg
         clusters = "n/a" if r["n_clusters"] is None else f"{r['n_clusters']:.1f}"
-        lines.append(f"| {strategies.label(r['method'])} | {fmt(r['avg_acc'], 100, 2)} | "
-                     f"{fmt(r['worst_acc'], 100, 2)} | {ari} | {clusters} | {fmt(r['wall_s'], 1, 1)} | {r['runs']} |")
+        lines.append(
+            f"| {strategies.label(r['method'])} | {fmt(r['avg_acc'], 100, 2)} | "
+            f"{fmt(r['worst_acc'], 100, 2)} | {ari} | {clusters} | {fmt(r['wall_s'], 1, 1)} | {r['runs']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -225,8 +251,9 @@ def checked(args: argparse.Namespace) -> Plan:
         raise ConfigError(f"--methods: unknown method {unknown[0]!r} (choose from {', '.join(strategies.REGISTRY)})")
     prefixes = {o.split("=", 1)[0].split(":", 1)[0] for o in args.overrides if ":" in o.split("=", 1)[0]}
     if prefixes - set(methods):
-        raise ConfigError(f"--set {sorted(prefixes - set(methods))[0]}:...: not one of the compared methods "
-                          f"({', '.join(methods)})")
+        raise ConfigError(
+            f"--set {sorted(prefixes - set(methods))[0]}:...: not one of the compared methods ({', '.join(methods)})"
+        )
     own = file_strategy(args.config)
     configs = {}
     for method in methods:
@@ -251,8 +278,9 @@ def checked(args: argparse.Namespace) -> Plan:
 
 def outcome(method: str, summary: dict) -> str:
     """A finished run in one line: what the table will show of it."""
-    ari = f"ARI {summary['ari']:.3f}, " if strategies.REGISTRY[method].clusters and summary.get("ari") is not None \
-        else ""
+    ari = (
+        f"ARI {summary['ari']:.3f}, " if strategies.REGISTRY[method].clusters and summary.get("ari") is not None else ""
+    )
     return f"{ari}avg acc {100 * summary['avg_acc']:.2f} %, worst {100 * summary['worst_acc']:.2f} %"
 
 
@@ -270,20 +298,35 @@ def run(plan: Plan) -> int:
         (run_dir / "summary.json").unlink(missing_ok=True)
         print(f"{head}: running; log {run_dir / 'log.txt'}", flush=True)
         with Interrupts() as interrupts:
-            code, wall = launch(plan.mpirun, plan.configs[method, seed].world_size, plan.config, run_dir,
-                                run_overrides(method, seed, plan.overrides, plan.file_method), f"  [{method} s{seed}]")
+            code, wall = launch(
+                plan.mpirun,
+                plan.configs[method, seed].world_size,
+                plan.config,
+                run_dir,
+                run_overrides(method, seed, plan.overrides, plan.file_method),
+                f"  [{method} s{seed}]",
+            )
         if interrupts.count:
-            print(f"cfl_mpi.compare: interrupted during {method} seed {seed}; continue with the same command "
-                  f"and --resume", file=sys.stderr, flush=True)
+            print(
+                f"cfl_mpi.compare: interrupted during {method} seed {seed}; continue with the same command "
+                f"and --resume",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_INTERRUPTED
         if code == 0 and (run_dir / "summary.json").exists():
             summary = json.loads((run_dir / "summary.json").read_text())
-            print(f"{head}: done in {wall:.0f} s: {outcome(method, summary)} ({summary['wall_s']:.0f} s of rounds, "
-                  f"the table's wall time; the rest is start-up and writing the results)", flush=True)
+            print(
+                f"{head}: done in {wall:.0f} s: {outcome(method, summary)} ({summary['wall_s']:.0f} s of rounds, "
+                f"the table's wall time; the rest is start-up and writing the results)",
+                flush=True,
+            )
         else:
             failed.append((method, seed))
-            print(f"{head}: FAILED (exit {code}) in {wall:.0f} s: {failure_reason(run_dir)} "
-                  f"(log: {run_dir / 'log.txt'})", flush=True)
+            print(
+                f"{head}: FAILED (exit {code}) in {wall:.0f} s: {failure_reason(run_dir)} (log: {run_dir / 'log.txt'})",
+                flush=True,
+            )
 
     out, seeds = plan.out, plan.seeds
     rows, first_runs = [], {}
@@ -293,18 +336,25 @@ def run(plan: Plan) -> int:
         if done:
             first_runs[method] = done[0]
     first = plan.configs[plan.methods[0], seeds[0]]
-    title = (f"{first.name}: {count(first.silos, 'silo')}, {count(first.train.rounds, 'round')}, seeds "
-             f"{', '.join(map(str, seeds))} (mean ± std over seeds)")
+    title = (
+        f"{first.name}: {count(first.silos, 'silo')}, {count(first.train.rounds, 'round')}, seeds "
+        f"{', '.join(map(str, seeds))} (mean ± std over seeds)"
+    )
     table = markdown_table(rows, title)
     (out / "table.md").write_text(table)
     write_csv(rows, out / "table.csv")
     maps = heatmaps(out, first_runs)
     print("\n" + table, flush=True)
-    print(f"tables: {out / 'table.md'}, {out / 'table.csv'}; heat maps: "
-          f"{', '.join(m.name for m in maps) or 'none'}", flush=True)
+    print(
+        f"tables: {out / 'table.md'}, {out / 'table.csv'}; heat maps: {', '.join(m.name for m in maps) or 'none'}",
+        flush=True,
+    )
     if failed:
-        print(f"cfl_mpi.compare: {len(failed)} run(s) failed: "
-              + ", ".join(f"{m} seed {s} ({out / f'{m}_s{s}' / 'log.txt'})" for m, s in failed), file=sys.stderr)
+        print(
+            f"cfl_mpi.compare: {len(failed)} run(s) failed: "
+            + ", ".join(f"{m} seed {s} ({out / f'{m}_s{s}' / 'log.txt'})" for m, s in failed),
+            file=sys.stderr,
+        )
         return 1
     return 0
 

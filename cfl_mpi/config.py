@@ -3,6 +3,7 @@
 Every mistake a user can make in a config (unknown key, wrong type, bad value, missing
 data) becomes one `ConfigError` line that names the dotted field and the fix.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,10 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"))
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
 
 
 def read_yaml(text: str) -> Any:
@@ -47,16 +50,22 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
-# Data sets (the EMD-CFL paper, §4.1 and Appendix C): the rotated sets replicate their pool once per angle; the backdoor sets
-# split their silos evenly across 3 groups (group 0 is the target of the backdoor); PACS
-# gives each domain its own silos.
+# Data sets (the EMD-CFL paper, §4.1 and Appendix C): the rotated sets replicate their pool once
+# per angle; the backdoor sets split their silos evenly across 3 groups (group 0 is the target
+# of the backdoor); PACS gives each domain its own silos.
 ROTATED_DATA = ("rotated_digits", "rotated_mnist", "rotated_cifar10")
 BACKDOOR_DATA = ("backdoor_mnist", "backdoor_cifar10")
 PACS_DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
 # Edge of the images a silo keeps when data.image_size is null: the data set's own size
 # (scikit-learn's 8x8 digits are upsampled to MNIST's 28; PACS's 227 is cut to the paper's 224).
-NATIVE_IMAGE_SIZE = {"rotated_digits": 28, "rotated_mnist": 28, "backdoor_mnist": 28,
-                     "rotated_cifar10": 32, "backdoor_cifar10": 32, "pacs": 224}
+NATIVE_IMAGE_SIZE = {
+    "rotated_digits": 28,
+    "rotated_mnist": 28,
+    "backdoor_mnist": 28,
+    "rotated_cifar10": 32,
+    "backdoor_cifar10": 32,
+    "pacs": 224,
+}
 
 
 # The data set, how its images are split into silos, and which groups of silos form the true clusters.
@@ -64,9 +73,11 @@ NATIVE_IMAGE_SIZE = {"rotated_digits": 28, "rotated_mnist": 28, "backdoor_mnist"
 class DataConfig:
     # The data set: rotated_* copy their pool once per rotation, backdoor_* split the silos
     # evenly across 3 groups (group 0 the backdoor's target), pacs gives each domain its own silos.
-    name: Literal["rotated_digits", "rotated_mnist", "rotated_cifar10", "backdoor_mnist",
-                  "backdoor_cifar10", "pacs"] = "rotated_digits"
-    # Rotation angles in degrees, one group per angle (the paper's 0/90/180/270, and its Appendix E.9 variants). rotated_* only.
+    name: Literal[
+        "rotated_digits", "rotated_mnist", "rotated_cifar10", "backdoor_mnist", "backdoor_cifar10", "pacs"
+    ] = "rotated_digits"
+    # Rotation angles in degrees, one group per angle (the paper's 0/90/180/270, and its
+    # Appendix E.9 variants). rotated_* only.
     rotations: list[float] = field(default_factory=lambda: [0.0, 90.0, 180.0, 270.0])
     # True cluster of each group (rotation, backdoor group or PACS domain); null: every group is
     # its own cluster. The "min" rotations [-3, -1, 1, 3] are one cluster: [0, 0, 0, 0].
@@ -113,8 +124,13 @@ class DataConfig:
 
 # The torchvision models (EMD-CFL paper, Appendix D.2) and their embedding sizes dim(Z): the pooled features
 # in front of the classifier. The simple CNN's embedding_dim is free (default 128).
-TORCHVISION_MODELS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536,
-                      "vit_b_16": 768, "convnext_base": 1024}
+TORCHVISION_MODELS = {
+    "resnet18": 512,
+    "resnet50": 2048,
+    "efficientnet_b3": 1536,
+    "vit_b_16": 768,
+    "convnext_base": 1024,
+}
 IMAGENET_INPUT_SIZE = 224  # what the paper feeds the ImageNet models
 MLP_HIDDEN = 200  # IFCA's rotated-MNIST network: 784-200-10
 # Models whose forward is a function of their parameters and input alone: no buffers (BatchNorm's
@@ -130,8 +146,9 @@ class ModelConfig:
     # fully connected network (the flattened image, one hidden ReLU layer of embedding_dim
     # units, the embedding, then the classes); the others are torchvision's models
     # (TORCHVISION_MODELS), fed 224x224 inputs by default.
-    name: Literal["simple_cnn", "mlp", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16",
-                  "convnext_base"] = "simple_cnn"
+    name: Literal["simple_cnn", "mlp", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16", "convnext_base"] = (
+        "simple_cnn"
+    )
     # simple_cnn, the EMD-CFL paper's (Appendix D.2): conv 64, conv 128, fc 128 (embedding), fc classes.
     channels: list[int] = field(default_factory=lambda: [64, 128])
     # simple_cnn's 2x2 max-pools: 1, after the second conv (the authors' network, the paper
@@ -151,8 +168,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.embedding_dim is None:
-            object.__setattr__(self, "embedding_dim", TORCHVISION_MODELS.get(self.name, MLP_HIDDEN if self.name == "mlp"
-                                                                          else 128))
+            object.__setattr__(
+                self, "embedding_dim", TORCHVISION_MODELS.get(self.name, MLP_HIDDEN if self.name == "mlp" else 128)
+            )
         if self.input_size is None and self.name in TORCHVISION_MODELS:
             object.__setattr__(self, "input_size", IMAGENET_INPUT_SIZE)
 
@@ -250,8 +268,7 @@ class FaultConfig:
     # The round it fails in, or from which it sends hostile updates.
     round: int
     # What it does: one of the kinds described above.
-    kind: Literal["raise", "exit", "hang", "scaled_update", "huge_weights", "duplicate_update",
-                  "header_only"] = "raise"
+    kind: Literal["raise", "exit", "hang", "scaled_update", "huge_weights", "duplicate_update", "header_only"] = "raise"
 
 
 # How the MPI job runs: timeouts, checkpoints, silos per rank, devices, injected faults. Not part of the
@@ -338,8 +355,9 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is list:
         return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-            type(None): "null"}.get(tp, getattr(tp, "__name__", str(tp)))
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -406,8 +424,11 @@ def _dataclass(cls: type, value: Any, where: str) -> Any:
     if unknown:
         key = f"{where}.{unknown[0]}" if where else str(unknown[0])
         raise ConfigError(f"{key}: unknown key (valid keys here: {', '.join(names)})")
-    required = [f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     missing = [k for k in required if k not in value]
     if missing:
         key = f"{where}.{missing[0]}" if where else missing[0]
@@ -448,26 +469,36 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(problem)
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
     _check(cfg.runtime.payload_timeout_s > 0, "runtime.payload_timeout_s: must be positive")
-    _check(cfg.runtime.silos_per_rank is None or 1 <= cfg.runtime.silos_per_rank <= cfg.silos,
-           f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
-           f"got {cfg.runtime.silos_per_rank}")
+    _check(
+        cfg.runtime.silos_per_rank is None or 1 <= cfg.runtime.silos_per_rank <= cfg.silos,
+        f"runtime.silos_per_rank: must lie between 1 and silos ({cfg.silos}) or be null, "
+        f"got {cfg.runtime.silos_per_rank}",
+    )
     _check(cfg.runtime.max_poll_sleep_ms > 0, "runtime.max_poll_sleep_ms: must be positive")
-    _check(cfg.runtime.silo_training != "batched" or cfg.model.name in BATCHABLE_MODELS,
-           f"runtime.silo_training: batched needs a model without buffers or dropout ({', '.join(BATCHABLE_MODELS)}); "
-           f"{cfg.model.name} has them (set auto or one_by_one)")
+    _check(
+        cfg.runtime.silo_training != "batched" or cfg.model.name in BATCHABLE_MODELS,
+        f"runtime.silo_training: batched needs a model without buffers or dropout ({', '.join(BATCHABLE_MODELS)}); "
+        f"{cfg.model.name} has them (set auto or one_by_one)",
+    )
 
 
 def _facts(cfg: Config) -> ConfigFacts:
     """What a strategy's parameters are checked against (participation and late silos valid)."""
     p = cfg.participation
     present = cfg.silos - len(cfg.late_silos)
-    return ConfigFacts(cfg.silos, cfg.model.embedding_dim, participant_count(p, present),
-                       p.fraction is None and p.count is None and not cfg.late_silos)
+    return ConfigFacts(
+        cfg.silos,
+        cfg.model.embedding_dim,
+        participant_count(p, present),
+        p.fraction is None and p.count is None and not cfg.late_silos,
+    )
 
 
 def _validate_aggregation(a: AggregationConfig) -> None:
     _check(0 <= a.trim < 0.5, f"aggregation.trim: must lie in [0, 0.5), got {a.trim}")
-    _check(a.clip_norm is None or a.clip_norm > 0, f"aggregation.clip_norm: must be positive or null, got {a.clip_norm}")
+    _check(
+        a.clip_norm is None or a.clip_norm > 0, f"aggregation.clip_norm: must be positive or null, got {a.clip_norm}"
+    )
     _check(a.norm_ratio > 1, f"aggregation.norm_ratio: must be above 1 (the cluster median itself), got {a.norm_ratio}")
     _check(a.count_ratio >= 1, f"aggregation.count_ratio: must be at least 1, got {a.count_ratio}")
 
@@ -475,26 +506,32 @@ def _validate_aggregation(a: AggregationConfig) -> None:
 def _validate_federation(cfg: Config) -> None:
     """Participation, late silos and injected faults must fit the silos and rounds."""
     p = cfg.participation
-    _check(p.fraction is None or p.count is None,
-           "participation: give either fraction or count, not both (remove one)")
-    _check(p.fraction is None or 0 < p.fraction <= 1,
-           f"participation.fraction: must lie in (0, 1], got {p.fraction}")
-    _check(p.count is None or 1 <= p.count <= cfg.silos,
-           f"participation.count: must lie between 1 and silos ({cfg.silos}), got {p.count}")
+    _check(p.fraction is None or p.count is None, "participation: give either fraction or count, not both (remove one)")
+    _check(p.fraction is None or 0 < p.fraction <= 1, f"participation.fraction: must lie in (0, 1], got {p.fraction}")
+    _check(
+        p.count is None or 1 <= p.count <= cfg.silos,
+        f"participation.count: must lie between 1 and silos ({cfg.silos}), got {p.count}",
+    )
     seen: set[int] = set()
     for i, late in enumerate(cfg.late_silos):
-        _check(0 <= late.silo < cfg.silos and late.silo not in seen,
-               f"late_silos[{i}].silo: must be a distinct silo index in 0..{cfg.silos - 1}, got {late.silo}")
-        _check(2 <= late.round <= cfg.train.rounds,
-               f"late_silos[{i}].round: must lie between 2 and train.rounds ({cfg.train.rounds}), got {late.round} "
-               "(a silo present from the start needs no entry)")
+        _check(
+            0 <= late.silo < cfg.silos and late.silo not in seen,
+            f"late_silos[{i}].silo: must be a distinct silo index in 0..{cfg.silos - 1}, got {late.silo}",
+        )
+        _check(
+            2 <= late.round <= cfg.train.rounds,
+            f"late_silos[{i}].round: must lie between 2 and train.rounds ({cfg.train.rounds}), got {late.round} "
+            "(a silo present from the start needs no entry)",
+        )
         seen.add(late.silo)
     _check(len(seen) < cfg.silos, "late_silos: at least one silo must be present in round 1 (remove one entry)")
     f = cfg.runtime.fault
     if f is not None:
         _check(0 <= f.silo < cfg.silos, f"runtime.fault.silo: must lie in 0..{cfg.silos - 1}, got {f.silo}")
-        _check(1 <= f.round <= cfg.train.rounds,
-               f"runtime.fault.round: must lie between 1 and train.rounds ({cfg.train.rounds}), got {f.round}")
+        _check(
+            1 <= f.round <= cfg.train.rounds,
+            f"runtime.fault.round: must lie between 1 and train.rounds ({cfg.train.rounds}), got {f.round}",
+        )
 
 
 def _validate_data(cfg: Config) -> None:
@@ -503,34 +540,51 @@ def _validate_data(cfg: Config) -> None:
     if d.name in ROTATED_DATA:
         groups = len(d.rotations)
         _check(groups >= 1, "data.rotations: give at least one angle, e.g. [0, 90, 180, 270]")
-        _check(cfg.silos % groups == 0,
-               f"silos: {cfg.silos} silos cannot be split evenly across {groups} rotations "
-               f"(set silos to a multiple of {groups})")
+        _check(
+            cfg.silos % groups == 0,
+            f"silos: {cfg.silos} silos cannot be split evenly across {groups} rotations "
+            f"(set silos to a multiple of {groups})",
+        )
         _check(d.rotation_border >= 0, f"data.rotation_border: must be 0 or more pixels, got {d.rotation_border}")
     elif d.name in BACKDOOR_DATA:
         groups = 3
-        _check(cfg.silos % groups == 0,
-               f"silos: {d.name} splits its silos evenly across 3 groups, {cfg.silos} is not a multiple "
-               f"of 3 (set silos to a multiple of 3; the paper uses {30 if d.name == 'backdoor_mnist' else 15})")
+        _check(
+            cfg.silos % groups == 0,
+            f"silos: {d.name} splits its silos evenly across 3 groups, {cfg.silos} is not a multiple "
+            f"of 3 (set silos to a multiple of 3; the paper uses {30 if d.name == 'backdoor_mnist' else 15})",
+        )
     else:  # pacs
         groups = len(d.domains)
-        _check(groups >= 1 and len(set(d.domains)) == groups and set(d.domains) <= set(PACS_DOMAINS),
-               f"data.domains: give distinct PACS domains out of {', '.join(PACS_DOMAINS)}, got {d.domains}")
-        _check(len(d.domain_silos) == groups and all(n >= 1 for n in d.domain_silos),
-               f"data.domain_silos: give one positive silo count per domain ({groups}), got {d.domain_silos}")
-        _check(cfg.silos == sum(d.domain_silos),
-               f"silos: data.domain_silos {d.domain_silos} adds up to {sum(d.domain_silos)} silos but silos is "
-               f"{cfg.silos} (set silos to {sum(d.domain_silos)} or change data.domain_silos)")
+        _check(
+            groups >= 1 and len(set(d.domains)) == groups and set(d.domains) <= set(PACS_DOMAINS),
+            f"data.domains: give distinct PACS domains out of {', '.join(PACS_DOMAINS)}, got {d.domains}",
+        )
+        _check(
+            len(d.domain_silos) == groups and all(n >= 1 for n in d.domain_silos),
+            f"data.domain_silos: give one positive silo count per domain ({groups}), got {d.domain_silos}",
+        )
+        _check(
+            cfg.silos == sum(d.domain_silos),
+            f"silos: data.domain_silos {d.domain_silos} adds up to {sum(d.domain_silos)} silos but silos is "
+            f"{cfg.silos} (set silos to {sum(d.domain_silos)} or change data.domain_silos)",
+        )
         _check(d.min_silo_images >= 1, f"data.min_silo_images: must be at least 1, got {d.min_silo_images}")
     if d.silo_images is not None:
-        _check(d.name in ROTATED_DATA, f"data.silo_images: only the rotated data sets take a fixed number of "
-                                       f"images per silo, not {d.name} (remove the key)")
-        _check(d.silo_images >= 2,
-               f"data.silo_images: a silo needs at least 2 images (training and validation), got {d.silo_images}")
+        _check(
+            d.name in ROTATED_DATA,
+            f"data.silo_images: only the rotated data sets take a fixed number of "
+            f"images per silo, not {d.name} (remove the key)",
+        )
+        _check(
+            d.silo_images >= 2,
+            f"data.silo_images: a silo needs at least 2 images (training and validation), got {d.silo_images}",
+        )
     if d.group_clusters is not None:
-        _check(len(d.group_clusters) == groups and all(k >= 0 for k in d.group_clusters),
-               f"data.group_clusters: give one non-negative cluster label per group ({groups} for {d.name}), "
-               f"got {d.group_clusters}")
+        _check(
+            len(d.group_clusters) == groups and all(k >= 0 for k in d.group_clusters),
+            f"data.group_clusters: give one non-negative cluster label per group ({groups} for {d.name}), "
+            f"got {d.group_clusters}",
+        )
     for name in ("test_fraction", "val_fraction"):
         frac = getattr(d, name)
         _check(0.0 < frac < 1.0, f"data.{name}: must lie strictly between 0 and 1, got {frac}")
@@ -544,25 +598,35 @@ def _validate_model(cfg: Config) -> None:
     _check(m.pretrained != "", "model.pretrained: give true, false or the path of a weights file")
     if m.name in ("simple_cnn", "mlp"):  # built here, for data.image_size, with no published weights
         what = {"simple_cnn": "the simple CNN", "mlp": "the MLP"}[m.name]
-        _check(m.name != "simple_cnn" or (len(m.channels) == 2 and all(c > 0 for c in m.channels)),
-               f"model.channels: the simple CNN takes two positive widths, got {m.channels}")
+        _check(
+            m.name != "simple_cnn" or (len(m.channels) == 2 and all(c > 0 for c in m.channels)),
+            f"model.channels: the simple CNN takes two positive widths, got {m.channels}",
+        )
         _check(m.embedding_dim > 0, f"model.embedding_dim: must be positive, got {m.embedding_dim}")
-        _check(m.input_size is None or m.input_size == cfg.data.image_size,
-               f"model.input_size: {what} is built for data.image_size ({cfg.data.image_size}), "
-               f"got {m.input_size} (set data.image_size instead)")
-        _check(m.pretrained is not True,
-               f"model.pretrained: torchvision has no weights for {what} (use false or a weights file)")
+        _check(
+            m.input_size is None or m.input_size == cfg.data.image_size,
+            f"model.input_size: {what} is built for data.image_size ({cfg.data.image_size}), "
+            f"got {m.input_size} (set data.image_size instead)",
+        )
+        _check(
+            m.pretrained is not True,
+            f"model.pretrained: torchvision has no weights for {what} (use false or a weights file)",
+        )
         return
     native = TORCHVISION_MODELS[m.name]
-    _check(m.embedding_dim == native,
-           f"model.embedding_dim: {m.name}'s embedding has {native} dimensions, got {m.embedding_dim} "
-           f"(remove the key or set it to {native})")
+    _check(
+        m.embedding_dim == native,
+        f"model.embedding_dim: {m.name}'s embedding has {native} dimensions, got {m.embedding_dim} "
+        f"(remove the key or set it to {native})",
+    )
     _check(m.input_size >= 32, f"model.input_size: {m.name} needs at least 32, got {m.input_size}")
     if m.name == "vit_b_16":
         _check(m.input_size % 16 == 0, f"model.input_size: vit_b_16 needs a multiple of 16, got {m.input_size}")
-        _check(m.pretrained is False or m.input_size == IMAGENET_INPUT_SIZE,
-               f"model.input_size: vit_b_16's weights are for {IMAGENET_INPUT_SIZE}x{IMAGENET_INPUT_SIZE} "
-               f"inputs, got {m.input_size} (set it to {IMAGENET_INPUT_SIZE} or pretrained: false)")
+        _check(
+            m.pretrained is False or m.input_size == IMAGENET_INPUT_SIZE,
+            f"model.input_size: vit_b_16's weights are for {IMAGENET_INPUT_SIZE}x{IMAGENET_INPUT_SIZE} "
+            f"inputs, got {m.input_size} (set it to {IMAGENET_INPUT_SIZE} or pretrained: false)",
+        )
 
 
 def _apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -621,12 +685,14 @@ def check_world(cfg: Config, world_size: int) -> int:
         raise ConfigError(
             f"runtime.silos_per_rank: {cfg.silos} silos at {k} per rank need {cfg.world_size} ranks "
             f"(mpirun -n {cfg.world_size}) but the job has {world_size} (start it with -n {cfg.world_size}, "
-            f"or remove runtime.silos_per_rank to derive it from -n)")
+            f"or remove runtime.silos_per_rank to derive it from -n)"
+        )
     if not 2 <= world_size <= cfg.silos + 1:
         raise ConfigError(
             f"silos: the config asks for {cfg.silos} silos, so the job needs 2 to {cfg.silos + 1} ranks "
             f"(the server and one rank per silo, or per block of silos: mpirun -n {cfg.silos + 1}) but it has "
-            f"{world_size} (start it with -n {cfg.silos + 1}, or run python -m cfl_mpi.simulate for one process)")
+            f"{world_size} (start it with -n {cfg.silos + 1}, or run python -m cfl_mpi.simulate for one process)"
+        )
     return world_size - 1
 
 
@@ -657,8 +723,10 @@ def check_resumable(cfg: Config, out: Path) -> None:
     try:
         saved = read_yaml(saved_path.read_text()) or {}
     except yaml.YAMLError:
-        raise ConfigError(f"--resume: {saved_path} is not valid YAML (the run's saved config was damaged; "
-                          f"start afresh with --out {out} --overwrite)") from None
+        raise ConfigError(
+            f"--resume: {saved_path} is not valid YAML (the run's saved config was damaged; "
+            f"start afresh with --out {out} --overwrite)"
+        ) from None
     if not isinstance(saved, dict):
         raise ConfigError(f"--resume: {saved_path} does not hold a config (start afresh with --out {out} --overwrite)")
     now = read_yaml(yaml.safe_dump(experiment_dict(cfg), sort_keys=False))
@@ -670,5 +738,7 @@ def check_resumable(cfg: Config, out: Path) -> None:
             field_name = section
             if isinstance(old, dict) and isinstance(new, dict):
                 field_name += "." + next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
-            raise ConfigError(f"{field_name}: differs from the run being resumed in {out} "
-                              f"(resume with the config and --set options it was started with)")
+            raise ConfigError(
+                f"{field_name}: differs from the run being resumed in {out} "
+                f"(resume with the config and --set options it was started with)"
+            )

@@ -6,6 +6,7 @@ The count is 1 (the server) + one rank per silo, or per block of `runtime.silos_
 silos sharing that rank's device (`Config.world_size`, as `python -m cfl_mpi.ranks` prints).
 `launch/run.sh` is this command.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ from .cli import NO_MPIRUN, config_error, find_mpirun, run_arguments
 from .config import Config, ConfigError, load_config
 from .srun_mpi import chosen_plugin
 
-DESCRIPTION = ("Start a config's job under mpirun with the rank count it needs (or print the mpirun, srun"
-               " and sbatch lines).")
+DESCRIPTION = (
+    "Start a config's job under mpirun with the rank count it needs (or print the mpirun, srun and sbatch lines)."
+)
 
 PRINT = "--print"
 

@@ -6,6 +6,7 @@ derived from the rank count). Every rank validates the config; all ranks agree o
 outcome before any work, so a config error is one line and exit code 2 on every rank
 instead of a hang. After that, an exception on any rank aborts the whole job.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,15 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .channel import SERVER, LocalHub, RankLayout, party_name
-from .cli import (EXIT_CONFIG, announce, check_results_folder, exit_rank, load_run_config,
-                  prepare_results_folder, run_arguments)
+from .cli import (
+    EXIT_CONFIG,
+    announce,
+    check_results_folder,
+    exit_rank,
+    load_run_config,
+    prepare_results_folder,
+    run_arguments,
+)
 from .config import Config, ConfigError, check_world
 from .console import count
 from .results import record_failure
@@ -33,8 +41,7 @@ from .runtime.stop import StopRequest, defer_stop_signals, ignore_stop_signals, 
 from .runtime.timeline import mark
 from .runtime.timeline import write as write_timeline
 
-DESCRIPTION = ("Run a clustered federated learning job under MPI: rank 0 is the server, the other ranks"
-               " host the silos.")
+DESCRIPTION = "Run a clustered federated learning job under MPI: rank 0 is the server, the other ranks host the silos."
 
 
 # Seconds between a failing rank's last words and MPI_Abort: the launcher's proxy forwards what
@@ -114,7 +121,7 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement, 
     torch.set_num_threads(placement.threads)
     with ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos) as compute:
         if len(channels) == 1:
-            (silo, channel), = channels.items()
+            ((silo, channel),) = channels.items()
             run_silo(cfg, channel, device, silo, compute)
             return
         threads = PartyThreads(hub)
@@ -133,8 +140,8 @@ def cli(argv: list[str] | None = None) -> None:
     from mpi4py import MPI
 
     from .channel.mpi import MpiChannel, MpiInbox
-    from .runtime.placement import describe_devices, gather_devices, place, select_device
     from .runtime.faults import InjectedExit
+    from .runtime.placement import describe_devices, gather_devices, place, select_device
 
     mark("mpi_init")
 
@@ -150,8 +157,11 @@ def cli(argv: list[str] | None = None) -> None:
         cfg, layout = _validated(comm, args)
     except Exception as exc:  # noqa: BLE001 - not a config error (a bug, an unreadable file): the other
         detail = "".join(traceback.format_exception(exc)).rstrip()  # ranks wait to agree; an abort ends them
-        print(f"cfl_mpi: rank {rank} failed while checking the config: {type(exc).__name__}: {exc}\n{detail}",
-              file=sys.stderr, flush=True)
+        print(
+            f"cfl_mpi: rank {rank} failed while checking the config: {type(exc).__name__}: {exc}\n{detail}",
+            file=sys.stderr,
+            flush=True,
+        )
         time.sleep(ABORT_GRACE_S)
         comm.Abort(1)
     mark("config")
@@ -174,15 +184,26 @@ def cli(argv: list[str] | None = None) -> None:
         with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s) as inbox:
 
             def channel(address: int) -> MpiChannel:
-                return MpiChannel(address, inbox, cfg.runtime.message_timeout_s, max_sleep_s,
-                                  cfg.runtime.payload_timeout_s)
+                return MpiChannel(
+                    address, inbox, cfg.runtime.message_timeout_s, max_sleep_s, cfg.runtime.payload_timeout_s
+                )
 
             if rank == 0:
                 from .runtime.server import start_server
 
                 # the silos wait while the server clusters: it may use the node's cores meanwhile
-                stopped = start_server(cfg, channel(SERVER), cfg.results_dir(), stop, resume=bool(args.resume),
-                                       cores=placement.cores, devices=[d.label for d in devices]).run() is None
+                stopped = (
+                    start_server(
+                        cfg,
+                        channel(SERVER),
+                        cfg.results_dir(),
+                        stop,
+                        resume=bool(args.resume),
+                        cores=placement.cores,
+                        devices=[d.label for d in devices],
+                    ).run()
+                    is None
+                )
             else:
                 run_silos(cfg, {c: channel(c) for c in here}, hub, placement, device)
         # MPI_Finalize waits for every rank, spinning: the silos, done at STOP, wait here asleep

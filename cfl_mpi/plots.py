@@ -3,6 +3,7 @@
 matplotlib is imported inside the functions that draw (`_pyplot`): a rank that never plots
 never imports it. Colours are colour-blind safe: viridis for values, the Okabe-Ito palette for
 categories (true clusters, methods)."""
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,7 @@ class Cut(NamedTuple):
     """Where a strategy's rule cuts its pairwise matrix: below `value`, silos may share a cluster."""
 
     value: float
-    label: str   # its tick label on the colour bar, e.g. "cut 3.5" or "cut β = 600°"
+    label: str  # its tick label on the colour bar, e.g. "cut 3.5" or "cut β = 600°"
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:
@@ -48,8 +49,9 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     return getattr(config, key, default)
 
 
-def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = None
-              ) -> tuple[np.ndarray | None, Cut | None, str]:
+def rule_view(
+    name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = None
+) -> tuple[np.ndarray | None, Cut | None, str]:
     """(noise to divide W's rows by or None, the cut or None, the colour-bar label) for the
     matrix `name` of a strategy's artifacts, in the units its rule cuts in: EMD-CFL's robust
     rule cuts max(W[c][c']/noise_c, W[c'][c]/noise_c') at noise_multiple, the paper's rule
@@ -77,8 +79,11 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
         measure = "energy distance" if energy else "distance"
         return noise, Cut(multiple, f"cut {multiple:g}"), f"{measure} in noise units (cut at {multiple:g}),\n{both}"
     if name == "A" and strategy_name == "pacfl":
-        label = "smallest principal angle (degrees)" if _get(strategy, "measure") == "smallest" \
+        label = (
+            "smallest principal angle (degrees)"
+            if _get(strategy, "measure") == "smallest"
             else "sum of principal angles (degrees)"
+        )
         beta = _get(strategy, "beta")
         if beta is not None:
             return None, Cut(float(beta), f"cut β = {float(beta):g}°"), f"{label}, cut at β = {float(beta):g}°"
@@ -90,8 +95,15 @@ def rule_view(name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = No
     return None, None, label
 
 
-def pairwise_heatmap(artifacts: Mapping[str, np.ndarray], truth: np.ndarray, title: str, path: Path, *,
-                     found: np.ndarray | None = None, strategy: Any = None) -> bool:
+def pairwise_heatmap(
+    artifacts: Mapping[str, np.ndarray],
+    truth: np.ndarray,
+    title: str,
+    path: Path,
+    *,
+    found: np.ndarray | None = None,
+    strategy: Any = None,
+) -> bool:
     """The heat map of whichever pairwise matrix the strategy left in `artifacts` (a spec's `pairwise`),
     in the units its rule cuts (`strategy`: its config, dataclass or dict), silos ordered and
     outlined by the `found` clusters. False when there is no such matrix (nothing written)."""
@@ -99,8 +111,18 @@ def pairwise_heatmap(artifacts: Mapping[str, np.ndarray], truth: np.ndarray, tit
         if name in artifacts:
             noise, cut, label = rule_view(name, artifacts, strategy)
             kind = "similarities" if how.similarity else "distances"
-            distance_heatmap(artifacts[name], truth, f"{title} pairwise {kind}", path, label, how.similarity,
-                             how.directed, found=found, noise=noise, cut=cut)
+            distance_heatmap(
+                artifacts[name],
+                truth,
+                f"{title} pairwise {kind}",
+                path,
+                label,
+                how.similarity,
+                how.directed,
+                found=found,
+                noise=noise,
+                cut=cut,
+            )
             return True
     return False
 
@@ -109,11 +131,18 @@ def run_heatmap(run: Path, path: Path, title: str) -> bool:
     """`pairwise_heatmap` from a results folder: its W/A/S/D.npy (and noise.npy), clusters.json
     (found and true clusters) and config.yaml (the strategy's cut). False when the run left no
     pairwise matrix."""
-    artifacts = {name: np.load(run / f"{name}.npy") for name in (*strategies.pairwise(), "noise") if (run / f"{name}.npy").exists()}
+    artifacts = {
+        name: np.load(run / f"{name}.npy")
+        for name in (*strategies.pairwise(), "noise")
+        if (run / f"{name}.npy").exists()
+    }
     clusters = json.loads((run / "clusters.json").read_text())
     truth = np.array([clusters["truth"][str(s)] for s in range(len(clusters["truth"]))])
-    found = np.array([clusters["clusters"][str(s)] for s in range(len(clusters["clusters"]))]) \
-        if len(clusters.get("clusters", {})) == len(truth) else None
+    found = (
+        np.array([clusters["clusters"][str(s)] for s in range(len(clusters["clusters"]))])
+        if len(clusters.get("clusters", {})) == len(truth)
+        else None
+    )
     strategy = None
     if (run / "config.yaml").exists():
         import yaml
@@ -148,8 +177,9 @@ def _cut_norm(vmin: float, cut: float, vmax: float):
             data = np.ma.getdata(v)
             with np.errstate(divide="ignore", invalid="ignore"):
                 low = 0.5 * (data - vmin) / (cut - vmin)
-                high = 0.5 + 0.5 * (np.log(np.maximum(data, cut) / cut) / np.log(vmax / cut) if log
-                                    else (data - cut) / (vmax - cut))
+                high = 0.5 + 0.5 * (
+                    np.log(np.maximum(data, cut) / cut) / np.log(vmax / cut) if log else (data - cut) / (vmax - cut)
+                )
             out = np.clip(np.where(data <= cut, low, high), 0.0, 1.0)
             return np.ma.masked_array(out, mask=np.ma.getmaskarray(v))
 
@@ -177,10 +207,19 @@ def _cut_ticks(vmin: float, cut: float, vmax: float) -> list[float]:
     return [*below, *above]
 
 
-def distance_heatmap(W: np.ndarray, truth: np.ndarray, title: str, path: Path,
-                     label: str = W_LABEL, similarity: bool = False, directed: bool = True, *,
-                     found: np.ndarray | None = None, noise: np.ndarray | None = None,
-                     cut: Cut | tuple[float, str] | None = None) -> None:
+def distance_heatmap(
+    W: np.ndarray,
+    truth: np.ndarray,
+    title: str,
+    path: Path,
+    label: str = W_LABEL,
+    similarity: bool = False,
+    directed: bool = True,
+    *,
+    found: np.ndarray | None = None,
+    noise: np.ndarray | None = None,
+    cut: Cut | tuple[float, str] | None = None,
+) -> None:
     """Pairwise heat map as the clustering rule sees it (cf. Figs. 14–17), written to `path`:
     see `heatmap_figure`."""
     fig = heatmap_figure(W, truth, title, label, similarity, directed, found=found, noise=noise, cut=cut)
@@ -188,9 +227,18 @@ def distance_heatmap(W: np.ndarray, truth: np.ndarray, title: str, path: Path,
     _pyplot().close(fig)
 
 
-def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_LABEL,
-                   similarity: bool = False, directed: bool = True, *, found: np.ndarray | None = None,
-                   noise: np.ndarray | None = None, cut: Cut | tuple[float, str] | None = None):
+def heatmap_figure(
+    W: np.ndarray,
+    truth: np.ndarray,
+    title: str,
+    label: str = W_LABEL,
+    similarity: bool = False,
+    directed: bool = True,
+    *,
+    found: np.ndarray | None = None,
+    noise: np.ndarray | None = None,
+    cut: Cut | tuple[float, str] | None = None,
+):
     """The heat map's figure (the caller closes it).
 
     A `directed` matrix (EMD-CFL's W) is shown symmetrised, max(W[c][c'], W[c'][c]), each row
@@ -225,8 +273,9 @@ def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_
     fig, ax = plt.subplots(figsize=(8.0, 6.6))
     cmap = plt.get_cmap("viridis_r" if similarity else "viridis")  # dark: close
     if cut is not None:  # a step in colour at the cut: blues below it, greens and yellows above
-        cmap = ListedColormap(np.vstack([cmap(np.linspace(0.0, 0.36, 128)), cmap(np.linspace(0.56, 1.0, 128))]),
-                              name=f"{cmap.name}_cut")
+        cmap = ListedColormap(
+            np.vstack([cmap(np.linspace(0.0, 0.36, 128)), cmap(np.linspace(0.56, 1.0, 128))]), name=f"{cmap.name}_cut"
+        )
     cmap = cmap.with_extremes(bad="0.8")
     off = ~np.eye(size, dtype=bool) & np.isfinite(D)
     values = D[off] if off.any() else np.array([0.0])
@@ -247,8 +296,20 @@ def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_
         n_found = len(np.unique(f))
         halo = [patheffects.Stroke(linewidth=3.6, foreground="black"), patheffects.Normal()]
         for a, b in zip(starts, [*starts[1:], size]):
-            ax.add_patch(Rectangle((a - 0.5, a - 0.5), b - a, b - a, fill=False, edgecolor="white", lw=2.0,
-                                   path_effects=halo, clip_on=False, zorder=3, label="found cluster"))
+            ax.add_patch(
+                Rectangle(
+                    (a - 0.5, a - 0.5),
+                    b - a,
+                    b - a,
+                    fill=False,
+                    edgecolor="white",
+                    lw=2.0,
+                    path_effects=halo,
+                    clip_on=False,
+                    zorder=3,
+                    label="found cluster",
+                )
+            )
     else:
         for b in np.flatnonzero(np.diff(truth[order])) + 0.5:
             ax.axhline(b, color="black", lw=0.8)
@@ -257,8 +318,15 @@ def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_
         for i, j in zip(*np.nonzero(off)):
             v = D[i, j]
             dark = norm(v) > 0.45 if similarity else norm(v) < 0.55
-            ax.text(j, i, f"{v:.0f}" if abs(v) >= 10 else f"{v:.2g}", ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")
+            ax.text(
+                j,
+                i,
+                f"{v:.0f}" if abs(v) >= 10 else f"{v:.2g}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if dark else "black",
+            )
 
     # true clusters: a colour strip along the top and the left
     divider = make_axes_locatable(ax)
@@ -315,10 +383,24 @@ def heatmap_figure(W: np.ndarray, truth: np.ndarray, title: str, label: str = W_
         notes.append("grey: not measured")
     if len(kinds) <= 10:
         handles = [Patch(color=OKABE_ITO[i % len(OKABE_ITO)], label=str(k)) for i, k in enumerate(kinds)]
-        fig.legend(handles=handles, title="true cluster", loc="lower center", ncol=len(kinds), fontsize=8,
-                   title_fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    fig.text(0.5, 0.065 if len(kinds) <= 10 else 0.01, textwrap.fill(" · ".join(notes), 95), ha="center",
-             va="bottom", fontsize=8.5)
+        fig.legend(
+            handles=handles,
+            title="true cluster",
+            loc="lower center",
+            ncol=len(kinds),
+            fontsize=8,
+            title_fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
+    fig.text(
+        0.5,
+        0.065 if len(kinds) <= 10 else 0.01,
+        textwrap.fill(" · ".join(notes), 95),
+        ha="center",
+        va="bottom",
+        fontsize=8.5,
+    )
     fig.subplots_adjust(left=0.08, right=0.8, top=0.93, bottom=0.19)
     return fig
 
@@ -374,8 +456,10 @@ def accuracy_figure(rounds: list[int], per_silo: np.ndarray, truth: np.ndarray, 
     ax.grid(alpha=0.3)
     handles = ax.get_legend_handles_labels()[0]
     if len(kinds) <= 8:
-        handles += [Line2D([], [], color=OKABE_ITO[i % len(OKABE_ITO)], marker="o", ms=3.5, lw=0.8,
-                           label=f"true cluster {k}") for i, k in enumerate(kinds)]
+        handles += [
+            Line2D([], [], color=OKABE_ITO[i % len(OKABE_ITO)], marker="o", ms=3.5, lw=0.8, label=f"true cluster {k}")
+            for i, k in enumerate(kinds)
+        ]
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
@@ -396,16 +480,20 @@ def coinciding(curves: Mapping[str, tuple[list[int], np.ndarray]]) -> dict[str, 
     return same
 
 
-def method_curves(panels: list[tuple[str, Mapping[str, tuple[list[int], np.ndarray]]]], path: Path,
-                  ylabel: str = "average silo test accuracy (%)") -> None:
+def method_curves(
+    panels: list[tuple[str, Mapping[str, tuple[list[int], np.ndarray]]]],
+    path: Path,
+    ylabel: str = "average silo test accuracy (%)",
+) -> None:
     """Each method's curve per round, one panel per data set: see `methods_figure`."""
     fig = methods_figure(panels, ylabel)
     fig.savefig(path, dpi=120)
     _pyplot().close(fig)
 
 
-def methods_figure(panels: list[tuple[str, Mapping[str, tuple[list[int], np.ndarray]]]],
-                   ylabel: str = "average silo test accuracy (%)"):
+def methods_figure(
+    panels: list[tuple[str, Mapping[str, tuple[list[int], np.ndarray]]]], ylabel: str = "average silo test accuracy (%)"
+):
     """One panel per data set `(title, {method label: (rounds, values)})`, every method on the
     same axes (panels without curves are left out). Methods that coincide stay visible: each
     has its own colour, marker and line style, its points are shifted a little sideways (all
@@ -422,10 +510,20 @@ def methods_figure(panels: list[tuple[str, Mapping[str, tuple[list[int], np.ndar
         all_rounds: set[int] = set()
         for i, (name, (rounds, values)) in enumerate(curves.items()):
             shift = (i / (n - 1) - 0.5) * width if n > 1 else 0.0
-            ax.plot(np.asarray(rounds, dtype=float) + shift, values, color=OKABE_ITO[i % len(OKABE_ITO)],
-                    marker=MARKERS[i % len(MARKERS)], ls=LINESTYLES[i % len(LINESTYLES)], lw=1.6, ms=7,
-                    mec="black", mew=0.6, label=f"{name} (same as {same[name]})" if name in same else name,
-                    zorder=3 + i % 2, markevery=max(1, len(rounds) // 25))
+            ax.plot(
+                np.asarray(rounds, dtype=float) + shift,
+                values,
+                color=OKABE_ITO[i % len(OKABE_ITO)],
+                marker=MARKERS[i % len(MARKERS)],
+                ls=LINESTYLES[i % len(LINESTYLES)],
+                lw=1.6,
+                ms=7,
+                mec="black",
+                mew=0.6,
+                label=f"{name} (same as {same[name]})" if name in same else name,
+                zorder=3 + i % 2,
+                markevery=max(1, len(rounds) // 25),
+            )
             all_rounds.update(int(r) for r in rounds)
         _round_axis(ax, all_rounds)
         ax.set_title(title, fontsize=10)

@@ -7,6 +7,7 @@ runs the same `prepare` before any silo reads, so on a cluster run this first wh
 network is (a login node), then start the job: `python -m cfl_mpi.prepare C && srun ... C`.
 Exit code 2 with one line on any problem.
 """
+
 from __future__ import annotations
 
 from .cli import config_error, run_arguments
@@ -41,9 +42,12 @@ def prepare_weights(cfg: Config) -> None:
                 f"model.pretrained: torchvision's {cfg.model.name} weights are not in torch's cache "
                 f"({_cache_file(cfg.model.name)}) and fetching them failed ({detail}) (run python -m cfl_mpi.prepare "
                 f"CONFIG where a network is reachable, copy the file there, or set model.pretrained to a "
-                f"weights file)") from None
-        raise ConfigError(f"model.pretrained: cannot load weights from {cfg.model.pretrained} ({detail}) "
-                          f"(give a state dict saved with torch.save)") from None
+                f"weights file)"
+            ) from None
+        raise ConfigError(
+            f"model.pretrained: cannot load weights from {cfg.model.pretrained} ({detail}) "
+            f"(give a state dict saved with torch.save)"
+        ) from None
 
 
 def _cache_file(name: str) -> str:

@@ -1,5 +1,6 @@
 """`python -m cfl_mpi.ranks CONFIG [--set k=v ...]` prints the rank count the job needs:
 1 + silos, or 1 + ceil(silos / runtime.silos_per_rank)."""
+
 from __future__ import annotations
 
 from .cli import config_error, run_arguments

@@ -15,6 +15,7 @@ are listed as not run. `--scale paper` is the paper's
 configs (configs/*.yaml: 40/30/15 silos, T = 10, E = 10) for a GPU cluster: it prints the
 sbatch line, and runs only with `--run` (inside that allocation).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,16 @@ import numpy as np
 from . import compare, strategies
 from .cli import config_error, split_list
 from .config import ConfigError
-from .paper_figures import (TABLE_1_CIFAR, TABLE_1_MNIST, TABLE_3_CIFAR, TABLE_3_MNIST, TABLE_6, TABLE_10,
-                            TABLE_11, PaperBlock)
+from .paper_figures import (
+    TABLE_1_CIFAR,
+    TABLE_1_MNIST,
+    TABLE_3_CIFAR,
+    TABLE_3_MNIST,
+    TABLE_6,
+    TABLE_10,
+    TABLE_11,
+    PaperBlock,
+)
 from .runtime.stop import EXIT_INTERRUPTED
 
 PROG = "cfl_mpi.reproduce"  # config errors name the command
@@ -41,8 +50,13 @@ DESCRIPTION = "Run the methods of one table of the EMD-CFL paper and write the p
 #: the methods of the paper's tables (those it prints figures for), in the registry's order
 CLUSTERING = tuple(m for m in strategies.REGISTRY if m in TABLE_1_MNIST.figures)
 PARTIAL = ("emdcfl", "oracle")
-HEADINGS = {"avg_acc": "Avg Acc", "worst_acc": "Worst Acc", "ari": "ARI", "target_clean_acc": "Clean Acc",
-            "target_backdoor_acc": "Backdoor Acc"}
+HEADINGS = {
+    "avg_acc": "Avg Acc",
+    "worst_acc": "Worst Acc",
+    "ari": "ARI",
+    "target_clean_acc": "Clean Acc",
+    "target_backdoor_acc": "Backdoor Acc",
+}
 PAPER = "Zhang, Williams & Toni, Clustered Federated Learning via Embedding Distributions (EMD-CFL)"
 SEEDED = ("emdcfl:strategy.pair_keys=seeded",)  # reproducible projections, hence W, for EMD-CFL
 
@@ -72,16 +86,17 @@ def _mnist_test(*extra: str) -> tuple[str, ...]:
 NO_CIFAR = Setting(None, why_not="no CIFAR-10 on this machine: run --scale paper")
 # Small scale: 8 silos of the MNIST test split (rotated), 3 rounds of 1 local epoch; the
 # slim CNN of the tests (two pools) keeps a run near a minute on 2 cores.
-SMALL_ROTATED = _mnist_test("silos=8", "train.rounds=3", "train.local_epochs=1", "model.channels=[32,64]",
-                            *SEEDED)
+SMALL_ROTATED = _mnist_test("silos=8", "train.rounds=3", "train.local_epochs=1", "model.channels=[32,64]", *SEEDED)
 # Backdoor MNIST, small: 6 silos (2 per group) of the MNIST test split, the authors' one-pool CNN
 # at 32/64 channels, 7 local epochs (fewer, or a slimmer CNN, do not teach the backdoor group's
 # models the colour reliably: at 5, seed 0 sits on the robust rule's cut, docs/FIDELITY.md),
 # 3 rounds (FedAvg's backdoor gap needs them to show).
-SMALL_BACKDOOR = _mnist_test("silos=6", "train.rounds=3", "train.local_epochs=7", "model.channels=[32,64]",
-                             *SEEDED)
-VARIANTS = {"min": ("[-3,-1,1,3]", "[0,0,0,0]"), "two": ("[-3,3,177,183]", "[0,0,1,1]"),
-            "base": ("[0,0,0,0]", "[0,0,0,0]")}
+SMALL_BACKDOOR = _mnist_test("silos=6", "train.rounds=3", "train.local_epochs=7", "model.channels=[32,64]", *SEEDED)
+VARIANTS = {
+    "min": ("[-3,-1,1,3]", "[0,0,0,0]"),
+    "two": ("[-3,3,177,183]", "[0,0,1,1]"),
+    "base": ("[0,0,0,0]", "[0,0,0,0]"),
+}
 # E.4 small: 8 silos, 2/4/6 per round (the paper's 10/20/30 of 40), 4 rounds.
 PARTICIPANTS = {10: 2, 20: 4, 30: 6}
 
@@ -92,19 +107,46 @@ def _variant(name: str) -> tuple[str, ...]:
 
 
 TABLES: dict[str, list[Block]] = {
-    "1": [Block(TABLE_1_MNIST, Setting("configs/rotated_mnist_test.yaml", SMALL_ROTATED), Setting("configs/rotated.yaml")),
-          Block(TABLE_1_CIFAR, NO_CIFAR, Setting("configs/rotated_cifar10.yaml"))],
-    "3": [Block(TABLE_3_MNIST, Setting("configs/backdoor_mnist.yaml", SMALL_BACKDOOR),
-                Setting("configs/backdoor_mnist.yaml")),
-          Block(TABLE_3_CIFAR, NO_CIFAR, Setting("configs/backdoor_cifar10.yaml"))],
-    "6": [b for n in sorted(TABLE_6) for b in (
-        Block(TABLE_6[n][0], Setting("configs/rotated_mnist_test.yaml",
-                                     (*SMALL_ROTATED, "train.rounds=4", f"participation.count={PARTICIPANTS[n]}")),
-              Setting("configs/rotated.yaml", (f"participation.count={n}",)), PARTIAL),
-        Block(TABLE_6[n][1], NO_CIFAR, Setting("configs/rotated_cifar10.yaml", (f"participation.count={n}",)),
-              PARTIAL))],
-    "10": [Block(TABLE_10[v], Setting("configs/rotated_mnist_test.yaml", (*SMALL_ROTATED, *_variant(v))),
-                 Setting(f"configs/rotated_mnist_{v}.yaml")) for v in ("min", "two", "base")],
+    "1": [
+        Block(
+            TABLE_1_MNIST, Setting("configs/rotated_mnist_test.yaml", SMALL_ROTATED), Setting("configs/rotated.yaml")
+        ),
+        Block(TABLE_1_CIFAR, NO_CIFAR, Setting("configs/rotated_cifar10.yaml")),
+    ],
+    "3": [
+        Block(
+            TABLE_3_MNIST,
+            Setting("configs/backdoor_mnist.yaml", SMALL_BACKDOOR),
+            Setting("configs/backdoor_mnist.yaml"),
+        ),
+        Block(TABLE_3_CIFAR, NO_CIFAR, Setting("configs/backdoor_cifar10.yaml")),
+    ],
+    "6": [
+        b
+        for n in sorted(TABLE_6)
+        for b in (
+            Block(
+                TABLE_6[n][0],
+                Setting(
+                    "configs/rotated_mnist_test.yaml",
+                    (*SMALL_ROTATED, "train.rounds=4", f"participation.count={PARTICIPANTS[n]}"),
+                ),
+                Setting("configs/rotated.yaml", (f"participation.count={n}",)),
+                PARTIAL,
+            ),
+            Block(
+                TABLE_6[n][1], NO_CIFAR, Setting("configs/rotated_cifar10.yaml", (f"participation.count={n}",)), PARTIAL
+            ),
+        )
+    ],
+    "10": [
+        Block(
+            TABLE_10[v],
+            Setting("configs/rotated_mnist_test.yaml", (*SMALL_ROTATED, *_variant(v))),
+            Setting(f"configs/rotated_mnist_{v}.yaml"),
+        )
+        for v in ("min", "two", "base")
+    ],
     "11": [Block(TABLE_11[v], NO_CIFAR, Setting(f"configs/rotated_cifar10_{v}.yaml")) for v in ("min", "two", "base")],
 }
 ALIASES = {"E4": "6", "E.4": "6"}
@@ -117,19 +159,36 @@ def _fail(message: str) -> NoReturn:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cfl_mpi.reproduce", description=DESCRIPTION)
     parser.add_argument("table", help=f"paper table: {', '.join(TABLES)} (E4 = 6)")
-    parser.add_argument("--scale", choices=("small", "paper"), default="small",
-                        help="small: 5 to 50 minutes a seed on 2 cores (MNIST test split, fewer silos and rounds); paper: the "
-                             "paper's configs, for a GPU cluster (prints the sbatch line; runs with --run)")
+    parser.add_argument(
+        "--scale",
+        choices=("small", "paper"),
+        default="small",
+        help="small: 5 to 50 minutes a seed on 2 cores (MNIST test split, fewer silos and rounds); paper: the "
+        "paper's configs, for a GPU cluster (prints the sbatch line; runs with --run)",
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder (default: runs/reproduce_<TABLE>_<scale>)")
-    parser.add_argument("--backend", choices=("simulate", "mpi"), default=None,
-                        help="simulate in one process (small's default) or mpirun (paper's default)")
+    parser.add_argument(
+        "--backend",
+        choices=("simulate", "mpi"),
+        default=None,
+        help="simulate in one process (small's default) or mpirun (paper's default)",
+    )
     parser.add_argument("--run", action="store_true", help="paper scale: run now (inside the allocation)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
-                        help="extra override for every run (after the table's own)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="[METHOD:]KEY=VALUE",
+        help="extra override for every run (after the table's own)",
+    )
     parser.add_argument("--blocks", help="comma-separated block numbers to run (default: all), e.g. 1")
-    parser.add_argument("--methods", help="comma-separated subset of the table's methods (default: all); runs "
-                                          "done before are kept (--resume), so several invocations can share --out")
+    parser.add_argument(
+        "--methods",
+        help="comma-separated subset of the table's methods (default: all); runs "
+        "done before are kept (--resume), so several invocations can share --out",
+    )
     return parser.parse_args(argv)
 
 
@@ -147,8 +206,9 @@ def ours(run_dirs: list[Path], column: str) -> tuple[float, float] | None:
     return float(np.mean(values)) * scale, float(np.std(values)) * scale
 
 
-def block_table(block: Block, runs: dict[str, list[Path]], setting: Setting, command: str,
-                ran: tuple[str, ...] = ()) -> str:
+def block_table(
+    block: Block, runs: dict[str, list[Path]], setting: Setting, command: str, ran: tuple[str, ...] = ()
+) -> str:
     """Markdown: the paper's figures beside ours for each method ("failed" where a method of
     `ran` left no finished run: its log says why)."""
     cols = block.paper.columns
@@ -165,7 +225,9 @@ def block_table(block: Block, runs: dict[str, list[Path]], setting: Setting, com
         cells = []
         for c in cols:
             not_clustering = c == "ari" and not strategies.REGISTRY[method].clusters
-            mine = "failed" if method in ran and not done else "-" if not_clustering or not done else _cell(ours(done, c))
+            mine = (
+                "failed" if method in ran and not done else "-" if not_clustering or not done else _cell(ours(done, c))
+            )
             cells += [_cell(paper.get(c)), mine]
         lines.append(f"| {strategies.label(method)} | {' | '.join(cells)} | {len(done)} |")
     return "\n".join(lines) + "\n"
@@ -185,19 +247,36 @@ def plot_rounds(panels: list[tuple[str, dict[str, list[Path]]]], path: Path) -> 
     """One panel per data set run, every method's average accuracy per round on the same axes."""
     from .plots import method_curves
 
-    method_curves([(title, {strategies.label(m): round_curves(dirs) for m, dirs in runs.items() if dirs})
-                   for title, runs in panels], path)
+    method_curves(
+        [
+            (title, {strategies.label(m): round_curves(dirs) for m, dirs in runs.items() if dirs})
+            for title, runs in panels
+        ],
+        path,
+    )
 
 
-def compare_args(methods: tuple[str, ...], setting: Setting, seeds: str, out: Path, backend: str,
-                 extra: list[str]) -> list[str]:
+def compare_args(
+    methods: tuple[str, ...], setting: Setting, seeds: str, out: Path, backend: str, extra: list[str]
+) -> list[str]:
     def applies(o: str) -> bool:  # a METHOD:key=value override only when METHOD is run
         key = o.split("=", 1)[0]
         return ":" not in key or key.split(":", 1)[0] in methods
 
     sets = [a for o in (*setting.overrides, *extra) if applies(o) for a in ("--set", o)]
-    return [setting.config, "--methods", ",".join(methods), "--seeds", seeds, "--out", str(out),
-            "--backend", backend, "--resume", *sets]
+    return [
+        setting.config,
+        "--methods",
+        ",".join(methods),
+        "--seeds",
+        seeds,
+        "--out",
+        str(out),
+        "--backend",
+        backend,
+        "--resume",
+        *sets,
+    ]
 
 
 def sbatch_line(table: str, seeds: str, blocks: list[Block]) -> str:
@@ -255,15 +334,23 @@ def main(argv: list[str] | None = None) -> int:
             if code == EXIT_INTERRUPTED:
                 return code
             failed |= code != 0
-            runs = {m: [plan.out / f"{m}_s{s}" for s in seeds.split(",")
-                        if (plan.out / f"{m}_s{s}" / "summary.json").exists()] for m in block.methods}
+            runs = {
+                m: [
+                    plan.out / f"{m}_s{s}"
+                    for s in seeds.split(",")
+                    if (plan.out / f"{m}_s{s}" / "summary.json").exists()
+                ]
+                for m in block.methods
+            }
             if any(runs.values()):  # no blank panel for a block whose runs all failed
                 panels.append((block.paper.title, runs))
         sections.append(block_table(block, runs, setting, command, run_methods if command else ()))
-    header = (f"# Paper table {table}: the paper's figures beside cfl_mpi's ({args.scale} scale, seeds {seeds})\n\n"
-              f"Made by `python -m cfl_mpi.reproduce {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`. "
-              f"Paper: mean ± std as printed in {PAPER}; ours: mean ± std (population) over the seeds. "
-              "Accuracies in %.\n\n")
+    header = (
+        f"# Paper table {table}: the paper's figures beside cfl_mpi's ({args.scale} scale, seeds {seeds})\n\n"
+        f"Made by `python -m cfl_mpi.reproduce {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`. "
+        f"Paper: mean ± std as printed in {PAPER}; ours: mean ± std (population) over the seeds. "
+        "Accuracies in %.\n\n"
+    )
     (out / f"table{table}.md").write_text(header + "\n".join(sections))
     if panels:
         plot_rounds(panels, out / "accuracy_per_round.png")

@@ -1,5 +1,6 @@
 """The run's results folder (rank 0 only): resolved config, per-round metrics, distances,
 clusters, summary and plots."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import yaml
 
 from .config import Config
 from .plots import accuracy_curves, pairwise_heatmap
-
 
 # What a run writes into its folder (README, "Results folder"): the first four mark a folder
 # that holds a run; `--overwrite` removes all of them, and the *.npy/*.csv arrays, before a
@@ -67,17 +67,31 @@ class RunRecorder:
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
 
-    def finish(self, summary: dict[str, Any], records: list[dict[str, Any]], clusters: np.ndarray,
-               truth: np.ndarray, artifacts: dict[str, np.ndarray]) -> None:
+    def finish(
+        self,
+        summary: dict[str, Any],
+        records: list[dict[str, Any]],
+        clusters: np.ndarray,
+        truth: np.ndarray,
+        artifacts: dict[str, np.ndarray],
+    ) -> None:
         self._metrics.close()
-        (self.out / "clusters.json").write_text(json.dumps(
-            {"clusters": {str(s): int(k) for s, k in enumerate(clusters)},
-             "truth": {str(s): int(k) for s, k in enumerate(truth)}}, indent=1))
+        (self.out / "clusters.json").write_text(
+            json.dumps(
+                {
+                    "clusters": {str(s): int(k) for s, k in enumerate(clusters)},
+                    "truth": {str(s): int(k) for s, k in enumerate(truth)},
+                },
+                indent=1,
+            )
+        )
         for name, array in artifacts.items():
             np.save(self.out / f"{name}.npy", array)
             np.savetxt(self.out / f"{name}.csv", np.atleast_2d(array), delimiter=",", fmt="%.6g")
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
         title = f"{self.cfg.name}: {self.cfg.strategy.name}"
-        pairwise_heatmap(artifacts, truth, title, self.out / "distances.png", found=clusters, strategy=self.cfg.strategy)
+        pairwise_heatmap(
+            artifacts, truth, title, self.out / "distances.png", found=clusters, strategy=self.cfg.strategy
+        )
         per_silo = np.array([[np.nan if a is None else a for a in r["accuracy"]] for r in records])
         accuracy_curves([r["round"] for r in records], per_silo, truth, title, self.out / "accuracy.png")

@@ -5,6 +5,7 @@ own, talking through in-process channels: the same server, silos and strategies 
 job, the same checks on every message, and the same results folder. One torch import and one
 device for all: for developing a strategy, for tests, and for studies that fit one machine.
 """
+
 from __future__ import annotations
 
 import sys
@@ -13,8 +14,15 @@ from functools import partial
 from pathlib import Path
 
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
-from .cli import (announce, check_results_folder, config_error, exit_now, load_run_config, prepare_results_folder,
-                  run_arguments)
+from .cli import (
+    announce,
+    check_results_folder,
+    config_error,
+    exit_now,
+    load_run_config,
+    prepare_results_folder,
+    run_arguments,
+)
 from .config import Config, ConfigError
 from .results import record_failure
 from .runtime.compute import ComputePool
@@ -26,8 +34,9 @@ DESCRIPTION = "Run a clustered federated learning job in one process: the server
 __all__ = ["simulate"]
 
 
-def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = None, resume: bool = False,
-             grace_s: float = 10.0) -> dict | None:
+def simulate(
+    cfg: Config, out: Path | None = None, stop: StopRequest | None = None, resume: bool = False, grace_s: float = 10.0
+) -> dict | None:
     """The whole run in-process; the summary, or None if it was stopped (SIGTERM, Ctrl-C) after a
     checkpoint. A failing party raises `PartyFailure` naming it after the others stopped
     (waiting at most `grace_s` for a party that hangs)."""
@@ -50,8 +59,15 @@ def simulate(cfg: Config, out: Path | None = None, stop: StopRequest | None = No
 
     with threadpool_limits(threads), ComputePool.for_share(cores, threads, cfg.silos, cfg.silos) as compute:
         # the server first: θ(0) is drawn before any silo thread exists
-        server = start_server(cfg, channel(SERVER), out or cfg.results_dir(), stop or StopRequest(), resume,
-                              cores, [DeviceReport.of(device).label])
+        server = start_server(
+            cfg,
+            channel(SERVER),
+            out or cfg.results_dir(),
+            stop or StopRequest(),
+            resume,
+            cores,
+            [DeviceReport.of(device).label],
+        )
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
             parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, compute))

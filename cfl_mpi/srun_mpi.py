@@ -7,6 +7,7 @@ makes every rank of the MPICH wheel abort ("unsupported PMI version PMIx").
 `srun ... python -m cfl_mpi.srun_mpi --check-world N` exits 0 only if the ranks form one
 MPI world of N (a wrong plugin aborts every rank, or gives N worlds of one rank).
 """
+
 from __future__ import annotations
 
 import argparse

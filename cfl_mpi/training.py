@@ -3,6 +3,7 @@
 Inputs are numpy arrays or tensors; a silo moves its sets to its device once (`to_device`),
 so that on a GPU the batches are cut where the data already lie. The shuffling order comes
 from a CPU generator: the same order on any device."""
+
 from __future__ import annotations
 
 import copy
@@ -68,8 +69,9 @@ class Sgd:
             param.grad = None
 
 
-def train_local(model: nn.Module, x: Array, y: Array, cfg: TrainConfig,
-                generator: torch.Generator, device: torch.device) -> None:
+def train_local(
+    model: nn.Module, x: Array, y: Array, cfg: TrainConfig, generator: torch.Generator, device: torch.device
+) -> None:
     """E local epochs of SGD with momentum and weight decay (Alg. 1, ClientUpdate)."""
     model.train()
     optimiser = Sgd(list(model.parameters()), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
@@ -79,7 +81,7 @@ def train_local(model: nn.Module, x: Array, y: Array, cfg: TrainConfig,
     for _ in range(cfg.local_epochs):
         order = torch.randperm(len(ys), generator=generator).to(xs.device)
         for start in range(0, len(ys), batch):
-            idx = order[start:start + batch]
+            idx = order[start : start + batch]
             optimiser.zero_grad()
             loss = loss_fn(model(xs[idx].to(device, non_blocking=True)), ys[idx].to(device, non_blocking=True))
             loss.backward()
@@ -94,8 +96,8 @@ def evaluate(model: nn.Module, x: Array, y: Array, device: torch.device) -> tupl
     xs, ys = tensor(x), tensor(y)
     correct, loss_sum = 0, 0.0
     for start in range(0, len(ys), EVAL_BATCH):
-        xb = xs[start:start + EVAL_BATCH].to(device)
-        yb = ys[start:start + EVAL_BATCH].to(device)
+        xb = xs[start : start + EVAL_BATCH].to(device)
+        yb = ys[start : start + EVAL_BATCH].to(device)
         logits = model(xb)
         loss_sum += float(nn.functional.cross_entropy(logits, yb, reduction="sum"))
         correct += int((logits.argmax(1) == yb).sum())
@@ -103,8 +105,9 @@ def evaluate(model: nn.Module, x: Array, y: Array, device: torch.device) -> tupl
 
 
 @torch.no_grad()
-def embed(embedding: nn.Module, x: Array, device: torch.device, train_mode: bool = False,
-          batch: int | None = EVAL_BATCH) -> np.ndarray:
+def embed(
+    embedding: nn.Module, x: Array, device: torch.device, train_mode: bool = False, batch: int | None = EVAL_BATCH
+) -> np.ndarray:
     """g_ω(x) for a batch of inputs, as float32 (n, dim(Z)).
 
     `train_mode` embeds as the authors' code does (`get_embeddings` never calls eval():
@@ -117,5 +120,5 @@ def embed(embedding: nn.Module, x: Array, device: torch.device, train_mode: bool
         embedding.eval()
     xs = tensor(x)
     batch = batch or max(1, len(xs))
-    out = [embedding(xs[s:s + batch].to(device)).cpu() for s in range(0, len(xs), batch)]
+    out = [embedding(xs[s : s + batch].to(device)).cpu() for s in range(0, len(xs), batch)]
     return torch.cat(out).numpy().astype(np.float32)

@@ -1,7 +1,19 @@
 """How messages travel: one `Channel` per party, in-process or over MPI (see base.py)."""
-from .base import SERVER, Channel, ChannelClosed, Pending, PeerTimeout, WaitStats, party_name, wait_all
+
+from .base import SERVER, Channel, ChannelClosed, PeerTimeout, Pending, WaitStats, party_name, wait_all
 from .layout import RankLayout
 from .local import LocalChannel, LocalHub
 
-__all__ = ["SERVER", "Channel", "ChannelClosed", "LocalChannel", "LocalHub", "Pending", "PeerTimeout",
-           "RankLayout", "WaitStats", "party_name", "wait_all"]
+__all__ = [
+    "SERVER",
+    "Channel",
+    "ChannelClosed",
+    "LocalChannel",
+    "LocalHub",
+    "Pending",
+    "PeerTimeout",
+    "RankLayout",
+    "WaitStats",
+    "party_name",
+    "wait_all",
+]

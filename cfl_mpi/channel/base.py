@@ -9,6 +9,7 @@ Waiting polls with an exponential back-off sleep, never spinning (MPICH and Open
 core inside blocking calls, stealing it from the silos that train); a backend may cut a
 sleep short when a message arrives in-process.
 """
+
 from __future__ import annotations
 
 import time
@@ -78,15 +79,22 @@ class Channel(ABC):
         self.waits = WaitStats()
 
     # ------------------------------------------------------------------ the protocol
-    def isend(self, dest: int, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None = None,
-              **meta: object) -> Pending:
+    def isend(
+        self, dest: int, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None = None, **meta: object
+    ) -> Pending:
         """Start sending a message, a declared one (wire/payload.py) or a kind with its arrays and
         meta; call `.wait()` on the result before reusing the arrays."""
         header, payload = self._encode(kind, round, arrays, meta, copies=1)
         return self._post(dest, header, payload)
 
-    def isend_all(self, dests: Sequence[int], kind: Kind | Payload, round: int,
-                  arrays: dict[str, np.ndarray] | None = None, **meta: object) -> Pending:
+    def isend_all(
+        self,
+        dests: Sequence[int],
+        kind: Kind | Payload,
+        round: int,
+        arrays: dict[str, np.ndarray] | None = None,
+        **meta: object,
+    ) -> Pending:
         """Start sending one message to every party in `dests`, each receiving it as if it were
         sent to it alone. It travels once per receiving process (once per MPI rank), and the
         receivers of a process share its arrays, read-only: a representative's ω for its
@@ -98,8 +106,14 @@ class Channel(ABC):
         header, payload = self._encode(kind, round, arrays, meta, copies=self._processes(dests))
         return self._post_all(dests, header, payload)
 
-    def _encode(self, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None,
-                meta: dict[str, object], copies: int) -> tuple[bytes, list[np.ndarray]]:
+    def _encode(
+        self,
+        kind: Kind | Payload,
+        round: int,
+        arrays: dict[str, np.ndarray] | None,
+        meta: dict[str, object],
+        copies: int,
+    ) -> tuple[bytes, list[np.ndarray]]:
         """The header and contiguous payload of a message, its bytes counted `copies` times."""
         if isinstance(kind, Payload):
             if arrays is not None or meta:
@@ -112,12 +126,14 @@ class Channel(ABC):
         self.sent_bytes[kind.name] += copies * (len(header) + sum(a.nbytes for a in arrays.values()))
         return header, list(arrays.values())
 
-    def send(self, dest: int, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None = None,
-             **meta: object) -> None:
+    def send(
+        self, dest: int, kind: Kind | Payload, round: int, arrays: dict[str, np.ndarray] | None = None, **meta: object
+    ) -> None:
         self.isend(dest, kind, round, arrays, **meta).wait()
 
-    def send_header_only(self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray],
-                         **meta: object) -> None:
+    def send_header_only(
+        self, dest: int, kind: Kind, round: int, arrays: dict[str, np.ndarray], **meta: object
+    ) -> None:
         """Send a message's header and withhold its payload, as a broken or hostile peer would
         (`runtime.fault` kind `header_only`); honest code never calls this."""
         self._post(dest, encode_header(kind, round, self.me, arrays, meta), []).wait()
@@ -140,8 +156,9 @@ class Channel(ABC):
         if not any_ready():
             self._awaiting(sources)
         first, longest = self._arrival_sleeps()
-        self.wait_until(any_ready, lambda: f"a message from {names}", self._patience(sources), longest,
-                        first_sleep_s=first)
+        self.wait_until(
+            any_ready, lambda: f"a message from {names}", self._patience(sources), longest, first_sleep_s=first
+        )
         return self._receive(found[0], expect(found[0]))
 
     def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
@@ -204,8 +221,15 @@ class Channel(ABC):
         time.sleep(seconds)
 
     # ------------------------------------------------------------------ waiting
-    def wait_until(self, ready: Callable[[], bool], what: Callable[[], str], timeout_s: float | None = None,
-                   max_sleep_s: float | None = None, spin_s: float = 0.0, first_sleep_s: float = 5e-5) -> None:
+    def wait_until(
+        self,
+        ready: Callable[[], bool],
+        what: Callable[[], str],
+        timeout_s: float | None = None,
+        max_sleep_s: float | None = None,
+        spin_s: float = 0.0,
+        first_sleep_s: float = 5e-5,
+    ) -> None:
         """Poll `ready` until true or the timeout (default: the message timeout) expires: for
         the first `spin_s` seconds without sleeping (only yielding to other threads), then with
         exponential back-off from `first_sleep_s` capped at `max_sleep_s` (default: the

@@ -3,6 +3,7 @@
 Rank 0 hosts the server; ranks 1..R host consecutive blocks of silos, as even as possible
 (the first C mod R ranks one silo more). One silo per rank is the case R = C.
 """
+
 from __future__ import annotations
 
 from functools import cached_property

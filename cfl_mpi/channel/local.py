@@ -5,6 +5,7 @@ silos that share a rank. A message is encoded and checked exactly as on MPI (hea
 the receiver's `Expect`, finite payload), and its arrays are copied when sent, so a party can
 reuse its buffers at once and never shares memory with another.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,16 @@ import numpy as np
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError, check_payload, decode_header, read_header
 from .base import Channel, ChannelClosed, Pending
 
-__all__ = ["INLINE_MAX_BYTES", "INLINE_MAX_MESSAGE", "InlineFrame", "LocalChannel", "LocalHub", "OversizedHeader",
-           "SharedFrame", "inline_buffer"]
+__all__ = [
+    "INLINE_MAX_BYTES",
+    "INLINE_MAX_MESSAGE",
+    "InlineFrame",
+    "LocalChannel",
+    "LocalHub",
+    "OversizedHeader",
+    "SharedFrame",
+    "inline_buffer",
+]
 
 # What a pair's queue holds: a message posted in-process (header, arrays); a `SharedFrame`
 # (one message for several receivers); or, filed by a rank's MPI inbox (mpi.py), a header
@@ -45,7 +54,7 @@ class OversizedHeader:
 # a second MPI message costs the receiving rank a match by its inbox, and the receiver a wait
 # for its payload and a receive (benchmarks/results/20261127-batched-embeddings.md).
 INLINE_MAX_BYTES = 1 << 16
-_INLINE_MARK = 0    # an inline message's first byte; a header (JSON) starts with "{"
+_INLINE_MARK = 0  # an inline message's first byte; a header (JSON) starts with "{"
 _INLINE_PREFIX = 8  # the mark, 3 bytes of padding, the header's length (uint32, little-endian)
 INLINE_MAX_MESSAGE = _INLINE_PREFIX + MAX_HEADER_BYTES + 7 + INLINE_MAX_BYTES  # 7: the arrays' alignment
 
@@ -59,12 +68,13 @@ def inline_buffer(header: bytes, arrays: list[np.ndarray]) -> np.ndarray:
     """One buffer for a small message: prefix, header, padding, then each array's bytes."""
     start = _inline_start(len(header))
     buffer = np.zeros(start + sum(a.nbytes for a in arrays), dtype=np.uint8)
-    buffer[:_INLINE_PREFIX] = np.frombuffer(bytes([_INLINE_MARK, 0, 0, 0]) + len(header).to_bytes(4, "little"),
-                                            dtype=np.uint8)
-    buffer[_INLINE_PREFIX:_INLINE_PREFIX + len(header)] = np.frombuffer(header, dtype=np.uint8)
+    buffer[:_INLINE_PREFIX] = np.frombuffer(
+        bytes([_INLINE_MARK, 0, 0, 0]) + len(header).to_bytes(4, "little"), dtype=np.uint8
+    )
+    buffer[_INLINE_PREFIX : _INLINE_PREFIX + len(header)] = np.frombuffer(header, dtype=np.uint8)
     offset = start
     for a in arrays:
-        buffer[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
+        buffer[offset : offset + a.nbytes] = a.reshape(-1).view(np.uint8)
         offset += a.nbytes
     return buffer
 
@@ -84,19 +94,24 @@ class InlineFrame:
         """The header, if its stated length is within the limit and the message."""
         length = int.from_bytes(self.raw[4:_INLINE_PREFIX], "little")
         if length > MAX_HEADER_BYTES or _INLINE_PREFIX + length > len(self.raw):
-            raise ProtocolError(f"{who} sent a message of {len(self.raw)} bytes with a header of {length} bytes "
-                                f"(at most {MAX_HEADER_BYTES}; expected {what})")
-        return bytes(self.raw[_INLINE_PREFIX:_INLINE_PREFIX + length])
+            raise ProtocolError(
+                f"{who} sent a message of {len(self.raw)} bytes with a header of {length} bytes "
+                f"(at most {MAX_HEADER_BYTES}; expected {what})"
+            )
+        return bytes(self.raw[_INLINE_PREFIX : _INLINE_PREFIX + length])
 
-    def arrays(self, layout: list[tuple[str, str, tuple[int, ...]]], header: bytes, who: str,
-               what: str) -> dict[str, np.ndarray]:
+    def arrays(
+        self, layout: list[tuple[str, str, tuple[int, ...]]], header: bytes, who: str, what: str
+    ) -> dict[str, np.ndarray]:
         """The arrays the header declares, if the bytes after it are exactly theirs."""
         start = _inline_start(len(header))
         specs = [(name, np.dtype(dtype), shape, int(np.prod(shape, dtype=np.int64))) for name, dtype, shape in layout]
         declared = sum(d.itemsize * n for _, d, _, n in specs)
         if len(self.raw) != start + declared:
-            raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
-                                f"{max(0, len(self.raw) - start)} bytes, header declared {declared}")
+            raise ProtocolError(
+                f"{who} sent a payload of {what} that does not fit its header: "
+                f"{max(0, len(self.raw) - start)} bytes, header declared {declared}"
+            )
         arrays, offset = {}, start
         for name, dtype, shape, count in specs:
             a = np.frombuffer(self.raw, dtype=dtype, count=count, offset=offset).reshape(shape)
@@ -123,7 +138,7 @@ class SharedFrame:
             self.complete.set()
         self._arrays = arrays
         self._json: object = None  # the header read, once a receiver has
-        self._checked = False      # the arrays' values are finite
+        self._checked = False  # the arrays' values are finite
         self._error: ProtocolError | None = None
         self._lock = threading.Lock()
 
@@ -156,8 +171,9 @@ class SharedFrame:
                     raise
                 self._checked = True
 
-    def arrays(self, fetch: Callable[["SharedFrame"], tuple[np.ndarray, ...]] | None, who: str,
-               what: str) -> tuple[np.ndarray, ...]:
+    def arrays(
+        self, fetch: Callable[[SharedFrame], tuple[np.ndarray, ...]] | None, who: str, what: str
+    ) -> tuple[np.ndarray, ...]:
         """The message's arrays, fetched once by `fetch` (the receivers after the first wait for
         it, or get its error; a value check that fails later is `check_once`'s to raise)."""
         if self._arrays is not None:
@@ -196,7 +212,7 @@ class LocalHub:
         self._lock = threading.Lock()
         self._queues: dict[tuple[int, int], deque[Frame]] = defaultdict(deque)
         self._posted: Counter[tuple[int, int]] = Counter()  # frames queued, per (src, dest)
-        self._taken: Counter[tuple[int, int]] = Counter()   # frames taken by the receiver
+        self._taken: Counter[tuple[int, int]] = Counter()  # frames taken by the receiver
         self._senders: dict[int, set[int]] = defaultdict(set)  # per receiver: whose queues hold frames
         self._bells: dict[int, threading.Event] = {}
         self.failure: str | None = None
@@ -249,17 +265,22 @@ class LocalHub:
         """Whether `dest` has taken the frame `number` from `src`."""
         return self._taken[(src, dest)] > number
 
-    def receive(self, src: int, dest: int, who: str, expect: Expect,
-                fetch_payload: Callable[[list], dict[str, np.ndarray]] | None = None,
-                fetch_shared: Callable[[SharedFrame, list], tuple[np.ndarray, ...]] | None = None) -> Message:
+    def receive(
+        self,
+        src: int,
+        dest: int,
+        who: str,
+        expect: Expect,
+        fetch_payload: Callable[[list], dict[str, np.ndarray]] | None = None,
+        fetch_shared: Callable[[SharedFrame, list], tuple[np.ndarray, ...]] | None = None,
+    ) -> Message:
         """The next message from `src` to `dest`, checked against `expect`. A header that came
         over MPI has its payload fetched by `fetch_payload(layout)`, a shared one from another
         rank by `fetch_shared(frame, layout)`."""
         frame = self.take(src, dest)
         what = f"{expect.kind} (round {expect.round})"
         if isinstance(frame, OversizedHeader):
-            raise ProtocolError(f"{who} sent a header of {frame.size} bytes, over {MAX_HEADER_BYTES} "
-                                f"(expected {what})")
+            raise ProtocolError(f"{who} sent a header of {frame.size} bytes, over {MAX_HEADER_BYTES} (expected {what})")
         if isinstance(frame, bytes) and fetch_payload is not None:
             layout, meta = decode_header(frame, src, who, expect)
             arrays = fetch_payload(layout)
@@ -272,8 +293,9 @@ class LocalHub:
             arrays = _fitted(frame[1], layout, who, what)
         elif isinstance(frame, SharedFrame):
             layout, meta = decode_header(frame.header, src, who, expect, frame.read_header)
-            arrays = _fitted(frame.arrays(fetch_shared and (lambda f: fetch_shared(f, layout)), who, what), layout,
-                             who, what)
+            arrays = _fitted(
+                frame.arrays(fetch_shared and (lambda f: fetch_shared(f, layout)), who, what), layout, who, what
+            )
         else:
             raise ProtocolError(f"{who} sent a payload where a header of {what} belongs")
         if isinstance(frame, SharedFrame):
@@ -295,8 +317,9 @@ def _fitted(payload: tuple[np.ndarray, ...], layout: list, who: str, what: str) 
     """The arrays by name, if they are what the header declared."""
     # dtype against its name (`decode_header` allowed it): str(dtype) runs numpy's Python code,
     # far slower than the comparison, once per array and receiver of a shared ω
-    if len(payload) != len(layout) or any(a.dtype != dtype or a.shape != shape
-                                           for (_, dtype, shape), a in zip(layout, payload)):
+    if len(payload) != len(layout) or any(
+        a.dtype != dtype or a.shape != shape for (_, dtype, shape), a in zip(layout, payload)
+    ):
         raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header")
     return {name: a for (name, _, _), a in zip(layout, payload)}
 

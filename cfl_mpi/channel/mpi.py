@@ -17,6 +17,7 @@ header), then its payloads; the inbox files one `SharedFrame` in each receiver's
 calls of the threads of one rank go through one lock (MPI_THREAD_SERIALIZED suffices), and
 none of them blocks.
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,10 +29,18 @@ import numpy as np
 from mpi4py import MPI
 
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
-from .base import SERVER, Pending, PeerTimeout
+from .base import SERVER, PeerTimeout, Pending
 from .layout import RankLayout
-from .local import (INLINE_MAX_BYTES, INLINE_MAX_MESSAGE, InlineFrame, LocalChannel, LocalHub, OversizedHeader,
-                    SharedFrame, inline_buffer)
+from .local import (
+    INLINE_MAX_BYTES,
+    INLINE_MAX_MESSAGE,
+    InlineFrame,
+    LocalChannel,
+    LocalHub,
+    OversizedHeader,
+    SharedFrame,
+    inline_buffer,
+)
 
 __all__ = ["MpiChannel", "MpiInbox"]
 
@@ -55,7 +64,7 @@ SENDING_MAX_SLEEP_S = 1e-3
 # (benchmarks/results/20261127-one-read-per-rank.md). MPI progresses every request on any call;
 # the owner of a send tests its own.
 SENDS_TESTED = 64
-ENVELOPE_FIXED = 8            # a multicast envelope's receiver count and payload count (uint32 each)
+ENVELOPE_FIXED = 8  # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
 
 
@@ -72,8 +81,9 @@ class MpiInbox:
     parties and files it in the hub (headers as bytes, payloads as `RemotePayload`). Use it as
     a context manager: the thread must stop before MPI is finalized."""
 
-    def __init__(self, comm: MPI.Comm, layout: RankLayout, hub: LocalHub, mpi_lock: threading.Lock,
-                 max_sleep_s: float) -> None:
+    def __init__(
+        self, comm: MPI.Comm, layout: RankLayout, hub: LocalHub, mpi_lock: threading.Lock, max_sleep_s: float
+    ) -> None:
         self.comm, self.layout, self.hub, self.mpi_lock = comm, layout, hub, mpi_lock
         self.max_sleep_s = max_sleep_s
         self.rank = comm.Get_rank()
@@ -81,8 +91,10 @@ class MpiInbox:
             raise ValueError(f"the layout has {layout.world_size} ranks, the communicator {comm.Get_size()}")
         highest = self.multicast_tag(layout.slots - 1) + 1
         if highest > comm.Get_attr(MPI.TAG_UB):
-            raise ValueError(f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
-                             f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)")
+            raise ValueError(
+                f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
+                f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)"
+            )
         self._stop = threading.Event()
         self._nudged = threading.Event()
         self._sends: deque[MPI.Request] = deque()  # the rank's sends in flight, oldest first (under mpi_lock)
@@ -91,7 +103,7 @@ class MpiInbox:
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> "MpiInbox":
+    def __enter__(self) -> MpiInbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -158,8 +170,11 @@ class MpiInbox:
             if handle is None:
                 return False
             size, rank, tag = status.Get_count(MPI.BYTE), status.Get_source(), status.Get_tag()
-            deliveries, completed = self._file_multicast(handle, size, rank, tag) if tag >= self.multicast_tag(0) \
+            deliveries, completed = (
+                self._file_multicast(handle, size, rank, tag)
+                if tag >= self.multicast_tag(0)
                 else ([(*self._parties(rank, tag), self._frame(handle, size, tag))], [])
+            )
         for src, dest, frame in deliveries:
             self.hub.deliver(src, dest, frame)
         for dest in completed:  # they may wait for the payloads of a frame they took
@@ -181,8 +196,9 @@ class MpiInbox:
             return InlineFrame(raw)
         return OversizedHeader(size) if size > MAX_HEADER_BYTES else bytes(raw)
 
-    def _file_multicast(self, handle: MPI.Message, size: int, rank: int, tag: int
-                        ) -> tuple[list[tuple[int, int, object]], list[int]]:
+    def _file_multicast(
+        self, handle: MPI.Message, size: int, rank: int, tag: int
+    ) -> tuple[list[tuple[int, int, object]], list[int]]:
         """A payload: filed with the sender's oldest `SharedFrame` still missing some; its
         receivers, if that completes it. An envelope: the (sender, receiver, frame) to deliver,
         one per receiver it names (`mpi_lock` held). A malformed one fails the rank's inbox,
@@ -211,12 +227,18 @@ class MpiInbox:
         count, payloads = (int(x) for x in np.frombuffer(raw, dtype="<u4", count=2))
         fits = 1 <= count <= len(receivers) and size >= ENVELOPE_FIXED + 4 * count
         slots = np.frombuffer(raw, dtype="<u4", count=count, offset=ENVELOPE_FIXED) if fits else np.zeros(0)
-        if not (fits and payloads <= MAX_ENVELOPE_PAYLOADS and len(np.unique(slots)) == count
-                and slots.max() < len(receivers)):
-            raise ProtocolError(f"{who} sent an envelope of {size} bytes to rank {self.rank} for {count} receivers "
-                                f"{slots[:8].tolist()} with {payloads} payloads; expected 1 to {len(receivers)} "
-                                f"distinct slots below {len(receivers)} and at most {MAX_ENVELOPE_PAYLOADS} payloads")
-        frame = SharedFrame(bytes(raw[ENVELOPE_FIXED + 4 * count:]), payloads)
+        if not (
+            fits
+            and payloads <= MAX_ENVELOPE_PAYLOADS
+            and len(np.unique(slots)) == count
+            and slots.max() < len(receivers)
+        ):
+            raise ProtocolError(
+                f"{who} sent an envelope of {size} bytes to rank {self.rank} for {count} receivers "
+                f"{slots[:8].tolist()} with {payloads} payloads; expected 1 to {len(receivers)} "
+                f"distinct slots below {len(receivers)} and at most {MAX_ENVELOPE_PAYLOADS} payloads"
+            )
+        frame = SharedFrame(bytes(raw[ENVELOPE_FIXED + 4 * count :]), payloads)
         named = [receivers[slot] for slot in slots]
         if payloads:
             self._filling[src].append((frame, named))
@@ -229,8 +251,9 @@ class MpiInbox:
         senders = [SERVER] if rank == 0 else self.layout.silos_on(rank)
         receivers = [SERVER] if self.rank == 0 else self.layout.silos_on(self.rank)
         if not (src_slot < len(senders) and dest_slot < len(receivers)):
-            raise ProtocolError(f"rank {rank} sent a message with tag {tag}, which names no pair of its parties "
-                                f"and rank {self.rank}'s")
+            raise ProtocolError(
+                f"rank {rank} sent a message with tag {tag}, which names no pair of its parties and rank {self.rank}'s"
+            )
         return senders[src_slot], receivers[dest_slot]
 
 
@@ -265,7 +288,7 @@ class _AllSent(Pending):
 class _MpiPending(Pending):
     """Requests of a message in flight; its buffers stay referenced until they complete."""
 
-    def __init__(self, channel: "MpiChannel", requests: list[MPI.Request], buffers: list[np.ndarray]) -> None:
+    def __init__(self, channel: MpiChannel, requests: list[MPI.Request], buffers: list[np.ndarray]) -> None:
         self.channel, self.requests, self.buffers = channel, requests, buffers
 
     def wait(self) -> None:
@@ -290,8 +313,9 @@ class MpiChannel(LocalChannel):
     """A party on an MPI rank: co-located parties through the hub, the others through MPI;
     what arrives from either waits in the hub, filed by the rank's `MpiInbox`."""
 
-    def __init__(self, me: int, inbox: MpiInbox, timeout_s: float, max_sleep_s: float,
-                 payload_timeout_s: float) -> None:
+    def __init__(
+        self, me: int, inbox: MpiInbox, timeout_s: float, max_sleep_s: float, payload_timeout_s: float
+    ) -> None:
         super().__init__(me, inbox.hub, timeout_s, max_sleep_s)
         self.inbox, self.comm, self.layout, self.mpi_lock = inbox, inbox.comm, inbox.layout, inbox.mpi_lock
         self.payload_timeout_s = payload_timeout_s
@@ -336,8 +360,10 @@ class MpiChannel(LocalChannel):
             if self._remote(d):
                 by_rank[self.layout.rank_of(d)].append(self.layout.slot_of(d))
         tag = self.inbox.multicast_tag(self.layout.slot_of(self.me))
-        parts += [self._isend(rank, tag, envelope(slots, len(carried(arrays)), header), arrays)
-                  for rank, slots in by_rank.items()]
+        parts += [
+            self._isend(rank, tag, envelope(slots, len(carried(arrays)), header), arrays)
+            for rank, slots in by_rank.items()
+        ]
         return _AllSent(parts)
 
     def _processes(self, dests: list[int]) -> int:
@@ -350,12 +376,18 @@ class MpiChannel(LocalChannel):
     def _receive(self, source: int, expect: Expect) -> Message:
         """From the hub either way: an in-process frame carries its arrays, a header from
         another rank has them fetched from MPI."""
-        return self.hub.receive(source, self.me, self.describe(source), expect,
-                                lambda layout: self._payload(source, expect, layout),
-                                lambda frame, layout: self._shared_payload(source, expect, frame, layout))
+        return self.hub.receive(
+            source,
+            self.me,
+            self.describe(source),
+            expect,
+            lambda layout: self._payload(source, expect, layout),
+            lambda frame, layout: self._shared_payload(source, expect, frame, layout),
+        )
 
-    def _shared_payload(self, source: int, expect: Expect, frame: SharedFrame,
-                        layout: list[tuple[str, str, tuple[int, ...]]]) -> tuple[np.ndarray, ...]:
+    def _shared_payload(
+        self, source: int, expect: Expect, frame: SharedFrame, layout: list[tuple[str, str, tuple[int, ...]]]
+    ) -> tuple[np.ndarray, ...]:
         """The arrays of a message to several parties of this rank, fetched once: its payloads,
         filed by the inbox behind its envelope, each checked against its declared size."""
         who = self.describe(source)
@@ -364,9 +396,11 @@ class MpiChannel(LocalChannel):
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
         sent = carried(arrays)
         if len(frame.payloads) != len(sent) or any(p.size != a.nbytes for p, a in zip(frame.payloads, sent)):
-            raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
-                                f"{[p.size for p in frame.payloads]} bytes, header declared "
-                                f"{[a.nbytes for a in sent]}")
+            raise ProtocolError(
+                f"{who} sent a payload of {what} that does not fit its header: "
+                f"{[p.size for p in frame.payloads]} bytes, header declared "
+                f"{[a.nbytes for a in sent]}"
+            )
         self._fill(list(zip(frame.payloads, sent)), who, what)
         return tuple(arrays)
 
@@ -385,17 +419,23 @@ class MpiChannel(LocalChannel):
         """Wait for a payload that an honest peer posted right behind its header: until the
         inbox has filed it (`rung`: it rings this party's bell then), or MPI has received it
         (polled, as MPI progresses it only when called)."""
-        first, longest, spin = (*self._arrival_sleeps(), 0.0) if rung else \
-            (5e-5, min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
+        first, longest, spin = (
+            (*self._arrival_sleeps(), 0.0)
+            if rung
+            else (5e-5, min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
+        )
         try:
-            self.wait_until(ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest,
-                            spin, first)
+            self.wait_until(
+                ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest, spin, first
+            )
         except PeerTimeout:
-            raise ProtocolError(f"{who} sent a header of {what} whose payload did not follow within "
-                                f"{self.payload_timeout_s:g} s") from None
+            raise ProtocolError(
+                f"{who} sent a header of {what} whose payload did not follow within {self.payload_timeout_s:g} s"
+            ) from None
 
-    def _payload(self, source: int, expect: Expect, layout: list[tuple[str, str, tuple[int, ...]]]
-                 ) -> dict[str, np.ndarray]:
+    def _payload(
+        self, source: int, expect: Expect, layout: list[tuple[str, str, tuple[int, ...]]]
+    ) -> dict[str, np.ndarray]:
         """The arrays of a header from another rank: each payload the inbox filed behind it,
         checked against its declared size, then received into a fresh array (an empty array
         has no payload)."""
@@ -409,8 +449,10 @@ class MpiChannel(LocalChannel):
             if not isinstance(frame, RemotePayload):
                 raise ProtocolError(f"{who} sent a header where the payload of {what} belongs")
             if frame.size != a.nbytes:
-                raise ProtocolError(f"{who} sent a payload of {what} that does not fit its header: "
-                                    f"{frame.size} bytes for array {name!r}, header declared {a.nbytes}")
+                raise ProtocolError(
+                    f"{who} sent a payload of {what} that does not fit its header: "
+                    f"{frame.size} bytes for array {name!r}, header declared {a.nbytes}"
+                )
             payloads.append((frame, a))
         self._fill(payloads, who, what)
         return arrays

@@ -11,6 +11,7 @@ Multitask Optimization Under Privacy Constraints", IEEE TNNLS 2021).
 
 Pure numpy; the strategy wrapper decides when to call what.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -98,9 +99,7 @@ def update_norms(updates: np.ndarray, weights: np.ndarray | None = None) -> tupl
     return float(np.linalg.norm(mean)), float(np.linalg.norm(u, axis=1).max())
 
 
-def should_split(
-    mean_update_norm: float, max_update_norm: float, n_members: int, eps1: float, eps2: float
-) -> bool:
+def should_split(mean_update_norm: float, max_update_norm: float, n_members: int, eps1: float, eps2: float) -> bool:
     """Split criterion of Algorithm 5 line 14 (Eq. 30-31), plus more than 2 members.
 
     A small mean update says the cluster is near a stationary point of its joint objective;
@@ -238,16 +237,17 @@ class ClusterTree:
         parent = self._nodes[node]
         if parent.children:
             raise ValueError(f"node {node} is already split")
-        l, r = sorted(int(s) for s in left), sorted(int(s) for s in right)
-        if not l or not r or set(l) & set(r) or sorted(l + r) != parent.members:
-            raise ValueError(f"{l} and {r} are not a bipartition of node {node}: {parent.members}")
+        lo, hi = sorted(int(s) for s in left), sorted(int(s) for s in right)
+        if not lo or not hi or set(lo) & set(hi) or sorted(lo + hi) != parent.members:
+            raise ValueError(f"{lo} and {hi} are not a bipartition of node {node}: {parent.members}")
         ids = []
-        for side, updates in ((l, left_updates), (r, right_updates)):
+        for side, updates in ((lo, left_updates), (hi, right_updates)):
             refs = np.atleast_2d(np.asarray(updates, dtype=np.float64))
             if refs.shape[0] != len(side):
                 raise ValueError(f"expected {len(side)} reference updates, got {refs.shape[0]}")
-            child = _Node(id=len(self._nodes), parent=node, members=side,
-                          references=_unit_rows(refs).astype(np.float32))
+            child = _Node(
+                id=len(self._nodes), parent=node, members=side, references=_unit_rows(refs).astype(np.float32)
+            )
             self._nodes.append(child)
             ids.append(child.id)
         parent.children = ids
@@ -289,11 +289,19 @@ class ClusterTree:
         return self.to_dict(), refs
 
     @classmethod
-    def from_state(cls, structure: dict, references: dict[str, np.ndarray]) -> "ClusterTree":
+    def from_state(cls, structure: dict, references: dict[str, np.ndarray]) -> ClusterTree:
         tree = cls([])
-        tree._nodes = [_Node(id=n["id"], parent=n["parent"], members=list(n["members"]), children=list(n["children"]),
-                             split_round=n["split_round"], references=references.get(f"references{n['id']}"))
-                       for n in structure["nodes"]]
+        tree._nodes = [
+            _Node(
+                id=n["id"],
+                parent=n["parent"],
+                members=list(n["members"]),
+                children=list(n["children"]),
+                split_round=n["split_round"],
+                references=references.get(f"references{n['id']}"),
+            )
+            for n in structure["nodes"]
+        ]
         return tree
 
     def to_dict(self) -> dict:

@@ -27,6 +27,7 @@ which is never adjacent under the paper's rule and is left out of the robust rul
 distances (a silo with no measured pair stays alone under both). Labels are ``int64``,
 numbered ``0, 1, 2, ...`` in order of first appearance.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -153,9 +154,7 @@ def robust_clusters(
 
     if noise is not None:
         labels = [partition for height, _, partition in cuts if height < noise_multiple][-1]
-        return labels, _report(
-            "robust", labels, D, float(np.median(noise)), "measured", noise_multiple, W
-        )
+        return labels, _report("robust", labels, D, float(np.median(noise)), "measured", noise_multiple, W)
     for height, next_height, labels in cuts:
         s = _within_rms(directed, labels)
         if s is not None and height <= noise_multiple * s < next_height:
@@ -215,8 +214,9 @@ def partition_report(W: np.ndarray, labels: np.ndarray, noise: np.ndarray, noise
     served no pair (its row of W is all NaN); the noise scale is the median of the others'."""
     W, noise = _validated(W), np.asarray(noise, dtype=float)
     scale = float(np.nanmedian(noise)) if np.isfinite(noise).any() else 1.0
-    return _report("robust", np.asarray(labels), symmetrised(W, noise_or_one(noise)), scale, "measured",
-                   noise_multiple, W)
+    return _report(
+        "robust", np.asarray(labels), symmetrised(W, noise_or_one(noise)), scale, "measured", noise_multiple, W
+    )
 
 
 def place_newcomer(distances: np.ndarray, labels: np.ndarray, cut: float, linkage_method: str = "average") -> int:
@@ -230,8 +230,9 @@ def place_newcomer(distances: np.ndarray, labels: np.ndarray, cut: float, linkag
     return best if best is not None and best_score < cut else int(labels.max()) + 1
 
 
-def nearest_cluster(distances: np.ndarray, labels: np.ndarray, linkage_method: str = "average"
-                    ) -> tuple[int | None, float]:
+def nearest_cluster(
+    distances: np.ndarray, labels: np.ndarray, linkage_method: str = "average"
+) -> tuple[int | None, float]:
     """(the existing cluster closest to a silo by its measured distances to the members, that
     linkage score), whatever the cut; (None, inf) when no member was measured."""
     if linkage_method not in LINKAGES:
@@ -280,11 +281,11 @@ def _dendrogram_cuts(D: np.ndarray, method: str) -> list[tuple[float, float, np.
         raise ValueError(f"unknown linkage_method {method!r}; expected one of {LINKAGES}")
     size = D.shape[0]
     measured = np.isfinite(D) & ~np.eye(size, dtype=bool)
-    count = measured.astype(np.float64)             # measured pairs between two groups
+    count = measured.astype(np.float64)  # measured pairs between two groups
     if method == "average":
-        total = np.where(measured, D, 0.0)           # their sum
+        total = np.where(measured, D, 0.0)  # their sum
     else:
-        total = np.where(measured, D, -np.inf)       # their maximum
+        total = np.where(measured, D, -np.inf)  # their maximum
     active = np.ones(size, dtype=bool)
     labels = np.arange(size)
     partitions, heights = [labels.copy()], []

@@ -1,4 +1,5 @@
 """Cluster labels in canonical form, so equal partitions compare equal."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -13,6 +13,7 @@ Principal Angles Between Client Data Subspaces" (PACFL, AAAI 2023):
 
 Everything here is plain numpy/scipy on small matrices; no communication happens here.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -138,7 +139,6 @@ def extend_proximity_matrix(
         for j, qj in enumerate(q_old + q_new[:b]):
             A[row, j] = A[j, row] = _reduce(_angles_orthonormal(qb, qj), measure)
     return A
-
 
 
 def hierarchical_clusters(A: np.ndarray, beta: float) -> np.ndarray:

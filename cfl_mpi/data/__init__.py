@@ -10,6 +10,7 @@
 Only rank 0 downloads (`prepare_data`, before any silo reads); each silo then reads the
 files itself and keeps only its own shard (`build_silo_data`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,12 +24,33 @@ import numpy as np
 
 from ..config import BACKDOOR_DATA, ROTATED_DATA, TORCHVISION_MODELS, Config, ConfigError
 from . import backdoor, cifar, digits, mnist, pacs
-from .images import (CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD, MNIST_MEAN, MNIST_STD,
-                     resize, rotate, to_model_input, unit)
+from .images import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    MNIST_MEAN,
+    MNIST_STD,
+    resize,
+    rotate,
+    to_model_input,
+    unit,
+)
 from .partition import dealt_shard, group_shard, holdout_split, images_shared_by, sized_shard, split_shard
 
-__all__ = ["SiloData", "build_silo_data", "check_data", "prepare_data", "true_clusters", "num_classes",
-           "silo_groups", "backdoor_targets", "input_channels", "pool_sizes", "silo_images_shared_by"]
+__all__ = [
+    "SiloData",
+    "build_silo_data",
+    "check_data",
+    "prepare_data",
+    "true_clusters",
+    "num_classes",
+    "silo_groups",
+    "backdoor_targets",
+    "input_channels",
+    "pool_sizes",
+    "silo_images_shared_by",
+]
 
 PREPARE_HINT = "`python -m cfl_mpi.prepare` with the same config and --set options"
 
@@ -153,7 +175,8 @@ def check_data(cfg: Config) -> None:
     if cfg.data.silo_images is not None and cfg.data.silo_images > pool_sizes(cfg)[0]:
         raise ConfigError(
             f"data.silo_images: {cfg.data.silo_images} images per silo, but {cfg.data.name}'s training pool "
-            f"holds {pool_sizes(cfg)[0]} (give at most that)")
+            f"holds {pool_sizes(cfg)[0]} (give at most that)"
+        )
     if cfg.data.name == "rotated_digits":
         return
     label, missing, _, layout = _missing(cfg)
@@ -161,12 +184,14 @@ def check_data(cfg: Config) -> None:
         if missing:
             raise ConfigError(
                 f"data.root: PACS domain folders {', '.join(missing)} not found in {cfg.data.root} "
-                f"({_give_root(layout)}; PACS has no download: unpack it there, then check it with {PREPARE_HINT})")
+                f"({_give_root(layout)}; PACS has no download: unpack it there, then check it with {PREPARE_HINT})"
+            )
         _check_pacs_sizes(cfg)
     elif missing and not cfg.data.download:
         raise ConfigError(
             f"data.root: {label} files {', '.join(missing)} not found in {cfg.data.root} ({_give_root(layout)}; "
-            f"or fetch them with {PREPARE_HINT} and data.download: true where a network is reachable)")
+            f"or fetch them with {PREPARE_HINT} and data.download: true where a network is reachable)"
+        )
 
 
 def _check_pacs_sizes(cfg: Config) -> None:
@@ -180,7 +205,8 @@ def _check_pacs_sizes(cfg: Config) -> None:
             raise ConfigError(
                 f"data.domain_silos: domain {domain} has {n} images in {root / domain}, too few for {k} silos "
                 f"of at least {cfg.data.min_silo_images} (give it at most {fit} silos, or lower "
-                f"data.min_silo_images)")
+                f"data.min_silo_images)"
+            )
 
 
 def prepare_data(cfg: Config) -> None:
@@ -198,7 +224,8 @@ def prepare_data(cfg: Config) -> None:
         raise ConfigError(
             f"data.root: {label} is not in {root} and downloading it failed ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else 'no detail'}) ({_give_root(layout)}; or run "
-            f"{PREPARE_HINT} where a network is reachable and copy that data.root to this machine)") from None
+            f"{PREPARE_HINT} where a network is reachable and copy that data.root to this machine)"
+        ) from None
 
 
 def _download(label: str, root: Path, folder: Path, missing: list[str]) -> None:
@@ -239,13 +266,19 @@ def _pools(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     would add to each silo's start). The lock makes the silo threads that start together wait
     for one decoding."""
     with _SPLITS_LOCK:
-        return _held_out_pools(cfg.data.name, Path(cfg.data.root) if cfg.data.root else None, cfg.data.pool,
-                               cfg.data.test_fraction, cfg.seed)
+        return _held_out_pools(
+            cfg.data.name,
+            Path(cfg.data.root) if cfg.data.root else None,
+            cfg.data.pool,
+            cfg.data.test_fraction,
+            cfg.seed,
+        )
 
 
 @functools.lru_cache(maxsize=4)
-def _held_out_pools(name: str, root: Path | None, pool: str, test_fraction: float,
-                    seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _held_out_pools(
+    name: str, root: Path | None, pool: str, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`_pools`, made once per process and read-only: the silos of a rank share it (copying the
     held-out pool out of the split again would add to each of hundreds of silos' start;
     benchmarks/results/20261127-first-stage-and-pools.md)."""
@@ -295,8 +328,9 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
     else:
         pool_tr, pool_te = np.arange(len(y_tr)), np.arange(len(y_te))
     if cfg.data.silo_images is not None:
-        part = sized_shard(group, local, cfg.data.silo_images, len(pool_tr), len(pool_te), cfg.data.val_fraction,
-                           cfg.seed)
+        part = sized_shard(
+            group, local, cfg.data.silo_images, len(pool_tr), len(pool_te), cfg.data.val_fraction, cfg.seed
+        )
     else:
         part = group_shard(group, local, per_group, len(pool_tr), len(pool_te), cfg.data.val_fraction, cfg.seed)
     train, val, test = pool_tr[part.train], pool_tr[part.val], pool_te[part.test]
@@ -315,8 +349,16 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
     if backdoor_targets(cfg)[silo]:  # the same test images, the feature set to another label's value
         poisoned = backdoor.backdoor_test(cfg.data.name, unit(x_te[test]), y_te[test])
         extra = {"x_backdoor": model_input(resize(poisoned, cfg.data.image_size)), "y_backdoor": y_te[test]}
-    return SiloData(group, prepare(x_tr, y_tr, train), y_tr[train], prepare(x_tr, y_tr, val), y_tr[val],
-                    prepare(x_te, y_te, test), y_te[test], **extra)
+    return SiloData(
+        group,
+        prepare(x_tr, y_tr, train),
+        y_tr[train],
+        prepare(x_tr, y_tr, val),
+        y_tr[val],
+        prepare(x_te, y_te, test),
+        y_te[test],
+        **extra,
+    )
 
 
 def _pacs_silo(cfg: Config, silo: int) -> SiloData:
@@ -326,8 +368,9 @@ def _pacs_silo(cfg: Config, silo: int) -> SiloData:
     classes = pacs.class_names(root, cfg.data.domains)
     paths, labels = pacs.list_domain(root, cfg.data.domains[group], classes)
     if cfg.data.pacs_split == "authors":
-        part = dealt_shard(group, local, per_group, len(labels), pacs.AUTHORS_TEST_FRACTION,
-                           pacs.AUTHORS_VAL_FRACTION, cfg.seed)
+        part = dealt_shard(
+            group, local, per_group, len(labels), pacs.AUTHORS_TEST_FRACTION, pacs.AUTHORS_VAL_FRACTION, cfg.seed
+        )
     else:
         part = split_shard(group, local, per_group, len(labels), pacs.TEST_FRACTION, pacs.VAL_FRACTION, cfg.seed)
     mean, std = _normalisation(cfg)
@@ -336,5 +379,12 @@ def _pacs_silo(cfg: Config, silo: int) -> SiloData:
         images = unit(pacs.read_images([paths[i] for i in idx], cfg.data.image_size))
         return to_model_input(images, mean, std, 3)
 
-    return SiloData(group, load(part.train), labels[part.train], load(part.val), labels[part.val],
-                    load(part.test), labels[part.test])
+    return SiloData(
+        group,
+        load(part.train),
+        labels[part.train],
+        load(part.val),
+        labels[part.val],
+        load(part.test),
+        labels[part.test],
+    )

@@ -22,14 +22,17 @@ of another label, `shifted_labels` (the next class of the group, cyclically). A 
 learnt the backdoor misclassifies them. (The authors patch every silo's test set with the
 colour of (y + 1) mod 5; only the target silos' figure is reported, so only they build it.)
 """
+
 from __future__ import annotations
 
 from functools import cache
 
 import numpy as np
 
-GROUPS = {"backdoor_mnist": ("green", "green_backdoor", "purple"),
-          "backdoor_cifar10": ("classes_0_4", "classes_0_4_patch", "classes_5_9")}
+GROUPS = {
+    "backdoor_mnist": ("green", "green_backdoor", "purple"),
+    "backdoor_cifar10": ("classes_0_4", "classes_0_4_patch", "classes_5_9"),
+}
 TARGET_GROUP = 0
 
 TARGET_COLOUR = (0.26, 0.63, 0.4)
@@ -118,4 +121,4 @@ def subsampled(name: str, group: int, train: np.ndarray, seed: int) -> np.ndarra
     if fraction == 1.0:
         return train
     rng = np.random.default_rng([seed, 17, group])
-    return np.sort(rng.permutation(train)[:int(fraction * len(train))])
+    return np.sort(rng.permutation(train)[: int(fraction * len(train))])

@@ -1,4 +1,5 @@
 """CIFAR-10 from its pickled Python batches, in torchvision's layout `<root>/cifar-10-batches-py`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,10 @@ import numpy as np
 FOLDER = "cifar-10-batches-py"
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}  # images per split
 FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)}
-LAYOUT = (f"DIR/{FOLDER} holds data_batch_1 to data_batch_5 and test_batch (cifar-10-python.tar.gz unpacked, "
-          "as torchvision lays it out)")
+LAYOUT = (
+    f"DIR/{FOLDER} holds data_batch_1 to data_batch_5 and test_batch (cifar-10-python.tar.gz unpacked, "
+    "as torchvision lays it out)"
+)
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 

@@ -1,4 +1,5 @@
 """scikit-learn's handwritten digits: 1,797 real 8x8 images shipped with the package."""
+
 from __future__ import annotations
 
 import gzip

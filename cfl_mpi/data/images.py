@@ -3,6 +3,7 @@
 Batches are (n, h, w) for grey images and (n, h, w, 3) for colour images, floats in [0, 1],
 until `to_model_input` turns them into the model's normalised float32 NCHW arrays.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,8 +54,12 @@ def rotate(images: np.ndarray, angle: float, expand: bool = False, border: int =
     return np.stack([np.stack([turn(p[..., k]) for k in range(p.shape[-1])], axis=-1) for p in planes])
 
 
-def to_model_input(images01: np.ndarray, mean: float | tuple[float, ...] = MNIST_MEAN,
-                   std: float | tuple[float, ...] = MNIST_STD, channels: int | None = None) -> np.ndarray:
+def to_model_input(
+    images01: np.ndarray,
+    mean: float | tuple[float, ...] = MNIST_MEAN,
+    std: float | tuple[float, ...] = MNIST_STD,
+    channels: int | None = None,
+) -> np.ndarray:
     """(n, h, w) or (n, h, w, c) in [0, 1] → normalised float32 (n, c, h, w).
 
     `channels=3` repeats a grey batch into three channels (for the ImageNet models); `mean`

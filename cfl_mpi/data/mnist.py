@@ -1,4 +1,5 @@
 """MNIST from its original IDX files, in torchvision's layout or a plain folder."""
+
 from __future__ import annotations
 
 import gzip
@@ -38,7 +39,7 @@ def read_idx(path: Path) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
         raise ValueError(f"{path} is not an unsigned-byte IDX file")
     ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if array.size != int(np.prod(shape)):
         raise ValueError(f"{path}: header says {shape}, file holds {array.size} bytes")

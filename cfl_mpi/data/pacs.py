@@ -4,6 +4,7 @@ Domains: photo, art_painting, cartoon, sketch; 7 classes (dog, elephant, giraffe
 horse, house, person), numbered in sorted order of the class folder names. There is no
 download: the data set is distributed as an archive to unpack into `data.root`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -7,6 +7,7 @@ so each silo is tested on its own group's distribution; with `data.silo_images` 
 takes that many images instead (`sized_shard`). PACS: each domain's images are
 split across that domain's silos, and each silo's share 80/10/10 (`split_shard`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,16 +30,18 @@ class SiloShard:
     test: np.ndarray
 
 
-def shard(silo: int, silos: int, groups: int, n_train_pool: int, n_test_pool: int,
-          val_fraction: float, seed: int) -> SiloShard:
+def shard(
+    silo: int, silos: int, groups: int, n_train_pool: int, n_test_pool: int, val_fraction: float, seed: int
+) -> SiloShard:
     """Silo `silo`'s share: a disjoint slice of its group's shuffled copy of each pool."""
     per_group = silos // groups
     group, local = divmod(silo, per_group)
     return group_shard(group, local, per_group, n_train_pool, n_test_pool, val_fraction, seed)
 
 
-def group_shard(group: int, local: int, per_group: int, n_train_pool: int, n_test_pool: int,
-                val_fraction: float, seed: int) -> SiloShard:
+def group_shard(
+    group: int, local: int, per_group: int, n_train_pool: int, n_test_pool: int, val_fraction: float, seed: int
+) -> SiloShard:
     """The `local`-th of `per_group` disjoint slices of group `group`'s shuffled copy of each pool.
 
     Indices point into the group's pools (the backdoor sets give some groups only some classes).
@@ -50,8 +53,9 @@ def group_shard(group: int, local: int, per_group: int, n_train_pool: int, n_tes
     return SiloShard(group, np.sort(train_part[n_val:]), np.sort(train_part[:n_val]), np.sort(test_part))
 
 
-def sized_shard(group: int, local: int, silo_images: int, n_train_pool: int, n_test_pool: int,
-                val_fraction: float, seed: int) -> SiloShard:
+def sized_shard(
+    group: int, local: int, silo_images: int, n_train_pool: int, n_test_pool: int, val_fraction: float, seed: int
+) -> SiloShard:
     """The `local`-th silo of group `group` when every silo holds `silo_images` training-pool
     images (IFCA's shape) and a test share of the same proportion as the pools'.
 
@@ -73,7 +77,7 @@ def _slice_of_shuffles(key: list[int], local: int, size: int, n_pool: int) -> np
     per_shuffle = n_pool // size
     shuffle, slot = divmod(local, per_shuffle)
     order = np.random.default_rng([*key, shuffle]).permutation(n_pool)
-    return order[slot * size:(slot + 1) * size]
+    return order[slot * size : (slot + 1) * size]
 
 
 def images_shared_by(per_group: int, silo_images: int, n_pool: int) -> int:
@@ -88,27 +92,30 @@ def holdout_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, 
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
-def split_shard(group: int, local: int, per_group: int, n_pool: int, test_fraction: float,
-                val_fraction: float, seed: int) -> SiloShard:
+def split_shard(
+    group: int, local: int, per_group: int, n_pool: int, test_fraction: float, val_fraction: float, seed: int
+) -> SiloShard:
     """PACS's rule: a group's (domain's) own images, split disjointly across its silos, each
     silo's slice split into test, validation and training parts by the given fractions."""
     rng = np.random.default_rng([seed, 11, group])
     part = np.array_split(rng.permutation(n_pool), per_group)[local]
     n_test = max(1, int(round(test_fraction * len(part))))
     n_val = max(1, int(round(val_fraction * len(part))))
-    return SiloShard(group, np.sort(part[n_test + n_val:]), np.sort(part[n_test:n_test + n_val]),
-                     np.sort(part[:n_test]))
+    return SiloShard(
+        group, np.sort(part[n_test + n_val :]), np.sort(part[n_test : n_test + n_val]), np.sort(part[:n_test])
+    )
 
 
-def dealt_shard(group: int, local: int, per_group: int, n_pool: int, test_fraction: float,
-                val_fraction: float, seed: int) -> SiloShard:
+def dealt_shard(
+    group: int, local: int, per_group: int, n_pool: int, test_fraction: float, val_fraction: float, seed: int
+) -> SiloShard:
     """The authors' PACS rule (`pacs.ipynb`): the last `test_fraction` of the group's shuffled
     images is its test pool, the rest dealt round-robin to its silos (the test pool likewise),
     and each silo's share split into training and (`val_fraction`) validation parts."""
     rng = np.random.default_rng([seed, 13, group])
     order = rng.permutation(n_pool)
     n_test = int(test_fraction * n_pool)
-    rest, test = order[:n_pool - n_test], order[n_pool - n_test:]
+    rest, test = order[: n_pool - n_test], order[n_pool - n_test :]
     mine = rest[local::per_group]
     n_val = max(1, int(np.ceil(val_fraction * len(mine))))  # train_test_split rounds the test part up
     mine = rng.permutation(mine)

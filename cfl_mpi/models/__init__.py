@@ -4,6 +4,7 @@ Every model has an explicit `embedding` g and `head` h with `model(x) == head(em
 the simple CNN (simple_cnn.py), IFCA's fully connected network (mlp.py) and torchvision's
 ImageNet models (torchvision_models.py).
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,8 +20,15 @@ from .mlp import Mlp
 from .simple_cnn import SimpleCNN
 from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
 
-__all__ = ["build_model", "seeded_states", "state_arrays", "load_arrays", "embedding_dim", "load_weights_file",
-           "WeightsError"]
+__all__ = [
+    "build_model",
+    "seeded_states",
+    "state_arrays",
+    "load_arrays",
+    "embedding_dim",
+    "load_weights_file",
+    "WeightsError",
+]
 
 # torch's default generator is process-wide, and several silos (threads) may build models at
 # once: seeded draws and every other construction take turns, so θ(0) depends on the seed only.
@@ -43,10 +51,11 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
     m = cfg.model
     with _DEFAULT_GENERATOR:
         if m.name == "simple_cnn":
-            model = SimpleCNN(input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels),
-                              m.embedding_dim, m.pools)
+            model = SimpleCNN(
+                input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels), m.embedding_dim, m.pools
+            )
         elif m.name == "mlp":
-            model = Mlp(input_channels(cfg) * cfg.data.image_size ** 2, num_classes, m.embedding_dim)
+            model = Mlp(input_channels(cfg) * cfg.data.image_size**2, num_classes, m.embedding_dim)
         else:
             model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
     if load_weights and m.pretrained is not False:
@@ -94,8 +103,8 @@ def _load_pretrained(model: nn.Module, name: str, state: dict[str, torch.Tensor]
     (keys `embedding.*`, `head.*`) into `model`. The embedding must match exactly; the head is
     taken only when its shapes fit (an ImageNet head has 1000 classes and is left fresh)."""
     if all(k.startswith(("embedding.", "head.")) for k in state):
-        embedding = {k[len("embedding."):]: v for k, v in state.items() if k.startswith("embedding.")}
-        head = {k[len("head."):]: v for k, v in state.items() if k.startswith("head.")}
+        embedding = {k[len("embedding.") :]: v for k, v in state.items() if k.startswith("embedding.")}
+        head = {k[len("head.") :]: v for k, v in state.items() if k.startswith("head.")}
     elif name in TORCHVISION_MODELS:
         embedding = {f"net.{k}": v for k, v in state.items() if not k.startswith(HEAD_PREFIX[name])}
         head = {}
@@ -142,5 +151,7 @@ def load_arrays(module: nn.Module, arrays: dict[str, np.ndarray]) -> None:
     that several silos share are read-only: torch takes those as a copy (it has no read-only
     tensors), the others as they are."""
     device = next(module.parameters()).device
-    module.load_state_dict({k: (torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)).to(device)
-                            for k, v in arrays.items()}, strict=True)
+    module.load_state_dict(
+        {k: (torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)).to(device) for k, v in arrays.items()},
+        strict=True,
+    )

@@ -1,6 +1,7 @@
 """IFCA's fully connected network (Ghosh, Chung, Yin, Ramchandran: An Efficient Framework for
 Clustered Federated Learning, NeurIPS 2020; its rotated-MNIST experiments): the flattened image,
 one hidden layer of `hidden` ReLU units (the embedding), then the classes."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """The simple CNN of the EMD-CFL paper's MNIST experiments (Appendix D.2): conv 64, conv 128,
 fc 128 (the embedding), fc classes."""
+
 from __future__ import annotations
 
 import torch
@@ -15,16 +16,29 @@ class SimpleCNN(nn.Module):
     conv and the first fc (docs/FIDELITY.md).
     """
 
-    def __init__(self, in_channels: int, num_classes: int, image_size: int,
-                 channels: tuple[int, int] = (64, 128), embedding_dim: int = 128, pools: int = 2) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        image_size: int,
+        channels: tuple[int, int] = (64, 128),
+        embedding_dim: int = 128,
+        pools: int = 2,
+    ) -> None:
         super().__init__()
         c1, c2 = channels
-        side = image_size // 2 ** pools
+        side = image_size // 2**pools
         first_pool = [nn.MaxPool2d(2)] if pools == 2 else []
         self.embedding = ConvEmbedding(
-            nn.Conv2d(in_channels, c1, 3, padding=1), nn.ReLU(), *first_pool,
-            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(c2 * side * side, embedding_dim), nn.ReLU(),
+            nn.Conv2d(in_channels, c1, 3, padding=1),
+            nn.ReLU(),
+            *first_pool,
+            nn.Conv2d(c1, c2, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(c2 * side * side, embedding_dim),
+            nn.ReLU(),
         )
         self.head = nn.Linear(embedding_dim, num_classes)
 
@@ -90,5 +104,6 @@ def _conv_blocks(layers: list[nn.Module], h: torch.Tensor) -> torch.Tensor:
 def _max_pool_2x2(h: torch.Tensor) -> torch.Tensor:
     """max_pool2d(h, 2): the maximum of the four strided views of each 2 × 2 window."""
     h = h[..., : h.shape[-2] // 2 * 2, : h.shape[-1] // 2 * 2]
-    return torch.maximum(torch.maximum(h[..., 0::2, 0::2], h[..., 0::2, 1::2]),
-                         torch.maximum(h[..., 1::2, 0::2], h[..., 1::2, 1::2]))
+    return torch.maximum(
+        torch.maximum(h[..., 0::2, 0::2], h[..., 0::2, 1::2]), torch.maximum(h[..., 1::2, 0::2], h[..., 1::2, 1::2])
+    )

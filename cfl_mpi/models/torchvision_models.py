@@ -6,6 +6,7 @@ layer replaced by an identity), so its state keeps torchvision's parameter names
 `embedding.net.`; the head is a fresh linear layer (after EfficientNet's own dropout).
 torchvision is imported here only, when a model needs it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,13 @@ from torch import nn
 from torch.nn import functional as F
 
 # Prefix of the classifier's last linear layer in each torchvision model's state dict.
-HEAD_PREFIX = {"resnet18": "fc.", "resnet50": "fc.", "efficientnet_b3": "classifier.",
-               "vit_b_16": "heads.", "convnext_base": "classifier.2."}
+HEAD_PREFIX = {
+    "resnet18": "fc.",
+    "resnet50": "fc.",
+    "efficientnet_b3": "classifier.",
+    "vit_b_16": "heads.",
+    "convnext_base": "classifier.2.",
+}
 
 
 class Backbone(nn.Module):

@@ -8,6 +8,7 @@ n^(-1/d) (Genevay et al., AISTATS 2019): on silos of ~60 images it separates rot
 W1 blurs (docs/SMALL_SILOS.md). For d of negative type (a Euclidean distance, so `euclidean`
 or `chordal`) it is 0 only for equal measures (Székely & Rizzo 2013).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -41,6 +41,7 @@ Example::
     >>> res.distance >= wasserstein(mu, np.full(200, 1 / 200), nu, np.full(100, 1 / 100))
     True
 """
+
 from __future__ import annotations
 
 import math
@@ -160,9 +161,7 @@ def uniform_measure(points) -> Measure:
     return as_measure(points)
 
 
-def gaussian_measure(
-    support_size: int, dim: int, rng: np.random.Generator, *, loc=0.0, scale: float = 1.0
-) -> Measure:
+def gaussian_measure(support_size: int, dim: int, rng: np.random.Generator, *, loc=0.0, scale: float = 1.0) -> Measure:
     """ξ(0) as in the paper's experiments: ``support_size`` draws of N(loc, scale² I), uniform."""
     if support_size < 1 or dim < 1:
         raise ValueError(f"support_size and dim must be >= 1, got {support_size}, {dim}")
@@ -210,9 +209,7 @@ def _integer_masses(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return counts[0], counts[1], den
 
 
-def optimal_plan(
-    x: np.ndarray, a: np.ndarray, y: np.ndarray, b: np.ndarray, p: int = 2
-) -> tuple[np.ndarray, float]:
+def optimal_plan(x: np.ndarray, a: np.ndarray, y: np.ndarray, b: np.ndarray, p: int = 2) -> tuple[np.ndarray, float]:
     """An optimal plan P* of Eq. 2 between ``(x, a)`` and ``(y, b)``, and Wp = <C, P*>^(1/p).
 
     Uses POT's network simplex (``ot.emd``) with two precautions:
@@ -254,8 +251,7 @@ def optimal_plan(
         plan[plan < _PLAN_ZERO_ATOL] = 0.0
     if log.get("result_code") != 1:
         raise RuntimeError(
-            f"ot.emd did not reach an optimal plan (code {log.get('result_code')}): "
-            f"{log.get('warning')}"
+            f"ot.emd did not reach an optimal plan (code {log.get('result_code')}): {log.get('warning')}"
         )
     total = max(float(np.sum(plan * cost)), 0.0)
     return plan, total ** (1.0 / p)
@@ -379,9 +375,7 @@ def interpolation_times(
 # --------------------------------------------------------------------------- per-party steps
 
 
-def client_step(
-    own, xi, t: float, *, p: int = 2, method: Method = "approx"
-) -> tuple[Measure, float]:
+def client_step(own, xi, t: float, *, p: int = 2, method: Method = "approx") -> tuple[Measure, float]:
     """Silo side of iteration k (Algorithm 1, lines 4-5).
 
     ``own`` is the silo's private measure (μ or ν), ``xi`` the ξ(k-1) received from the
@@ -393,9 +387,7 @@ def client_step(
     return interpolate(own, xi, t, p=p, method=method)
 
 
-def server_step(
-    xi_mu, xi_nu, t: float, *, p: int = 2, method: Method = "approx"
-) -> tuple[Measure, float]:
+def server_step(xi_mu, xi_nu, t: float, *, p: int = 2, method: Method = "approx") -> tuple[Measure, float]:
     """Server side of iteration k (Algorithm 1, line 7): ξ(k) = interp(ξ_μ(k), ξ_ν(k), t).
 
     Returns ``(ξ(k), Wp(ξ_μ(k), ξ_ν(k)))``.

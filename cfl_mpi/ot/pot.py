@@ -6,12 +6,17 @@ most of `import ot` on a machine that has them installed. A variable the environ
 sets is left as it is. Import POT through this module, or name it in a strategy half's
 `modules()`, so that it loads before the rounds start, never in one.
 """
+
 from __future__ import annotations
 
 import os
 
-UNUSED_BACKENDS = ("POT_BACKEND_DISABLE_PYTORCH", "POT_BACKEND_DISABLE_JAX", "POT_BACKEND_DISABLE_CUPY",
-                   "POT_BACKEND_DISABLE_TENSORFLOW")
+UNUSED_BACKENDS = (
+    "POT_BACKEND_DISABLE_PYTORCH",
+    "POT_BACKEND_DISABLE_JAX",
+    "POT_BACKEND_DISABLE_CUPY",
+    "POT_BACKEND_DISABLE_TENSORFLOW",
+)
 
 for _name in UNUSED_BACKENDS:
     os.environ.setdefault(_name, "1")

@@ -2,6 +2,7 @@
 (lapx), POT's network simplex. Imported together by a party that solves (its strategy half's
 `modules()`), when it starts: their imports take seconds on a busy node, where no round should
 wait on them; the ranks and runs that never solve an assignment never load them."""
+
 from __future__ import annotations
 
 from lap import lapjv

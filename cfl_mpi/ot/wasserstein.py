@@ -8,6 +8,7 @@ is the assignment cost of the k-fold repeated cost matrix; its many ties suit LA
 from lapx). `benchmarks/w1.py` measures all three. POT's `emd2` covers any other n ≠ m.
 Sinkhorn (entropic, Cuturi 2013) is the approximate variant of Appendix E.2.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -21,8 +22,18 @@ import numpy as np
 GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
-__all__ = ["cosine_cost", "ground_cost", "ground_costs", "squared_euclidean_cost", "transport_cost", "unit_rows", "w1",
-           "w1_assignment", "w1_emd", "w1_repeated"]
+__all__ = [
+    "cosine_cost",
+    "ground_cost",
+    "ground_costs",
+    "squared_euclidean_cost",
+    "transport_cost",
+    "unit_rows",
+    "w1",
+    "w1_assignment",
+    "w1_emd",
+    "w1_repeated",
+]
 
 MAX_REPEAT = 4  # repeat a side at most 4-fold: a (4n)² assignment is still faster than the simplex
 
@@ -116,8 +127,9 @@ def w1_emd(cost: np.ndarray) -> float:
     return float(ot.emd2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), cost, numItermax=10_000_000))
 
 
-def w1(x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine", solver: Solver = "exact",
-       reg: float = 0.1) -> float:
+def w1(
+    x: np.ndarray, y: np.ndarray, metric: GroundCost = "cosine", solver: Solver = "exact", reg: float = 0.1
+) -> float:
     """W1 between the uniform empirical measures on the rows of x and of y."""
     return transport_cost(ground_cost(x, y, metric), solver, reg)
 

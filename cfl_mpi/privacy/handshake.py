@@ -6,6 +6,7 @@ Two silos exchange X25519 public keys (directly, silo to silo); each derives the
 silo's partners. The server sees at most public keys, from which the seed cannot be
 computed (that is the Diffie–Hellman assumption X25519 rests on).
 """
+
 from __future__ import annotations
 
 import hashlib

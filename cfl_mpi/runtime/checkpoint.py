@@ -14,6 +14,7 @@ imports torch) a checkpoint that is missing, inconsistent, of another config or 
 run, and `check_resume_arrays` (after data preparation) one whose arrays are truncated,
 altered, or do not fit θ(0) and the strategy.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,11 +44,11 @@ class CheckpointError(ConfigError):
 @dataclass
 class Checkpoint:
     round: int
-    models: list[dict[str, np.ndarray]]      # distinct models, deduplicated
-    silo_model: list[int]                     # silo → index into `models`
-    strategy: dict[str, np.ndarray]           # the strategy's arrays
-    meta: dict[str, Any]                      # JSON-serialisable strategy and run facts
-    config_sha256: str                        # config.config_digest of the run that wrote it
+    models: list[dict[str, np.ndarray]]  # distinct models, deduplicated
+    silo_model: list[int]  # silo → index into `models`
+    strategy: dict[str, np.ndarray]  # the strategy's arrays
+    meta: dict[str, Any]  # JSON-serialisable strategy and run facts
+    config_sha256: str  # config.config_digest of the run that wrote it
 
     def model_of(self, silo: int) -> dict[str, np.ndarray]:
         return self.models[self.silo_model[silo]]
@@ -81,9 +82,15 @@ def save_checkpoint(out: Path, state: Checkpoint) -> int:
         arrays.update({f"model{i}/{k}": v for k, v in model.items()})
     npz = arrays_name(state.round)
     _atomic_write(folder / npz, lambda fh: np.savez(fh, **arrays))
-    index = {"round": state.round, "arrays": npz, "arrays_sha256": file_sha256(folder / npz),
-             "config_sha256": state.config_sha256, "n_models": len(state.models),
-             "silo_model": state.silo_model, "meta": state.meta}
+    index = {
+        "round": state.round,
+        "arrays": npz,
+        "arrays_sha256": file_sha256(folder / npz),
+        "config_sha256": state.config_sha256,
+        "n_models": len(state.models),
+        "silo_model": state.silo_model,
+        "meta": state.meta,
+    }
     _atomic_write(folder / INDEX, lambda fh: fh.write(json.dumps(index).encode()))
     for old in folder.glob("round*.npz"):  # only after the new index points elsewhere
         if old.name != npz:
@@ -129,8 +136,11 @@ def load_checkpoint(out: Path) -> Checkpoint:
 
 def _read_index(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        _fail(path.parent.parent, "holds no checkpoint/index.json",
-              "a run writes it after its first round with runtime.checkpoint: true; start a fresh run with --out")
+        _fail(
+            path.parent.parent,
+            "holds no checkpoint/index.json",
+            "a run writes it after its first round with runtime.checkpoint: true; start a fresh run with --out",
+        )
     try:
         index = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -177,15 +187,19 @@ def check_results_folder(cfg: Config, resume: bool, overwrite: bool) -> None:
 
     out = cfg.results_dir()
     if resume and overwrite:
-        raise ConfigError("--overwrite: cannot be combined with --resume (--resume continues the run in the folder, "
-                          "--overwrite replaces it: choose one)")
+        raise ConfigError(
+            "--overwrite: cannot be combined with --resume (--resume continues the run in the folder, "
+            "--overwrite replaces it: choose one)"
+        )
     if resume:
         check_resume(cfg, out)
         return
     found = run_files(out)
     if found and not overwrite:
-        raise ConfigError(f"out: {out} already holds a run ({', '.join(found)}) (continue it with --resume {out}, "
-                          f"choose another folder with --out, or replace it with --overwrite)")
+        raise ConfigError(
+            f"out: {out} already holds a run ({', '.join(found)}) (continue it with --resume {out}, "
+            f"choose another folder with --out, or replace it with --overwrite)"
+        )
 
 
 def check_resume(cfg: Config, out: Path) -> None:
@@ -196,22 +210,31 @@ def check_resume(cfg: Config, out: Path) -> None:
     from ..config import check_resumable
 
     if not out.is_dir():
-        raise CheckpointError(f"--resume: {out} {'is not a folder' if out.exists() else 'does not exist'} (give the "
-                              f"results folder of the run to continue, or start a fresh run with --out)")
+        raise CheckpointError(
+            f"--resume: {out} {'is not a folder' if out.exists() else 'does not exist'} (give the "
+            f"results folder of the run to continue, or start a fresh run with --out)"
+        )
     check_resumable(cfg, out)
     index_path = out / CHECKPOINT / INDEX
     index = _read_index(index_path)
     if not (out / CHECKPOINT / index["arrays"]).is_file():
         _fail(out / CHECKPOINT / index["arrays"], "is missing")
     if index["config_sha256"] != config_digest(cfg):
-        _fail(index_path, "was written by another experiment's config (config_sha256 differs)",
-              "resume with the config and --set options the run was started with")
+        _fail(
+            index_path,
+            "was written by another experiment's config (config_sha256 differs)",
+            "resume with the config and --set options the run was started with",
+        )
     if index["round"] > cfg.train.rounds or len(index["silo_model"]) != cfg.silos:
-        _fail(index_path, f"is of round {index['round']} with {len(index['silo_model'])} silos but the config has "
-                          f"{cfg.train.rounds} rounds and {cfg.silos} silos")
+        _fail(
+            index_path,
+            f"is of round {index['round']} with {len(index['silo_model'])} silos but the config has "
+            f"{cfg.train.rounds} rounds and {cfg.silos} silos",
+        )
     if index["round"] == cfg.train.rounds and (out / "summary.json").is_file():
-        raise ConfigError(f"--resume: {out} finished all {index['round']} rounds (its summary.json is written): "
-                          f"nothing to continue")
+        raise ConfigError(
+            f"--resume: {out} finished all {index['round']} rounds (its summary.json is written): nothing to continue"
+        )
     check_run_meta(index["round"], index["meta"], cfg.silos, index_path)
 
 
@@ -246,15 +269,20 @@ def check_run_meta(rounds: int, meta: dict[str, Any], silos: int, index: Path) -
     if not isinstance(trained, list) or not all(isinstance(c, int) and 0 <= c < silos for c in trained):
         _fail(index, f"meta.trained must list silos in 0..{silos - 1}")
     if not isinstance(first_counts, dict) or not all(
-            k.isdigit() and int(k) < silos and isinstance(n, int) and n >= 1 for k, n in first_counts.items()):
+        k.isdigit() and int(k) < silos and isinstance(n, int) and n >= 1 for k, n in first_counts.items()
+    ):
         _fail(index, f"meta.first_counts must map silos in 0..{silos - 1} to positive counts")
-    if (not isinstance(records, list) or len(records) != rounds
-            or any(not isinstance(r, dict) or r.get("round") != i + 1 for i, r in enumerate(records))):
+    if (
+        not isinstance(records, list)
+        or len(records) != rounds
+        or any(not isinstance(r, dict) or r.get("round") != i + 1 for i, r in enumerate(records))
+    ):
         _fail(index, f"meta.records must hold one record per round 1..{rounds}")
 
 
-def _check_like(arrays: dict[str, np.ndarray], reference: dict[str, np.ndarray], index: Path, what: str,
-                extra_allowed: bool = False) -> None:
+def _check_like(
+    arrays: dict[str, np.ndarray], reference: dict[str, np.ndarray], index: Path, what: str, extra_allowed: bool = False
+) -> None:
     """Same names, shapes and dtypes as `reference` (extra names allowed for a strategy's
     state, whose cached models and bases come and go)."""
     for name, ref in reference.items():

@@ -14,6 +14,7 @@ embedding their samples under one representative's model) share one call: one la
 pass costs less than many small ones over the same images
 (benchmarks/results/20261126-c2400-live.md).
 """
+
 from __future__ import annotations
 
 import threading
@@ -56,7 +57,7 @@ class ComputePool:
             batch.items.append(item)
         return batch.result.result()[index]
 
-    def _run(self, key: Hashable, batch: "_Batch", fn: Callable[[list[Any]], list[T]]) -> list[T]:
+    def _run(self, key: Hashable, batch: _Batch, fn: Callable[[list[Any]], list[T]]) -> list[T]:
         with self._lock:  # later callers of the key start a batch of their own
             if self._queued.get(key) is batch:
                 del self._queued[key]
@@ -65,15 +66,16 @@ class ComputePool:
             raise ValueError(f"a batched computation returned {len(results)} results for {len(batch.items)} items")
         return results
 
-    def __enter__(self) -> "ComputePool":
+    def __enter__(self) -> ComputePool:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
-    def for_share(cores: int, threads: int, silos: int, node_silos: int) -> "ComputePool":
+    def for_share(cores: int, threads: int, silos: int, node_silos: int) -> ComputePool:
         """As many workers as this process's `silos` get of the node's `cores` (in proportion
         to the silos it hosts of the node's `node_silos`) at `threads` threads each; at least
         one."""

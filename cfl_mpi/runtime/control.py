@@ -7,6 +7,7 @@ are not there yet, and when to stop (end of the run, or SIGTERM). A silo waiting
 first round therefore also hears from the server every round and never mistakes a long wait
 for a dead peer.
 """
+
 from __future__ import annotations
 
 import numpy as np

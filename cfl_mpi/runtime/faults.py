@@ -2,6 +2,7 @@
 failing or hostile silo cannot wreck the job. The silo loop asks this seam at three points
 (the round's start, the trained update, the update's send); for every silo that is not the
 configured one each answer is the honest one."""
+
 from __future__ import annotations
 
 import time
@@ -64,15 +65,16 @@ class SiloFaults:
         copied to the host), which `scaled_update` reverses the change from."""
         self._start = {k: v.copy() for k, v in arrays().items()} if self.kind(round) == "scaled_update" else {}
 
-    def update(self, round: int, arrays: dict[str, np.ndarray], n_samples: int
-               ) -> tuple[dict[str, np.ndarray], int]:
+    def update(self, round: int, arrays: dict[str, np.ndarray], n_samples: int) -> tuple[dict[str, np.ndarray], int]:
         """The trained model and sample count, or what a hostile silo claims instead."""
         kind = self.kind(round)
         floating = [k for k, v in arrays.items() if np.issubdtype(v.dtype, np.floating)]
         if kind == "scaled_update":  # θ' = s − SCALE·(θ − s): the honest change reversed and magnified
             start = self._start
-            return {**arrays, **{k: (start[k] - SCALE * (arrays[k] - start[k])).astype(arrays[k].dtype)
-                                 for k in floating}}, CLAIMED_SAMPLES
+            return {
+                **arrays,
+                **{k: (start[k] - SCALE * (arrays[k] - start[k])).astype(arrays[k].dtype) for k in floating},
+            }, CLAIMED_SAMPLES
         if kind == "huge_weights":
             return {**arrays, **{k: np.full_like(arrays[k], HUGE) for k in floating}}, n_samples
         return arrays, n_samples

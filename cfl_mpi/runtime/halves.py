@@ -1,5 +1,6 @@
 """The halves of the config's strategy, built from its parameters and the run's facts: the
 one place that turns a `Config` into what a strategy half may know (`RunFacts`)."""
+
 from __future__ import annotations
 
 import importlib
@@ -20,10 +21,18 @@ def run_facts(cfg: Config) -> RunFacts:
         return seeded_states(cfg, num_classes(cfg), cfg.seed, k)
 
     late = tuple(sorted(((x.silo, x.round) for x in cfg.late_silos), key=lambda x: (x[1], x[0])))
-    return RunFacts(cfg.silos, cfg.seed, late, cfg.aggregation,
-                    None if cfg.train.batch_size == "all" else cfg.train.batch_size, cfg.model.embedding_dim,
-                    input_channels(cfg) * cfg.data.image_size ** 2, num_classes(cfg),
-                    len(np.unique(true_clusters(cfg))), initial_models)
+    return RunFacts(
+        cfg.silos,
+        cfg.seed,
+        late,
+        cfg.aggregation,
+        None if cfg.train.batch_size == "all" else cfg.train.batch_size,
+        cfg.model.embedding_dim,
+        input_channels(cfg) * cfg.data.image_size**2,
+        num_classes(cfg),
+        len(np.unique(true_clusters(cfg))),
+        initial_models,
+    )
 
 
 def halves(cfg: Config) -> Halves:

@@ -6,6 +6,7 @@ and torch releases the GIL while it computes. The first failure closes the proce
 every other party stops waiting at once (ChannelClosed) instead of timing out, and `join`
 raises it under the failing party's name.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,6 +33,7 @@ class PartyThreads:
 
     def start(self, party: str, body: Callable[[], None]) -> None:
         """Run `body` in a daemon thread (a party that hangs cannot keep the process alive)."""
+
         def guarded() -> None:
             try:
                 body()

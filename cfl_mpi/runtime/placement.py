@@ -1,4 +1,5 @@
 """Where a rank runs: its node-local group, its device and its share of the node's cores."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..console import count
 from ..config import ConfigError, RuntimeConfig
+from ..console import count
 from ..wire.messages import ProtocolError
 
 if TYPE_CHECKING:
@@ -20,11 +21,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Placement:
-    node_rank: int        # rank within the node (shared-memory split of COMM_WORLD)
-    node_silos: int       # silos hosted on this node (the server is not one)
-    local_rank: int       # index of this rank among the node's silo ranks: its device (-1: the server)
-    silos: int            # silos this rank hosts
-    cores: int            # cores this process may use
+    node_rank: int  # rank within the node (shared-memory split of COMM_WORLD)
+    node_silos: int  # silos hosted on this node (the server is not one)
+    local_rank: int  # index of this rank among the node's silo ranks: its device (-1: the server)
+    silos: int  # silos this rank hosts
+    cores: int  # cores this process may use
 
     @property
     def threads(self) -> int:
@@ -124,9 +125,11 @@ def require_gpu(wanted: str, who: str = "this process") -> None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is not None:
             reason += f" (CUDA_VISIBLE_DEVICES={visible!r})"
-    raise ConfigError(f"runtime.device: cuda, but {who} has no usable GPU: {reason} (run where a GPU is, with "
-                      "a torch build its driver supports: docs/USER_GUIDE.md#gpus; or set runtime.device to auto "
-                      "or cpu)")
+    raise ConfigError(
+        f"runtime.device: cuda, but {who} has no usable GPU: {reason} (run where a GPU is, with "
+        "a torch build its driver supports: docs/USER_GUIDE.md#gpus; or set runtime.device to auto "
+        "or cpu)"
+    )
 
 
 def deterministic_cuda() -> None:
@@ -158,9 +161,9 @@ MAX_CUDA_INDEX = 1 << 16  # far more GPUs than a node holds: a larger index is a
 class DeviceReport:
     """Where a silo rank computes, for the console's first line and summary.json."""
 
-    index: int   # CUDA index in the rank's own view of the GPUs; -1: the CPU
-    name: str    # the GPU's name; "" on the CPU
-    gpu: bytes   # an id of the GPU (a hash of its UUID): ranks that share one GPU report the same
+    index: int  # CUDA index in the rank's own view of the GPUs; -1: the CPU
+    name: str  # the GPU's name; "" on the CPU
+    gpu: bytes  # an id of the GPU (a hash of its UUID): ranks that share one GPU report the same
 
     @classmethod
     def of(cls, device: torch.device) -> DeviceReport:
@@ -172,30 +175,33 @@ class DeviceReport:
         props = torch.cuda.get_device_properties(device)
         # torch before 2.4 has no uuid: the host, the GPUs it shows the rank and the index tell GPUs apart
         uuid = getattr(props, "uuid", None)
-        key = str(uuid) if uuid is not None else \
-            f"{platform.node()} {os.environ.get('CUDA_VISIBLE_DEVICES')} {device.index}"
+        key = (
+            str(uuid)
+            if uuid is not None
+            else f"{platform.node()} {os.environ.get('CUDA_VISIBLE_DEVICES')} {device.index}"
+        )
         name = props.name.encode()[:NAME_BYTES].decode(errors="ignore")
         return cls(device.index, name, hashlib.blake2b(key.encode(), digest_size=GPU_ID_BYTES).digest())
 
     @property
     def label(self) -> str:
-        """"cpu" or "cuda:0 (NVIDIA H200)", as summary.json lists the silo ranks' devices."""
+        """ "cpu" or "cuda:0 (NVIDIA H200)", as summary.json lists the silo ranks' devices."""
         return "cpu" if self.index < 0 else f"cuda:{self.index} ({self.name})"
 
     def encode(self) -> np.ndarray:
         record = np.zeros(DEVICE_RECORD_BYTES, dtype=np.uint8)
         name = self.name.encode()
         record[:8] = np.array([self.index], dtype="<i8").view(np.uint8)
-        record[8:8 + GPU_ID_BYTES] = np.frombuffer(self.gpu, dtype=np.uint8)
-        record[8 + GPU_ID_BYTES:8 + GPU_ID_BYTES + len(name)] = np.frombuffer(name, dtype=np.uint8)
+        record[8 : 8 + GPU_ID_BYTES] = np.frombuffer(self.gpu, dtype=np.uint8)
+        record[8 + GPU_ID_BYTES : 8 + GPU_ID_BYTES + len(name)] = np.frombuffer(name, dtype=np.uint8)
         return record
 
     @classmethod
     def decode(cls, record: np.ndarray, who: str) -> DeviceReport:
         """A peer's record, checked as the untrusted input it is (ProtocolError naming `who`)."""
         index = int(record[:8].view("<i8")[0])
-        gpu = record[8:8 + GPU_ID_BYTES].tobytes()
-        raw = record[8 + GPU_ID_BYTES:].tobytes().rstrip(b"\0")
+        gpu = record[8 : 8 + GPU_ID_BYTES].tobytes()
+        raw = record[8 + GPU_ID_BYTES :].tobytes().rstrip(b"\0")
         try:
             name = raw.decode()
         except UnicodeDecodeError:
@@ -203,8 +209,10 @@ class DeviceReport:
         cpu = index == -1 and name == "" and gpu == bytes(GPU_ID_BYTES)
         cuda = 0 <= index < MAX_CUDA_INDEX and name is not None and name.strip() != "" and name.isprintable()
         if not (cpu or cuda):
-            raise ProtocolError(f"{who} reported device index {index} named {raw!r}: expected the CPU "
-                                f"(index -1, no name) or a CUDA index in [0, {MAX_CUDA_INDEX}) with a printable name")
+            raise ProtocolError(
+                f"{who} reported device index {index} named {raw!r}: expected the CPU "
+                f"(index -1, no name) or a CUDA index in [0, {MAX_CUDA_INDEX}) with a printable name"
+            )
         return cls(index, name, gpu)
 
 
@@ -238,8 +246,9 @@ if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`:
     mine = place(world, silos=int(world.Get_rank() > 0))
     fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads", "cuda_index")
     device = select_device(mine)
-    row = np.array([getattr(mine, f) for f in fields[:-1]] + [-1 if device.index is None else device.index],
-                   dtype=np.int64)
+    row = np.array(
+        [getattr(mine, f) for f in fields[:-1]] + [-1 if device.index is None else device.index], dtype=np.int64
+    )
     table = np.empty((world.Get_size(), len(fields)), dtype=np.int64) if world.Get_rank() == 0 else None
     world.Gather(row, table, root=0)  # raw buffers: no pickle between ranks
     if world.Get_rank() == 0:  # cuda_index -1: the CPU

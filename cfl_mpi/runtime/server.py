@@ -3,6 +3,7 @@ and checkpoints after every round so that a stopped run continues where it stopp
 
 It talks to the silos through its channel only, so the same server runs over MPI (rank 0)
 and in the in-process simulator."""
+
 from __future__ import annotations
 
 import time
@@ -25,7 +26,6 @@ from .halves import halves, server_half
 from .stop import StopRequest
 from .timeline import mark
 
-
 PHASES = ("train", "clustering", "aggregation", "evaluation")  # of a round's wall time, as recorded
 
 
@@ -33,8 +33,15 @@ class Server:
     """Builds θ(0) and the strategy at once (before any silo starts, so nothing races for torch's
     default generator), then `run`s the rounds."""
 
-    def __init__(self, cfg: Config, channel: Channel, out: Path, stop: StopRequest, cores: int = 1,
-                 devices: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        channel: Channel,
+        out: Path,
+        stop: StopRequest,
+        cores: int = 1,
+        devices: list[str] | None = None,
+    ) -> None:
         from ..models import initial_model  # torch: imported by the rank that builds θ(0) only
 
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
@@ -70,9 +77,22 @@ class Server:
         start = time.monotonic()
         models, index = dedupe_models([self.start_models[c] for c in range(self.cfg.silos)])
         arrays, meta = self.strategy.state_dict()
-        size = save_checkpoint(self.out, Checkpoint(round, models, index, arrays, {
-            "strategy": meta, "trained": sorted(self.trained), "first_counts": self.first_counts,
-            "records": self.records}, config_digest(self.cfg)))
+        size = save_checkpoint(
+            self.out,
+            Checkpoint(
+                round,
+                models,
+                index,
+                arrays,
+                {
+                    "strategy": meta,
+                    "trained": sorted(self.trained),
+                    "first_counts": self.first_counts,
+                    "records": self.records,
+                },
+                config_digest(self.cfg),
+            ),
+        )
         return size, time.monotonic() - start
 
     # ------------------------------------------------------------------ the run
@@ -84,8 +104,10 @@ class Server:
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
         if t < self.cfg.train.rounds and not self.stop.requested:  # the first round's line can be minutes away
-            print(f"round {t + 1}/{self.cfg.train.rounds} running (the silos start, load their data and train)",
-                  flush=True)
+            print(
+                f"round {t + 1}/{self.cfg.train.rounds} running (the silos start, load their data and train)",
+                flush=True,
+            )
         while t < self.cfg.train.rounds and not self.stop.requested:  # a stop during start-up: no round
             t += 1
             record = self.round(t, needs_model)
@@ -106,8 +128,9 @@ class Server:
         """Round t: tell each silo what to do, let the strategy cluster around the silos'
         training, aggregate, hand out the next start models, gather the evaluations."""
         here, training, first = self.announce(t, needs_model)
-        ctx = ServerRound(t, self.channel, training, {}, {}, self.start_models, first, self.first_counts,
-                          cores=self.cores)
+        ctx = ServerRound(
+            t, self.channel, training, {}, {}, self.start_models, first, self.first_counts, cores=self.cores
+        )
         phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
         with timed(phases, "clustering"):
             self.strategy.before_training(ctx)
@@ -125,20 +148,25 @@ class Server:
             # model; receiving first turns that deadlock into a ProtocolError naming it.
             record = self.evaluations(t, here)
             wait_all(sends)
-        record.update({
-            "participants": training,
-            "ari": float(adjusted_rand_score(self.truth[here], clusters[here])),
-            "n_clusters": int(len(np.unique(clusters[here]))),
-            "clusters": clusters.tolist(),
-            "rejected": [d.record() for d in flagged],
-            "seconds": {k: round(v, 4) for k, v in phases.items()},
-        })
+        record.update(
+            {
+                "participants": training,
+                "ari": float(adjusted_rand_score(self.truth[here], clusters[here])),
+                "n_clusters": int(len(np.unique(clusters[here]))),
+                "clusters": clusters.tolist(),
+                "rejected": [d.record() for d in flagged],
+                "seconds": {k: round(v, 4) for k, v in phases.items()},
+            }
+        )
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
-        print(f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
-              f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
-              + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()), flush=True)
+        print(
+            f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
+            f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
+            + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()),
+            flush=True,
+        )
         return record
 
     def announce(self, t: int, needs_model: set[int]) -> tuple[list[int], list[int], set[int]]:
@@ -149,8 +177,20 @@ class Server:
         here, training = present(cfg, t), participants(cfg, t)
         needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
         first = {c for c in training if c not in self.trained}
-        wait_all([self.channel.isend(c, Control(TRAIN if c in training else EVALUATE if c in here else WAIT,
-                                                int(c in needs_model), int(c in first)), t) for c in range(cfg.silos)])
+        wait_all(
+            [
+                self.channel.isend(
+                    c,
+                    Control(
+                        TRAIN if c in training else EVALUATE if c in here else WAIT,
+                        int(c in needs_model),
+                        int(c in first),
+                    ),
+                    t,
+                )
+                for c in range(cfg.silos)
+            ]
+        )
         wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
         return here, training, first
 
@@ -176,8 +216,10 @@ class Server:
         groups: dict[tuple[int, int], list[int]] = defaultdict(list)
         for c in silos:
             groups[(id(self.start_models[c]), int(clusters[c]))].append(c)
-        return [self.channel.isend_all(members, StartModel(self.start_models[members[0]], k), t)
-                for (_, k), members in groups.items()]
+        return [
+            self.channel.isend_all(members, StartModel(self.start_models[members[0]], k), t)
+            for (_, k), members in groups.items()
+        ]
 
     def evaluations(self, t: int, here: list[int]) -> dict:
         """Every present silo's accuracy on its test set, and the bytes every party sent."""
@@ -188,11 +230,13 @@ class Server:
         targets = self.targets
         steps = self.halves.silo.steps
         step_rows = []
+
         def declared(silo: int) -> type[Evaluation]:  # other silos' extra meta is ignored
             return BackdoorEvaluation if targets[silo] else Evaluation
 
-        for msg in self.channel.recv_each(here, lambda c: declared(c).expect(t, kinds=len(self.kinds),
-                                                                             steps=len(steps))):
+        for msg in self.channel.recv_each(
+            here, lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps))
+        ):
             silo, report = msg.sender, declared(msg.sender).of(msg)
             if steps:
                 step_rows.append(report.step_seconds)
@@ -206,15 +250,23 @@ class Server:
         record = {
             "round": t,
             "accuracy": [None if np.isnan(a) else round(float(a), 6) for a in accuracy],
-            "avg_acc": float(np.nanmean(accuracy)), "worst_acc": float(np.nanmin(accuracy)),
+            "avg_acc": float(np.nanmean(accuracy)),
+            "worst_acc": float(np.nanmin(accuracy)),
             "bytes": {kind.name: int(n) for kind, n in zip(self.kinds, sent)},
-            "wait_cpu_fraction": {"server": _fraction(waits.cpu_s, waits.wall_s),
-                                  "silos": _fraction(silo_wait[1], silo_wait[0])},
+            "wait_cpu_fraction": {
+                "server": _fraction(waits.cpu_s, waits.wall_s),
+                "silos": _fraction(silo_wait[1], silo_wait[0]),
+            },
         }
         step_seconds = np.array(step_rows)
         if steps and step_seconds.any():  # per-step wall seconds of the silos' strategy work this round
-            record["silo_steps"] = {k: {"mean": round(float(step_seconds[:, i].mean()), 4),
-                                        "max": round(float(step_seconds[:, i].max()), 4)} for i, k in enumerate(steps)}
+            record["silo_steps"] = {
+                k: {
+                    "mean": round(float(step_seconds[:, i].mean()), 4),
+                    "max": round(float(step_seconds[:, i].max()), 4),
+                }
+                for i, k in enumerate(steps)
+            }
         record.update(_backdoor_record(accuracy, backdoor_acc, targets))
         return record
 
@@ -222,9 +274,14 @@ class Server:
         cfg, record = self.cfg, self.records[-1]
         clusters = self.strategy.clusters
         summary = {
-            "strategy": cfg.strategy.name, "rounds": cfg.train.rounds, "silos": cfg.silos, "seed": cfg.seed,
-            "n_clusters": record["n_clusters"], "ari": record["ari"],
-            "avg_acc": record["avg_acc"], "worst_acc": record["worst_acc"],
+            "strategy": cfg.strategy.name,
+            "rounds": cfg.train.rounds,
+            "silos": cfg.silos,
+            "seed": cfg.seed,
+            "n_clusters": record["n_clusters"],
+            "ari": record["ari"],
+            "avg_acc": record["avg_acc"],
+            "worst_acc": record["worst_acc"],
             "wall_s": round(wall_s, 3),  # of this process: a resumed run counts from the resume
             "resumed_after_round": self.resumed_after,
             "devices": self.devices,  # of this process's silo ranks: a resumed run may have moved
@@ -234,23 +291,41 @@ class Server:
             **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc") if k in record},
         }
         recorder.finish(summary, self.records, clusters, self.truth, self.strategy.artifacts)
-        backdoor = (f", target silos' clean acc {100 * summary['target_clean_acc']:.2f}, backdoor acc "
-                    f"{100 * summary['target_backdoor_acc']:.2f}") if "target_clean_acc" in summary else ""
-        print(f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
-              f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}",
-              flush=True)
+        backdoor = (
+            (
+                f", target silos' clean acc {100 * summary['target_clean_acc']:.2f}, backdoor acc "
+                f"{100 * summary['target_backdoor_acc']:.2f}"
+            )
+            if "target_clean_acc" in summary
+            else ""
+        )
+        print(
+            f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
+            f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}",
+            flush=True,
+        )
         return summary
 
 
-def start_server(cfg: Config, channel: Channel, out: Path, stop: StopRequest, resume: bool = False,
-                 cores: int = 1, devices: list[str] | None = None) -> Server:
+def start_server(
+    cfg: Config,
+    channel: Channel,
+    out: Path,
+    stop: StopRequest,
+    resume: bool = False,
+    cores: int = 1,
+    devices: list[str] | None = None,
+) -> Server:
     """The server, ready to `run` (from the checkpoint in `out` with `resume`); its strategy
     may use `cores` cores for its own computations; `devices` says where the silos compute."""
     server = Server(cfg, channel, out, stop, cores, devices)
     shared = silo_images_shared_by(cfg)
     if shared > 1:
-        print(f"data: {cfg.data.silo_images} images per silo from a training pool of {pool_sizes(cfg)[0]}: silos "
-              f"of one group share images, each held by up to {shared} of them (data.silo_images)", flush=True)
+        print(
+            f"data: {cfg.data.silo_images} images per silo from a training pool of {pool_sizes(cfg)[0]}: silos "
+            f"of one group share images, each held by up to {shared} of them (data.silo_images)",
+            flush=True,
+        )
     if resume:
         server.resume()
         print(f"resuming {out} after round {server.next_round - 1}", flush=True)
@@ -262,9 +337,11 @@ def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np
     target silos' average clean and backdoor accuracy (the EMD-CFL paper's Table 3); nothing otherwise."""
     if not targets.any():
         return {}
-    return {"backdoor_acc": [None if np.isnan(a) else round(float(a), 6) for a in backdoor_acc],
-            "target_clean_acc": float(np.nanmean(accuracy[targets])),
-            "target_backdoor_acc": float(np.nanmean(backdoor_acc[targets]))}
+    return {
+        "backdoor_acc": [None if np.isnan(a) else round(float(a), 6) for a in backdoor_acc],
+        "target_clean_acc": float(np.nanmean(accuracy[targets])),
+        "target_backdoor_acc": float(np.nanmean(backdoor_acc[targets])),
+    }
 
 
 def _fraction(cpu: float, wall: float) -> float:

@@ -1,6 +1,7 @@
 """A silo: trains on its own shard and takes part in its strategy's exchanges, as the server's
 CONTROL message for each round says (control.py). It talks through its channel only, so the
 same code runs one silo per MPI rank, several per rank, or all in the simulator."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -48,8 +49,12 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
         """Local training: alone, or with the process's silos that queue theirs meanwhile
         (`runtime.silo_training`, batched_training.py)."""
         if together:
-            compute.batched("local_training", lambda jobs: train_together(jobs, cfg.train, device),
-                            LocalTraining(model, x_train, y_train, generator), limit=cfg.silos)
+            compute.batched(
+                "local_training",
+                lambda jobs: train_together(jobs, cfg.train, device),
+                LocalTraining(model, x_train, y_train, generator),
+                limit=cfg.silos,
+            )
         else:
             compute(train_local, model, x_train, y_train, cfg.train, generator, device)
 
@@ -70,8 +75,9 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             if control.model:
                 receive_model(t - 1)
         if action == TRAIN:
-            ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.first),
-                            compute=compute)
+            ctx = SiloRound(
+                t, silo, channel, model, data, device, cfg.silos, first=bool(control.first), compute=compute
+            )
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
             faults.before_training(t, lambda: state_arrays(model))
@@ -87,8 +93,11 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
             report = evaluation.report(model)
             declared = BackdoorEvaluation if "backdoor_acc" in report else Evaluation
-            channel.send(SERVER, declared(sent, timings, **report, wait_wall_s=channel.waits.wall_s,
-                                          wait_cpu_s=channel.waits.cpu_s), t)
+            channel.send(
+                SERVER,
+                declared(sent, timings, **report, wait_wall_s=channel.waits.wall_s, wait_cpu_s=channel.waits.cpu_s),
+                t,
+            )
         t += 1
 
 
@@ -103,8 +112,11 @@ class SiloEvaluation:
 
         self.compute, self.device, self.n_test, self.together = compute, device, len(data.y_test), together
         self.test = (compute(to_device, data.x_test, device), compute(to_device, data.y_test, device))
-        self.backdoor = None if data.x_backdoor is None else (compute(to_device, data.x_backdoor, device),
-                                                              compute(to_device, data.y_backdoor, device))
+        self.backdoor = (
+            None
+            if data.x_backdoor is None
+            else (compute(to_device, data.x_backdoor, device), compute(to_device, data.y_backdoor, device))
+        )
 
     def report(self, model: Any) -> dict[str, float | int]:
         accuracy, loss = self._evaluate(model, self.test)
@@ -116,6 +128,10 @@ class SiloEvaluation:
         from ..training import evaluate
 
         if self.together:
-            return self.compute.batched("evaluation", lambda jobs: evaluate_together(jobs, self.device),
-                                        Evaluation(model, *labelled), limit=self.together)
+            return self.compute.batched(
+                "evaluation",
+                lambda jobs: evaluate_together(jobs, self.device),
+                Evaluation(model, *labelled),
+                limit=self.together,
+            )
         return self.compute(evaluate, model, *labelled, self.device)

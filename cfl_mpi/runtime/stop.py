@@ -8,6 +8,7 @@ that none dies in the middle of an exchange the server is still waiting for. A s
 Ctrl-C ends with exit code 130, as an interrupted shell command does; a second Ctrl-C ends
 the server at once (the last checkpoint is intact: it is written before its round counts).
 """
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ where the environment names a folder in CFL_MPI_TIMELINE, the rank writes its ma
 (from /proc); otherwise nothing is written. `benchmarks/startup.py` reads the files into a
 per-rank timeline of a wide job.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ def process_start() -> float | None:
     """The wall-clock time this process started (Linux: /proc), None where it is not known."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
     except (OSError, ValueError, IndexError, StopIteration):
         return None
     return boot + ticks / os.sysconf("SC_CLK_TCK")

@@ -1,13 +1,15 @@
 """Every strategy by name: the one registry that config parsing, the runtime, `compare`,
 `reproduce` and the plots read. A new strategy is a package with its parameters and `SPEC`
 in `__init__.py` and its halves in `halves.py`, plus one line here."""
+
 from __future__ import annotations
 
 from . import cfl, emdcfl, fedavg, fedwad, ifca, oracle, pacfl
 from .spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
 
-REGISTRY: dict[str, StrategySpec] = {spec.name: spec for spec in (
-    emdcfl.SPEC, pacfl.SPEC, cfl.SPEC, ifca.SPEC, fedavg.SPEC, oracle.SPEC, fedwad.SPEC)}
+REGISTRY: dict[str, StrategySpec] = {
+    spec.name: spec for spec in (emdcfl.SPEC, pacfl.SPEC, cfl.SPEC, ifca.SPEC, fedavg.SPEC, oracle.SPEC, fedwad.SPEC)
+}
 
 
 def label(name: str) -> str:

@@ -10,6 +10,7 @@ right after the silos sent their weight updates; then the server half `aggregate
 updates into what every silo continues from. They talk only through `ctx.channel`, which
 addresses silos by index and the server as `SERVER`: no rank, no MPI.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,8 @@ import numpy as np
 from ..aggregation import Decision, cluster_averages
 from ..channel import Channel
 from ..config import AggregationConfig
-from ..wire.round import ROUND_KINDS
 from ..wire.messages import Kind
+from ..wire.round import ROUND_KINDS
 from .spec import StrategyParams
 
 if TYPE_CHECKING:  # torch-side types; the server half never needs them
@@ -38,7 +39,6 @@ T = TypeVar("T")
 P = TypeVar("P", bound=StrategyParams)
 
 
-
 @dataclass(frozen=True)
 class RunFacts:
     """What a strategy half knows of the run besides its own parameters (runtime/halves.py
@@ -47,10 +47,10 @@ class RunFacts:
     silos: int
     seed: int
     late_joins: tuple[tuple[int, int], ...]  # (silo, round) of each late silo, in joining order
-    aggregation: AggregationConfig   # the rule `Strategy.aggregate` applies inside a cluster
-    batch_size: int | None           # train.batch_size (None: all, full-batch steps)
-    embedding_dim: int               # dim(Z), the embedding g's output
-    input_dim: int                   # values in one model input (channels × pixels)
+    aggregation: AggregationConfig  # the rule `Strategy.aggregate` applies inside a cluster
+    batch_size: int | None  # train.batch_size (None: all, full-batch steps)
+    embedding_dim: int  # dim(Z), the embedding g's output
+    input_dim: int  # values in one model input (channels × pixels)
     num_classes: int
     # clusters in the data partition: the number a strategy looks for where its config leaves
     # it unset (IFCA's k, FedWaD clustering's clusters; EMD-CFL's experiments give K this way)
@@ -70,8 +70,8 @@ class ServerRound:
 
     round: int
     channel: Channel
-    participants: list[int]                     # silos training this round (partial participation)
-    updates: dict[int, Model]                   # silo index → trained weights (empty before training)
+    participants: list[int]  # silos training this round (partial participation)
+    updates: dict[int, Model]  # silo index → trained weights (empty before training)
     n_samples: dict[int, int]
     # silo index → the weights it starts this round's training from: θ(0) in round 1, then
     # what `aggregate` gave it at the end of the last round. A strategy that hands a silo
@@ -84,7 +84,9 @@ class ServerRound:
     decisions: list[Decision] = field(default_factory=list)
     cores: int = 1  # cores the server's process may use for its own computations (e.g. W1 solves)
     step_seconds: dict[str, float] = field(default_factory=dict)  # the strategy's own breakdown, recorded
-    facts: dict[str, Any] = field(default_factory=dict)  # JSON facts of the strategy's round, recorded (e.g. a pair plan)
+    facts: dict[str, Any] = field(
+        default_factory=dict
+    )  # JSON facts of the strategy's round, recorded (e.g. a pair plan)
 
 
 class InlineCompute:
@@ -105,11 +107,11 @@ class SiloRound:
     round: int
     silo: int
     channel: Channel
-    model: "nn.Module"
-    data: "SiloData"
+    model: nn.Module
+    data: SiloData
     device: Any
-    silos: int            # silos in the run: peers are 0..silos-1
-    first: bool = False   # this silo's first training round (e.g. PACFL's one-off signature)
+    silos: int  # silos in the run: peers are 0..silos-1
+    first: bool = False  # this silo's first training round (e.g. PACFL's one-off signature)
     # `compute(fn, *args)` runs a torch computation (never a wait) and returns its result, and
     # `compute.batched(key, fn, item, limit)` one that silos queuing the same key share: on the
     # process's few compute workers (runtime/compute.py)
@@ -156,8 +158,15 @@ class Strategy(ABC, Generic[P]):
         """What every silo continues from: each cluster's updates screened and aggregated by
         the config's `aggregation` rule (weighted FedAvg by default, Alg. 1, line 21); a
         cluster without participants keeps its members' models."""
-        models, decisions = cluster_averages(self.run.aggregation, ctx.round, self.clusters, ctx.updates,
-                                             ctx.n_samples, ctx.start_models, ctx.first_counts)
+        models, decisions = cluster_averages(
+            self.run.aggregation,
+            ctx.round,
+            self.clusters,
+            ctx.updates,
+            ctx.n_samples,
+            ctx.start_models,
+            ctx.first_counts,
+        )
         ctx.decisions += decisions
         return models
 

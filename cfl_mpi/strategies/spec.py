@@ -5,6 +5,7 @@ keeps a list of strategies of its own. The spec is light (dataclasses, no numpy)
 halves are imported only by the job that runs them, so parsing a config or tabulating a
 comparison never loads torch or a strategy's halves.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -18,9 +19,9 @@ SEED_LIMIT = 2**64
 class Pairwise(NamedTuple):
     """How to show a pairwise matrix a strategy leaves in its artifacts."""
 
-    label: str                # colour-bar label
+    label: str  # colour-bar label
     similarity: bool = False  # higher is closer
-    directed: bool = False    # row = whose model, column = whose data (EMD-CFL's W)
+    directed: bool = False  # row = whose model, column = whose data (EMD-CFL's W)
 
 
 class ConfigFacts(NamedTuple):
@@ -28,8 +29,8 @@ class ConfigFacts(NamedTuple):
 
     silos: int
     embedding_dim: int
-    first_round: int             # silos training in round 1 (late silos and sampling left out)
-    all_from_start: bool         # every silo trains in every round from round 1
+    first_round: int  # silos training in round 1 (late silos and sampling left out)
+    all_from_start: bool  # every silo trains in every round from round 1
 
 
 class StrategyParams:
@@ -46,10 +47,10 @@ class StrategyParams:
 class StrategySpec:
     """One strategy: its parameters, its halves, and how tables and plots show it."""
 
-    params: type[StrategyParams]   # a frozen dataclass; its `name` default is the registry key
-    label: str                     # in tables, legends and titles, e.g. "EMD-CFL"
-    clusters: bool = True          # False: it keeps every silo in one model, its ARI is shown as "-"
-    default: bool = True           # run by compare and reproduce unless --methods names others
+    params: type[StrategyParams]  # a frozen dataclass; its `name` default is the registry key
+    label: str  # in tables, legends and titles, e.g. "EMD-CFL"
+    clusters: bool = True  # False: it keeps every silo in one model, its ARI is shown as "-"
+    default: bool = True  # run by compare and reproduce unless --methods names others
     pairwise: Mapping[str, Pairwise] = field(default_factory=dict)  # artifacts it leaves, by name
     # The module whose `HALVES` holds its server and silo halves and the message kinds they
     # add (strategies.base.Halves), imported by the runtime only: "" is the package's halves.py.
@@ -65,4 +66,3 @@ class StrategySpec:
     def halves(self) -> str:
         """The module that declares the halves as `HALVES`."""
         return self.halves_module or f"{self.params.__module__}.halves"
-

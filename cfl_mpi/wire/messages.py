@@ -6,6 +6,7 @@ followed by one raw buffer per array. Nothing a peer sends is ever unpickled.
 The wire knows no algorithm: the runtime and each strategy declare the kinds of message
 they exchange with `message_kind`, and a receiver checks a message against its `Expect`.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALLOWED_DTYPES", "MAX_HEADER_BYTES", "ArraySpec", "Expect", "Kind", "Message", "ProtocolError", "check_payload",
-           "decode_header", "encode_header", "message_kind"]
+__all__ = [
+    "ALLOWED_DTYPES",
+    "MAX_HEADER_BYTES",
+    "ArraySpec",
+    "Expect",
+    "Kind",
+    "Message",
+    "ProtocolError",
+    "check_payload",
+    "decode_header",
+    "encode_header",
+    "message_kind",
+]
 
 WIRE_VERSION = 2
 MAX_HEADER_BYTES = 1 << 16
@@ -84,8 +96,13 @@ class Expect:
     check: Callable[[dict[str, np.ndarray], dict[str, Any]], str | None] | None = None
 
     @staticmethod
-    def like(kind: Kind, round: int, arrays: dict[str, np.ndarray], meta: dict[str, type] | None = None,
-             bounds: dict[str, tuple[float, float]] | None = None) -> "Expect":
+    def like(
+        kind: Kind,
+        round: int,
+        arrays: dict[str, np.ndarray],
+        meta: dict[str, type] | None = None,
+        bounds: dict[str, tuple[float, float]] | None = None,
+    ) -> Expect:
         """Expect exactly the names, dtypes and shapes of `arrays` (e.g. a model's state)."""
         specs = tuple(ArraySpec(k, str(v.dtype), tuple(v.shape)) for k, v in arrays.items())
         return Expect(kind, round, specs, meta or {}, bounds=bounds or {})
@@ -103,10 +120,12 @@ class Message:
     who: str = ""
 
 
-def encode_header(kind: Kind, round: int, sender: int, arrays: dict[str, np.ndarray],
-                  meta: dict[str, Any]) -> bytes:
+def encode_header(kind: Kind, round: int, sender: int, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
     header = {
-        "v": WIRE_VERSION, "kind": kind.name, "round": int(round), "sender": int(sender),
+        "v": WIRE_VERSION,
+        "kind": kind.name,
+        "round": int(round),
+        "sender": int(sender),
         "arrays": [[name, str(a.dtype), list(a.shape)] for name, a in arrays.items()],
         "meta": meta,
     }
@@ -146,8 +165,9 @@ def read_header(data: bytes) -> Any:
     return json.loads(data.decode(), parse_constant=_non_finite, parse_float=_finite_float, parse_int=_int64)
 
 
-def decode_header(data: bytes, sender: int, who: str, expect: Expect,
-                  read: Callable[[bytes], Any] = read_header) -> tuple[Layout, dict[str, Any]]:
+def decode_header(
+    data: bytes, sender: int, who: str, expect: Expect, read: Callable[[bytes], Any] = read_header
+) -> tuple[Layout, dict[str, Any]]:
     """Parse (`read`: a message for several receivers is read once, channel/local.py) and check
     a header that came from `sender` (named `who`) against `expect`; ProtocolError naming the
     sender, the kind and the round otherwise, whatever the bytes."""
@@ -174,7 +194,9 @@ def decode_header(data: bytes, sender: int, who: str, expect: Expect,
     if not isinstance(meta, dict) or len(meta) > 32:
         raise fail("meta is not a mapping of at most 32 entries")
     for key, value in meta.items():
-        if not (value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 256)):
+        if not (
+            value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 256)
+        ):
             raise fail(f"meta {str(key)[:40]!r} is not a scalar")
     for key, typ in expect.meta.items():
         value = meta.get(key)
@@ -192,9 +214,15 @@ def decode_header(data: bytes, sender: int, who: str, expect: Expect,
         raise fail(f"declares {count} arrays, expected {len(expect.arrays)}")
     parsed = []
     for spec, entry in zip(expect.arrays, arrays):
-        if (not isinstance(entry, list) or len(entry) != 3 or entry[0] != spec.name
-                or entry[1] not in ALLOWED_DTYPES or not isinstance(entry[2], list) or len(entry[2]) > MAX_NDIM
-                or not all(_is_int(s) and s >= 0 for s in entry[2])):
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 3
+            or entry[0] != spec.name
+            or entry[1] not in ALLOWED_DTYPES
+            or not isinstance(entry[2], list)
+            or len(entry[2]) > MAX_NDIM
+            or not all(_is_int(s) and s >= 0 for s in entry[2])
+        ):
             raise fail(f"array entry {str(entry)[:80]} does not match {spec.name!r}")
         shape = tuple(entry[2])
         problem = spec.check(entry[1], shape)

@@ -13,6 +13,7 @@ receiver reads the instance back with `of`.
     channel.send(silo, Plan(partners, roles, more=0), round)
     plan = Plan.of(channel.recv(SERVER, Plan.expect(round)))
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -112,8 +113,15 @@ class Payload:
 
     # ------------------------------------------------------------------ the receiver's side
     @classmethod
-    def expect(cls, round: int, *, like: dict[str, np.ndarray] | None = None, max_elements: int | None = None,
-               ranges: dict[str, tuple[float, float]] | None = None, **lengths: int) -> Expect:
+    def expect(
+        cls,
+        round: int,
+        *,
+        like: dict[str, np.ndarray] | None = None,
+        max_elements: int | None = None,
+        ranges: dict[str, tuple[float, float]] | None = None,
+        **lengths: int,
+    ) -> Expect:
         """What the receiver accepts in `round`: the declared arrays, with the named lengths in
         `lengths` fixed (the others any, but equal wherever they are named), a state's arrays
         those of `like`, and the scalars in their ranges (`ranges` narrows them to what this
@@ -127,8 +135,9 @@ class Payload:
                     raise TypeError(f"{cls.__name__}.expect: pass the template of its model's arrays (like=)")
                 specs += [ArraySpec(k, str(v.dtype), tuple(v.shape)) for k, v in like.items()]
             elif isinstance(wire, ArrayField):
-                shape = tuple(n if isinstance(n, int) else lengths.get(n) if isinstance(n, str) else None
-                              for n in wire.shape)
+                shape = tuple(
+                    n if isinstance(n, int) else lengths.get(n) if isinstance(n, str) else None for n in wire.shape
+                )
                 specs.append(ArraySpec(name, wire.dtype, shape))
             else:
                 meta[name] = wire.type
@@ -147,8 +156,9 @@ class Payload:
     def _build(cls: type[P], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> P:
         values: dict[str, Any] = {}
         for name, wire in cls.fields():
-            values[name] = arrays if isinstance(wire, StateField) else \
-                arrays[name] if isinstance(wire, ArrayField) else meta[name]
+            values[name] = (
+                arrays if isinstance(wire, StateField) else arrays[name] if isinstance(wire, ArrayField) else meta[name]
+            )
         return cls(**values)
 
     @classmethod
@@ -164,8 +174,10 @@ class Payload:
                     got = arrays[name].shape[axis]
                     first = seen.setdefault(length, (name, got))
                     if first[1] != got:
-                        return (f"{name!r} of {got} along {length!r} where {first[0]!r} has {first[1]} "
-                                "(the same length in both)")
+                        return (
+                            f"{name!r} of {got} along {length!r} where {first[0]!r} has {first[1]} "
+                            "(the same length in both)"
+                        )
         return cls._build(arrays, meta).problem()
 
     def problem(self) -> str | None:

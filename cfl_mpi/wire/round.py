@@ -2,6 +2,7 @@
 server's control and models, a silo's weight update and evaluation. The runtime sends them;
 a strategy that hands silos models of its own (IFCA) sends model messages too. A strategy's
 own messages are declared by the strategy (`Halves.kinds`)."""
+
 from __future__ import annotations
 
 import math
@@ -11,10 +12,10 @@ import numpy as np
 from .messages import Kind
 from .payload import Payload, array, scalar, state
 
-TRAIN = "train"          # train, take part in the strategy's exchanges, evaluate
-EVALUATE = "evaluate"    # present but not sampled: evaluate the cluster model only
-WAIT = "wait"            # not arrived yet (late silo)
-STOP = "stop"            # the run is over (or was stopped): exit cleanly
+TRAIN = "train"  # train, take part in the strategy's exchanges, evaluate
+EVALUATE = "evaluate"  # present but not sampled: evaluate the cluster model only
+WAIT = "wait"  # not arrived yet (late silo)
+STOP = "stop"  # the run is over (or was stopped): exit cleanly
 ACTIONS = (TRAIN, EVALUATE, WAIT, STOP)
 MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
 

@@ -1,5 +1,6 @@
 """CFL: its parameters (the `strategy:` section), their checks and its registry entry.
 Its server and silo halves are in halves.py, beside it."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -40,11 +41,14 @@ class CflConfig(StrategyParams):
         if not 0 <= self.gamma_max < 1:
             yield f"strategy.gamma_max: must lie in [0, 1), got {self.gamma_max}"
         if self.transform and self.warmup_rounds < 1:
-            yield ("strategy.warmup_rounds: must be at least 1 with strategy.transform (round 1 starts from the "
-                   "public θ(0), so its updates cannot be measured in the transformed space)")
+            yield (
+                "strategy.warmup_rounds: must be at least 1 with strategy.transform (round 1 starts from the "
+                "public θ(0), so its updates cannot be measured in the transformed space)"
+            )
         if self.transform_seed is not None and not 0 <= self.transform_seed < SEED_LIMIT:
             yield f"strategy.transform_seed: must be an integer in [0, 2**64) or null, got {self.transform_seed}"
 
 
-SPEC = StrategySpec(CflConfig, "CFL",
-                    pairwise={"S": Pairwise("cosine similarity of the silos' weight updates", similarity=True)})
+SPEC = StrategySpec(
+    CflConfig, "CFL", pairwise={"S": Pairwise("cosine similarity of the silos' weight updates", similarity=True)}
+)

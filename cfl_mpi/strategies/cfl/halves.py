@@ -13,12 +13,21 @@ the server clusters and averages in the transformed space (P is orthogonal and l
 norms, cosine similarities and averages are those of the original updates) and never sees
 a trained model. Cluster labels are the tree's node ids.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from ...clustering.bipartition import (ClusterTree, OrthonormalTransform, max_cross_similarity, optimal_bipartition,
-                                       orthonormal_transform, pairwise_cosine, should_split, update_norms)
+from ...clustering.bipartition import (
+    ClusterTree,
+    OrthonormalTransform,
+    max_cross_similarity,
+    optimal_bipartition,
+    orthonormal_transform,
+    pairwise_cosine,
+    should_split,
+    update_norms,
+)
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, Strategy
 from . import CflConfig
 
@@ -35,7 +44,7 @@ def unflat(vector: np.ndarray, like: dict[str, np.ndarray]) -> dict[str, np.ndar
     out, at = {}, 0
     for name, a in like.items():
         if np.issubdtype(a.dtype, np.floating):
-            out[name] = vector[at:at + a.size].reshape(a.shape).astype(a.dtype)
+            out[name] = vector[at : at + a.size].reshape(a.shape).astype(a.dtype)
             at += a.size
         else:
             out[name] = a
@@ -44,8 +53,11 @@ def unflat(vector: np.ndarray, like: dict[str, np.ndarray]) -> dict[str, np.ndar
 
 def transform_for(s: CflConfig, run_seed: int, dim: int) -> OrthonormalTransform:
     """The P every silo builds identically from the config (Algorithm 5, line 3)."""
-    seed = s.transform_seed if s.transform_seed is not None else int(
-        np.random.SeedSequence([run_seed, 41]).generate_state(1)[0])
+    seed = (
+        s.transform_seed
+        if s.transform_seed is not None
+        else int(np.random.SeedSequence([run_seed, 41]).generate_state(1)[0])
+    )
     return orthonormal_transform(dim, seed)
 
 
@@ -86,11 +98,20 @@ class Cfl(Strategy[CflConfig]):
             idx = [row[c] for c in members]
             mean_norm, max_norm = update_norms(deltas[idx])
             complete = len(members) == len(self.tree.members(leaf))  # a split needs every member's update
-            check = {"round": ctx.round, "node": leaf, "members": members,
-                     "mean_norm": round(mean_norm, 6), "max_norm": round(max_norm, 6), "split": False}
+            check = {
+                "round": ctx.round,
+                "node": leaf,
+                "members": members,
+                "mean_norm": round(mean_norm, 6),
+                "max_norm": round(max_norm, 6),
+                "split": False,
+            }
             self.checks.append(check)
-            if (ctx.round <= s.warmup_rounds or not complete
-                    or not should_split(mean_norm, max_norm, len(members), s.eps1, s.eps2)):
+            if (
+                ctx.round <= s.warmup_rounds
+                or not complete
+                or not should_split(mean_norm, max_norm, len(members), s.eps1, s.eps2)
+            ):
                 continue
             sub = S[np.ix_(idx, idx)]
             c1, c2 = optimal_bipartition(sub)
@@ -99,20 +120,33 @@ class Cfl(Strategy[CflConfig]):
             if not s.gamma_max < np.sqrt((1.0 - cross) / 2.0):
                 continue  # Eq. 36: the split is not trusted at this noise level
             left, right = [members[i] for i in c1], [members[i] for i in c2]
-            ids = self.tree.split(leaf, left, right, ctx.round, deltas[[row[c] for c in left]],
-                                  deltas[[row[c] for c in right]])
+            ids = self.tree.split(
+                leaf, left, right, ctx.round, deltas[[row[c] for c in left]], deltas[[row[c] for c in right]]
+            )
             for child, side in zip(ids, (left, right)):
                 self.clusters[side] = child
             check["split"] = True
-            self.splits.append({"round": ctx.round, "node": leaf, "children": list(ids), "left": left,
-                                "right": right, "mean_norm": check["mean_norm"], "max_norm": check["max_norm"],
-                                "max_cross_similarity": check["max_cross_similarity"]})
+            self.splits.append(
+                {
+                    "round": ctx.round,
+                    "node": leaf,
+                    "children": list(ids),
+                    "left": left,
+                    "right": right,
+                    "mean_norm": check["mean_norm"],
+                    "max_norm": check["max_norm"],
+                    "max_cross_similarity": check["max_cross_similarity"],
+                }
+            )
         return self.clusters
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
         structure, references = self.tree.state()
-        return {"clusters": self.clusters, "S": self.S, **references}, \
-            {"tree": structure, "checks": self.checks, "splits": self.splits}
+        return {"clusters": self.clusters, "S": self.S, **references}, {
+            "tree": structure,
+            "checks": self.checks,
+            "splits": self.splits,
+        }
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         self.clusters = arrays["clusters"].astype(np.int64)
@@ -122,9 +156,18 @@ class Cfl(Strategy[CflConfig]):
 
     def report(self) -> dict:
         s = self.params
-        return {"cfl": {"eps1": s.eps1, "eps2": s.eps2, "warmup_rounds": s.warmup_rounds,
-                         "gamma_max": s.gamma_max, "transform": s.transform, "splits": self.splits,
-                         "tree": self.tree.to_dict(), "checks": self.checks}}
+        return {
+            "cfl": {
+                "eps1": s.eps1,
+                "eps2": s.eps2,
+                "warmup_rounds": s.warmup_rounds,
+                "gamma_max": s.gamma_max,
+                "transform": s.transform,
+                "splits": self.splits,
+                "tree": self.tree.to_dict(),
+                "checks": self.checks,
+            }
+        }
 
 
 class CflSilo(SiloProtocol[CflConfig]):

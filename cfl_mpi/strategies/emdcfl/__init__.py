@@ -1,5 +1,6 @@
 """EMD-CFL: its parameters (the `strategy:` section), their checks and its registry entry.
 Its server and silo halves are in halves.py, beside it."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -117,17 +118,25 @@ class EmdCflConfig(StrategyParams):
         if self.noise_splits < 2:
             yield f"strategy.noise_splits: must be at least 2, got {self.noise_splits}"
         if self.distance == "fedwad" and self.tau_projection == "pair":
-            yield ("strategy.tau_projection: pair needs the server to measure each pair from the embeddings "
-                   "(distance exact or sinkhorn); with distance fedwad use none or full")
+            yield (
+                "strategy.tau_projection: pair needs the server to measure each pair from the embeddings "
+                "(distance exact or sinkhorn); with distance fedwad use none or full"
+            )
         if self.distance == "fedwad" and self.ground_cost == "cosine":
-            yield ("strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
-                   "the cosine geometry, or euclidean, or sqeuclidean)")
+            yield (
+                "strategy.ground_cost: distance fedwad needs a Euclidean cost (set ground_cost to chordal for "
+                "the cosine geometry, or euclidean, or sqeuclidean)"
+            )
         if self.distance == "energy" and self.ground_cost not in ("chordal", "euclidean"):
-            yield (f"strategy.ground_cost: distance energy needs a Euclidean distance (chordal, for the cosine "
-                   f"geometry, or euclidean): with {self.ground_cost} it is not a distance between measures")
+            yield (
+                f"strategy.ground_cost: distance energy needs a Euclidean distance (chordal, for the cosine "
+                f"geometry, or euclidean): with {self.ground_cost} it is not a distance between measures"
+            )
         if self.distance == "energy" and self.tau_projection != "none":
-            yield ("strategy.tau_projection: distance energy subtracts no τ (its estimate is unbiased: 0 on average "
-                   "between samples of one distribution); leave tau_projection at none")
+            yield (
+                "strategy.tau_projection: distance energy subtracts no τ (its estimate is unbiased: 0 on average "
+                "between samples of one distribution); leave tau_projection at none"
+            )
         if self.pair_sample < 2:
             yield f"strategy.pair_sample: must be at least 2, got {self.pair_sample}"
         if self.representatives < 1:
@@ -139,10 +148,14 @@ class EmdCflConfig(StrategyParams):
         if self.fedwad_iterations < 1:
             yield f"strategy.fedwad_iterations: must be at least 1, got {self.fedwad_iterations}"
         if self.fedwad_support is not None and not 1 <= self.fedwad_support <= self.sample_cap:
-            yield (f"strategy.fedwad_support: must lie between 1 and sample_cap ({self.sample_cap}) or be null, "
-                   f"got {self.fedwad_support}")
+            yield (
+                f"strategy.fedwad_support: must lie between 1 and sample_cap ({self.sample_cap}) or be null, "
+                f"got {self.fedwad_support}"
+            )
 
 
-SPEC = StrategySpec(EmdCflConfig, "EMD-CFL",
-                    pairwise={"W": Pairwise("distance W1 − τ, the larger of the two directions",
-                                              directed=True)})
+SPEC = StrategySpec(
+    EmdCflConfig,
+    "EMD-CFL",
+    pairwise={"W": Pairwise("distance W1 − τ, the larger of the two directions", directed=True)},
+)

@@ -6,6 +6,7 @@ measures every pair of a message in one call, its cost matrices (or energy dista
 stacked array arithmetic, each entry the bits of `pair_distance` on its own
 (tests/strategies/test_emdcfl_distances.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,9 @@ def sample_size(s: EmdCflConfig, n_train: int) -> int:
     return max(2, min(math.ceil(s.sample_fraction * n_train), s.max_rows, n_train))
 
 
-def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig,
-                       rng: np.random.Generator) -> tuple[float | None, float]:
+def reference_distance(
+    z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.Generator
+) -> tuple[float | None, float]:
     """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
     `tau_projection: full` τ_c is taken through a fresh dim(Z) × dim(Z) random projection, drawn
     after the noise's, as the authors' code does; with `pair` it is taken per pair, through the
@@ -61,10 +63,10 @@ def reference_distance(z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdC
     null = []
     for _ in range(s.noise_splits if h >= 1 else 0):
         order = rng.permutation(len(z_val))
-        sub = np.sort(rng.permutation(n)[:2 * h])
+        sub = np.sort(rng.permutation(n)[: 2 * h])
         r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
         projected_own = z_own[sub] @ r
-        first, second = z_val[order[:h]], z_val[order[h:2 * h]]
+        first, second = z_val[order[:h]], z_val[order[h : 2 * h]]
         reference = pair_distance(projected_own, second @ r, s) if per_pair else pair_distance(z_own[sub], second, s)
         null.append(pair_distance(projected_own, first @ r, s) - reference)
     noise = 0.0
@@ -93,7 +95,7 @@ def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.
     for _ in range(s.noise_splits):
         order = rng.permutation(n)
         r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
-        halves.append((z_own[order[:h]] @ r, z_own[order[h:2 * h]] @ r))
+        halves.append((z_own[order[:h]] @ r, z_own[order[h : 2 * h]] @ r))
     null = energy_distances(*(np.stack(side) for side in zip(*halves)), s.ground_cost)
     return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
 
@@ -120,7 +122,7 @@ def pair_distances(xs: list[np.ndarray], ys: list[np.ndarray], s: EmdCflConfig) 
     shapes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
     for k, (x, y) in enumerate(zip(xs, ys)):
         shapes.setdefault((x.shape, y.shape), []).append(k)
-    chunks = [same[i:i + STACK] for same in shapes.values() for i in range(0, len(same), STACK)]
+    chunks = [same[i : i + STACK] for same in shapes.values() for i in range(0, len(same), STACK)]
     for ks in chunks:
         x, y = np.stack([xs[k] for k in ks]), np.stack([ys[k] for k in ks])
         if s.distance == "energy":

@@ -13,6 +13,7 @@ squares the estimate, since W1 under the squared Euclidean cost is W2². τ and 
 computed on the silo with the same cost, so W means the same as in the direct mode with that
 ground cost, up to FedWaD's error (an over-estimate: the result is an upper bound, Eq. 3).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,16 +23,20 @@ from ...ot.fedwad import Measure, uniform_measure
 from ...ot.wasserstein import unit_rows
 from ..base import ServerRound, SiloRound
 from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
-from .pairs import SERVE
 from . import EmdCflConfig
 from .messages import ReferenceReport
+from .pairs import SERVE
 
 __all__ = ["measure", "serve_pairs", "silo_measure"]
 
 
 def fedwad_params(s: EmdCflConfig, dim: int) -> FedWaDParams:
-    return FedWaDParams(p=2 if s.ground_cost == "sqeuclidean" else 1, n_iter=s.fedwad_iterations, dim=dim,
-                        max_support=s.fedwad_max_support)
+    return FedWaDParams(
+        p=2 if s.ground_cost == "sqeuclidean" else 1,
+        n_iter=s.fedwad_iterations,
+        dim=dim,
+        max_support=s.fedwad_max_support,
+    )
 
 
 def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
@@ -42,8 +47,15 @@ def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
     return uniform_measure(x)
 
 
-def serve_pairs(ctx: SiloRound, s: EmdCflConfig, seed: int, own: dict[int, np.ndarray], cross: dict[int, np.ndarray],
-                tau: float, noise: float) -> None:
+def serve_pairs(
+    ctx: SiloRound,
+    s: EmdCflConfig,
+    seed: int,
+    own: dict[int, np.ndarray],
+    cross: dict[int, np.ndarray],
+    tau: float,
+    noise: float,
+) -> None:
     """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for the jobs c>p of the partners
     it serves and ν = Z_{c|p}R for the jobs p>c of those it measures with."""
     n, dim = next(iter({**own, **cross}.values())).shape
@@ -53,8 +65,16 @@ def serve_pairs(ctx: SiloRound, s: EmdCflConfig, seed: int, own: dict[int, np.nd
     serve(ctx.channel, ctx.round, measures, fedwad_params(s, dim), seed)
 
 
-def measure(ctx: ServerRound, s: EmdCflConfig, seed: int, partners: dict[int, list[tuple[int, int]]], dim: int,
-            tau: np.ndarray, noise: np.ndarray, W: np.ndarray) -> None:
+def measure(
+    ctx: ServerRound,
+    s: EmdCflConfig,
+    seed: int,
+    partners: dict[int, list[tuple[int, int]]],
+    dim: int,
+    tau: np.ndarray,
+    noise: np.ndarray,
+    W: np.ndarray,
+) -> None:
     """Server: gather τ and noise of every silo with partners, run the job of each direction
     (c, p) the plan asks for (c serves p: pairs.py), fill W."""
     busy = sorted(c for c, p in partners.items() if p)
@@ -63,8 +83,9 @@ def measure(ctx: ServerRound, s: EmdCflConfig, seed: int, partners: dict[int, li
     for msg in ctx.channel.recv_each(busy, lambda _: expect):
         c, report = msg.sender, ReferenceReport.of(msg)
         tau[c], noise[c], sizes[c] = report.tau, report.noise, report.n_samples
-    jobs = [Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c]
-            if role & SERVE]
+    jobs = [
+        Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c] if role & SERVE
+    ]
     params = fedwad_params(s, dim)
     estimates = run_jobs(ctx.channel, ctx.round, jobs, params, seed, ctx.cores)
     for job in jobs:

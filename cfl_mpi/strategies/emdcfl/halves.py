@@ -9,6 +9,7 @@ The halves are built from a pair plan (plans.py: which pairs a round measures, s
 stage) and a pair distance (distances.py), and exchange the messages of messages.py:
 server.py is the server's half, silo.py a silo's.
 """
+
 from __future__ import annotations
 
 from ..base import Halves

@@ -1,5 +1,6 @@
 """EMD-CFL's messages, each declared once (wire/payload.py): what the server and the silos
 send each other in a clustering round."""
+
 from __future__ import annotations
 
 import math
@@ -48,7 +49,7 @@ class Projected:
     serves c', with its τ and noise (they belong to W[c][c']); Z_{c|c'}R where it measures."""
 
     partner: int
-    own: np.ndarray | None    # Z_{c|c}R, where the silo serves the partner
+    own: np.ndarray | None  # Z_{c|c}R, where the silo serves the partner
     cross: np.ndarray | None  # Z_{c|c'}R, where it measures with the partner
     tau: float = 0.0
     noise: float = 0.0
@@ -82,12 +83,14 @@ class Embeddings(Payload, kind="embeddings"):
         def clouds(arrays: list[np.ndarray]) -> np.ndarray:
             return np.stack(arrays) if arrays else np.zeros((0, 0, dim_r), dtype=np.float32)
 
-        return Embeddings(np.asarray([p.partner for p in served], dtype=np.int64),
-                          clouds([p.own for p in served if p.own is not None]),
-                          np.asarray([p.tau for p in served], dtype=np.float64),
-                          np.asarray([p.partner for p in measured], dtype=np.int64),
-                          clouds([p.cross for p in measured if p.cross is not None]),
-                          next((p.noise for p in served), 0.0))
+        return Embeddings(
+            np.asarray([p.partner for p in served], dtype=np.int64),
+            clouds([p.own for p in served if p.own is not None]),
+            np.asarray([p.tau for p in served], dtype=np.float64),
+            np.asarray([p.partner for p in measured], dtype=np.int64),
+            clouds([p.cross for p in measured if p.cross is not None]),
+            next((p.noise for p in served), 0.0),
+        )
 
     def problem(self) -> str | None:
         if not (len(self.served) or len(self.measured)):

@@ -9,6 +9,7 @@ A pair is measured in one direction or both. The direction (r, c) is W[r][c], si
 and r's own under r's model: r *serves* (sends c its ω and the server its own cloud), c
 *measures* (embeds its data under ω and sends the server that cloud).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

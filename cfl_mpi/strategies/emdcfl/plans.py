@@ -6,6 +6,7 @@ stage until none follows, then for the clusters. `AllPairs` is the paper's (Algo
 pair not yet measured, both ways, one stage); `StagedPairs` plans stages from the distances
 measured so far (staged_pairs.py), for populations whose C(C−1)/2 pairs cost too much.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +16,9 @@ import numpy as np
 
 from ...clustering.extraction import extract_clusters, noise_or_one, partition_report, place_newcomer, symmetrised
 from ...clustering.labels import relabel_by_first_appearance
+from . import EmdCflConfig
 from .pairs import Pair, both_ways
 from .staged_pairs import StagedPlan
-from . import EmdCflConfig
 
 if TYPE_CHECKING:
     from ..base import RunFacts, ServerRound
@@ -33,8 +34,9 @@ class PairPlan(Protocol):
     def stage(self, W: np.ndarray, noise: np.ndarray) -> tuple[list[Pair], bool]:
         """The next stage's directions (r, c) to measure, and whether another stage follows."""
 
-    def clusters(self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float],
-                 earlier: dict) -> tuple[np.ndarray, dict] | None:
+    def clusters(
+        self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float], earlier: dict
+    ) -> tuple[np.ndarray, dict] | None:
         """The round's clusters and extraction report (`earlier`: the last round's), given each
         stage's seconds; None where the round measured nothing and the clusters stay."""
 
@@ -74,12 +76,13 @@ class AllPairs:
 
     def stage(self, W: np.ndarray, noise: np.ndarray) -> tuple[list[Pair], bool]:
         silos = self.silos
-        wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1:] if np.isnan(W[a, b])])
+        wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1 :] if np.isnan(W[a, b])])
         self.measured = bool(wanted)
         return wanted, False
 
-    def clusters(self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float],
-                 earlier: dict) -> tuple[np.ndarray, dict] | None:
+    def clusters(
+        self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float], earlier: dict
+    ) -> tuple[np.ndarray, dict] | None:
         return extract(W, noise, self.params, self.run) if self.measured else None
 
 
@@ -97,27 +100,45 @@ class StagedPairs:
         s, silos = self.params, sorted(ctx.participants)
         self.plan = None  # no new silo: placed by pairs measured earlier, or by none
         if new := [c for c in silos if self.placed[c] < 0]:
-            self.plan = StagedPlan(new, self.run.silos, sample=s.pair_sample, representatives=s.representatives,
-                                   noise_multiple=s.noise_multiple,
-                                   rng=np.random.default_rng([self.run.seed, 13, ctx.round]), retest=s.retest,
-                                   one_way=s.placement == "one_way", placed=self.placed,
-                                   members=[c for c in silos if self.placed[c] >= 0])
+            self.plan = StagedPlan(
+                new,
+                self.run.silos,
+                sample=s.pair_sample,
+                representatives=s.representatives,
+                noise_multiple=s.noise_multiple,
+                rng=np.random.default_rng([self.run.seed, 13, ctx.round]),
+                retest=s.retest,
+                one_way=s.placement == "one_way",
+                placed=self.placed,
+                members=[c for c in silos if self.placed[c] >= 0],
+            )
 
     def stage(self, W: np.ndarray, noise: np.ndarray) -> tuple[list[Pair], bool]:
         wanted = self.plan.next_pairs(W, noise) if self.plan else None
         return wanted or [], wanted is not None
 
-    def clusters(self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float],
-                 earlier: dict) -> tuple[np.ndarray, dict] | None:
+    def clusters(
+        self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float], earlier: dict
+    ) -> tuple[np.ndarray, dict] | None:
         """The plan's clusters (a silo not placed yet trains alone, as one all-pairs never
         measured), the report over the pairs measured, and every round's plan so far."""
         if self.plan is None:
             return None
-        stages = [{"stage": stage.name, "silos": stage.silos, "pairs": stage.pairs,
-                   "directions": len(stage.directions), "seconds": round(spent, 4),
-                   **({"orphans": stage.orphans} if stage.name in ("representatives", "retest")
-                      else {"clusters": stage.clusters})}
-                  for stage, spent in zip(self.plan.stages, seconds, strict=True)]
+        stages = [
+            {
+                "stage": stage.name,
+                "silos": stage.silos,
+                "pairs": stage.pairs,
+                "directions": len(stage.directions),
+                "seconds": round(spent, 4),
+                **(
+                    {"orphans": stage.orphans}
+                    if stage.name in ("representatives", "retest")
+                    else {"clusters": stage.clusters}
+                ),
+            }
+            for stage, spent in zip(self.plan.stages, seconds, strict=True)
+        ]
         silos = sorted(ctx.participants)
         measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
         self.placed[...] = self.plan.labels
@@ -130,16 +151,26 @@ class StagedPairs:
         this_round = {"pairs": measured, "all_pairs": every, "stages": stages, "unplaced": unplaced}
         ctx.facts["pair_plan"] = {"plan": "staged", **this_round}
         rounds = [*earlier.get("pair_plan", {}).get("rounds", []), {"round": ctx.round, **this_round}]
-        so_far = {"plan": "staged", "pairs": sum(r["pairs"] for r in rounds),  # summary.json's extraction.pair_plan
-                  "all_pairs": self.run.silos * (self.run.silos - 1) // 2, "unplaced": unplaced, "rounds": rounds}
-        parts = [f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
-                 + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
-                 + (f"{x['orphans']} near no cluster" if "orphans" in x else f"{x['clusters']} clusters")
-                 for x in stages]
+        so_far = {
+            "plan": "staged",
+            "pairs": sum(r["pairs"] for r in rounds),  # summary.json's extraction.pair_plan
+            "all_pairs": self.run.silos * (self.run.silos - 1) // 2,
+            "unplaced": unplaced,
+            "rounds": rounds,
+        }
+        parts = [
+            f"{x['stage']}: {x['pairs']} pairs of {x['silos']} silos, "
+            + ("one way, " if x["pairs"] and x["directions"] == x["pairs"] else "")
+            + (f"{x['orphans']} near no cluster" if "orphans" in x else f"{x['clusters']} clusters")
+            for x in stages
+        ]
         if unplaced:
             parts.append(f"{unplaced} near no cluster with a member training: alone until a later round")
-        print(f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
-              f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts), flush=True)
+        print(
+            f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
+            f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts),
+            flush=True,
+        )
         return clusters, {**dataclasses.asdict(report), "pair_plan": so_far}
 
 

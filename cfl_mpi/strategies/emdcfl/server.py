@@ -6,6 +6,7 @@ Distributions; Algorithm 1): plans the round's pairs, forms W[c][c'] = W1(Z_{c|c
 The round is planned before training, so that a silo starts its handshakes and ω swaps as
 soon as it has trained rather than when the slowest silo has.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,8 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from ...clustering.extraction import extract_clusters
 from ...channel import wait_all
+from ...clustering.extraction import extract_clusters
 from ...wire.messages import Expect, Message, ProtocolError
 from ..base import RunFacts, ServerRound, Strategy, timed
 from . import EmdCflConfig, fedwad
@@ -68,10 +69,20 @@ class EmdCfl(Strategy[EmdCflConfig]):
         alike: dict[tuple[tuple[int, int], ...], list[int]] = defaultdict(list)
         for silo in silos:
             alike[tuple(self.partners[silo])].append(silo)
-        wait_all([ctx.channel.isend_all(group, Plan(np.asarray([p for p, _ in plan], dtype=np.int64),
-                                                    np.asarray([r for _, r in plan], dtype=np.uint8), int(more)),
-                                        ctx.round)
-                  for plan, group in alike.items()])
+        wait_all(
+            [
+                ctx.channel.isend_all(
+                    group,
+                    Plan(
+                        np.asarray([p for p, _ in plan], dtype=np.int64),
+                        np.asarray([r for _, r in plan], dtype=np.uint8),
+                        int(more),
+                    ),
+                    ctx.round,
+                )
+                for plan, group in alike.items()
+            ]
+        )
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         """Measure each stage's pairs and send the next stage the plan asks for, until none
@@ -98,9 +109,11 @@ class EmdCfl(Strategy[EmdCflConfig]):
             for c in sorted(c for c, p in partners.items() if p):  # one noise and τ per silo and round
                 claim = (float(self.noise[c]), float(self.tau[c]))
                 if self.stated.setdefault(c, claim) != claim:
-                    raise ProtocolError(f"{ctx.channel.describe(c)} sent {ReferenceReport.KIND.name} of round "
-                                        f"{ctx.round} with noise and τ {claim}; it stated {self.stated[c]} "
-                                        "earlier in this round")
+                    raise ProtocolError(
+                        f"{ctx.channel.describe(c)} sent {ReferenceReport.KIND.name} of round "
+                        f"{ctx.round} with noise and τ {claim}; it stated {self.stated[c]} "
+                        "earlier in this round"
+                    )
             return
         todo = {silo: dict(p) for silo, p in partners.items() if p}  # partner → role, not received yet
         dim_r = self.dim_r
@@ -124,9 +137,14 @@ class EmdCfl(Strategy[EmdCflConfig]):
                         ctx.step_seconds[step] = ctx.step_seconds.get(step, 0.0) + spent
         ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
 
-    def _receive_pairs(self, ctx: ServerRound, todo: dict[int, dict[int, int]], dim_r: int,
-                       pool: ThreadPoolExecutor,
-                       solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]]) -> None:
+    def _receive_pairs(
+        self,
+        ctx: ServerRound,
+        todo: dict[int, dict[int, int]],
+        dim_r: int,
+        pool: ThreadPoolExecutor,
+        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]],
+    ) -> None:
         """Receive the embeddings of every pair in `todo` (partner → the roles not received
         yet), record τ and noise, start the solves of the pairs each message completes, in
         as many batches as the pool has threads. A silo's message carries a batch: its own
@@ -141,8 +159,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
         rows: dict[int, int] = {}  # each silo's cloud size, the same in all its clouds of the round
 
         def expect(c: int) -> Expect:  # at most a cloud of each role per planned partner
-            return Embeddings.expect(ctx.round, dim_r=dim_r,
-                                     max_elements=max(1, len(todo[c])) * self.params.max_rows * dim_r)
+            return Embeddings.expect(
+                ctx.round, dim_r=dim_r, max_elements=max(1, len(todo[c])) * self.params.max_rows * dim_r
+            )
 
         while todo:
             msg = ctx.channel.recv_any(list(todo), expect)
@@ -166,12 +185,19 @@ class EmdCfl(Strategy[EmdCflConfig]):
             # W[r][c] compares r's data and c's data, both under r's model.
             done = [d for d in [(c, p) for p in served] + [(p, c) for p in measured] if d in owns and d in crosses]
             size = max(1, -(-len(done) // max(1, ctx.cores)))
-            for batch in (done[i:i + size] for i in range(0, len(done), size)):
-                solves.append((batch, pool.submit(self._timed_distances, [owns.pop(d) for d in batch],
-                                                  [crosses.pop(d) for d in batch])))
+            for batch in (done[i : i + size] for i in range(0, len(done), size)):
+                solves.append(
+                    (
+                        batch,
+                        pool.submit(
+                            self._timed_distances, [owns.pop(d) for d in batch], [crosses.pop(d) for d in batch]
+                        ),
+                    )
+                )
 
-    def _check_batch(self, ctx: ServerRound, msg: Message, roles: dict[int, int], rows: dict[int, int],
-                     batch: Embeddings) -> None:
+    def _check_batch(
+        self, ctx: ServerRound, msg: Message, roles: dict[int, int], rows: dict[int, int], batch: Embeddings
+    ) -> None:
         """A batch from silo c (well-formed: its declaration) must hold clouds its plan asks
         for (`roles`: partner → roles not received yet), each of one size (at least 2 rows) in
         all its clouds of the round; where it serves, the one noise, and the one τ unless τ is
@@ -180,8 +206,10 @@ class EmdCfl(Strategy[EmdCflConfig]):
         per_pair = self.tau.ndim == 2
 
         def refuse(problem: str) -> ProtocolError:
-            return ProtocolError(f"{msg.who} sent embeddings of round {ctx.round} with {problem}; partners not sent "
-                                 f"yet (partner, roles: 1 serve, 2 measure): {sorted(roles.items())[:8]}")
+            return ProtocolError(
+                f"{msg.who} sent embeddings of round {ctx.round} with {problem}; partners not sent "
+                f"yet (partner, roles: 1 serve, 2 measure): {sorted(roles.items())[:8]}"
+            )
 
         if len(set(served)) != len(served) or not all(roles.get(p, 0) & SERVE for p in served):
             raise refuse(f"partners served {served[:8]}: one it does not serve or sent already")
@@ -200,9 +228,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
             raise refuse(f"noise and τ {claim}, having stated {self.stated[c]} earlier in this round")
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
-        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise,
-                "placed": self.placed}, \
-            {"extraction": self.extraction}
+        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise, "placed": self.placed}, {
+            "extraction": self.extraction
+        }
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         self.clusters = arrays["clusters"].astype(np.int64)
@@ -223,6 +251,11 @@ class EmdCfl(Strategy[EmdCflConfig]):
     def report(self) -> dict:
         """How the clusters were extracted, and what the paper's rule at ε would have said."""
         paper = extract_clusters(self.W, rule="neighbourhoods", epsilon=self.params.epsilon)[0]
-        return {"extraction": self.extraction,
-                "paper_rule": {"epsilon": self.params.epsilon, "clusters": paper.tolist(),
-                               "n_clusters": int(paper.max()) + 1}}
+        return {
+            "extraction": self.extraction,
+            "paper_rule": {
+                "epsilon": self.params.epsilon,
+                "clusters": paper.tolist(),
+                "n_clusters": int(paper.max()) + 1,
+            },
+        }

@@ -4,6 +4,7 @@ secret projection R (X25519 + HKDF), swap embedding models ω directly, and send
 the projected embeddings and τ_c. A silo takes its partners' ω in the order they come
 (`OmegaSwaps`), so that a late partner holds up only its own pair.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,8 +47,9 @@ class OmegaSwaps:
     partners it measures with in the order they arrive, one at a time. Every send is posted
     before the first take, so no silo waits on another's taking."""
 
-    def __init__(self, channel: Channel, round: int, partners: list[tuple[int, int]],
-                 omega: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, channel: Channel, round: int, partners: list[tuple[int, int]], omega: dict[str, np.ndarray]
+    ) -> None:
         self.channel, self.round = channel, round
         served = [p for p, role in partners if role & SERVE]
         self.sent = channel.isend_all(served, EmbeddingModel(omega), round) if served else None
@@ -75,9 +77,9 @@ class Reference:
     """A silo's side of the rows W[c][·] it serves: its sample embedded by its own model, its
     reference and its noise (the unit row c is cut in)."""
 
-    z_own: np.ndarray       # Z_{c|c}
-    z_val: np.ndarray       # Z^val_{c|c}
-    tau: float | None       # τ_c, or None when it is taken per pair (`tau_projection: pair`)
+    z_own: np.ndarray  # Z_{c|c}
+    z_val: np.ndarray  # Z^val_{c|c}
+    tau: float | None  # τ_c, or None when it is taken per pair (`tau_projection: pair`)
     noise: float
 
 
@@ -89,7 +91,7 @@ class OwnSample:
     belong to the rows of W it serves, so it skips them (with many silos nearly all do: only
     the sample and the members others are placed by serve)."""
 
-    images: np.ndarray      # the silo's training or validation images ...
+    images: np.ndarray  # the silo's training or validation images ...
     cross_rows: np.ndarray  # ... whose rows partners' models embed (a copy only while they do)
     sample_rows: np.ndarray  # the training rows its own model embeds, Z_{c|c} (copied only if it serves)
     rng: np.random.Generator  # the round's draws after the sample's: the noise's
@@ -106,7 +108,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         super().__init__(params, run)
         self.dim_r = projected_dim(params, run.embedding_dim)
         self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
-        self.more = False                          # whether the server sends another plan after it
+        self.more = False  # whether the server sends another plan after it
 
     def modules(self) -> tuple[str, ...]:
         return (*solver_modules(self.params), "cryptography.hazmat.backends.openssl")  # X25519's, else at the 1st key
@@ -159,13 +161,21 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         s = self.params
         rng = np.random.default_rng([self.run.seed, 11, ctx.silo, ctx.round])
         d = ctx.data
-        n = sample_size(s, len(d.y_train)) if s.partner_sample == "train" else \
-            min(sample_size(s, len(d.y_train)), len(d.y_val))
+        n = (
+            sample_size(s, len(d.y_train))
+            if s.partner_sample == "train"
+            else min(sample_size(s, len(d.y_train)), len(d.y_val))
+        )
         rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
-        images, cross_rows = (d.x_train, rows) if s.partner_sample == "train" else \
-            (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
-        embed_as_set = partial(embed, device=ctx.device, train_mode=s.embed_mode == "train",
-                               batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH)
+        images, cross_rows = (
+            (d.x_train, rows) if s.partner_sample == "train" else (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
+        )
+        embed_as_set = partial(
+            embed,
+            device=ctx.device,
+            train_mode=s.embed_mode == "train",
+            batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH,
+        )
         return OwnSample(images, cross_rows, rows, rng, embed_as_set)
 
     def _reference(self, ctx: SiloRound, own: OwnSample) -> Reference:
@@ -176,8 +186,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 z_own = ctx.compute(own.embed_as_set, ctx.model.embedding, ctx.data.x_train[own.sample_rows])
                 z_val = ctx.compute(own.embed_as_set, ctx.model.embedding, ctx.data.x_val[: self.params.max_rows])
             with timed(ctx.step_seconds, "noise"):
-                own.reference = Reference(z_own, z_val, *reference_distance(z_own, z_val, self.dim_r, self.params,
-                                                                             own.rng))
+                own.reference = Reference(
+                    z_own, z_val, *reference_distance(z_own, z_val, self.dim_r, self.params, own.rng)
+                )
         return own.reference
 
     def _report(self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | SendReady]) -> list[Pending]:
@@ -189,9 +200,15 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         if self.params.distance == "fedwad":  # τ: one per silo
             reference = self._reference(ctx, own)
             pairs = [item for item in projected if isinstance(item, Projected)]
-            fedwad.serve_pairs(ctx, self.params, self.run.seed, {p.partner: p.own for p in pairs if p.own is not None},
-                               {p.partner: p.cross for p in pairs if p.cross is not None}, reference.tau,
-                               reference.noise)
+            fedwad.serve_pairs(
+                ctx,
+                self.params,
+                self.run.seed,
+                {p.partner: p.own for p in pairs if p.own is not None},
+                {p.partner: p.cross for p in pairs if p.cross is not None},
+                reference.tau,
+                reference.noise,
+            )
             return []
         pending, ready = [], []
         for item in chain(projected, [SEND_READY]):
@@ -209,8 +226,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         plan = Plan.of(msg)
         partners, roles = plan.partners.tolist(), plan.roles.tolist()
         if not all(0 <= p < ctx.silos and p != ctx.silo for p in partners):
-            raise ProtocolError(f"{msg.who} sent an invalid plan {partners} (roles {roles}) to silo {ctx.silo} "
-                                f"in round {ctx.round}")
+            raise ProtocolError(
+                f"{msg.who} sent an invalid plan {partners} (roles {roles}) to silo {ctx.silo} in round {ctx.round}"
+            )
         return list(zip(partners, roles)), bool(plan.more)
 
     def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
@@ -227,8 +245,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         context = pair_context(self.run.seed, ctx.round)
         return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
 
-    def _project(self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample,
-                 roles: dict[int, int]) -> Iterator[Projected | SendReady]:
+    def _project(
+        self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample, roles: dict[int, int]
+    ) -> Iterator[Projected | SendReady]:
         """The clouds of every partner c', both projected by the pair's R, and SEND_READY before
         each wait for a partner's ω (what is ready can go meanwhile): Z_{c|c}R where this silo
         serves c' (at once where it only serves), Z_{c|c'}R — own data (`own.cross_rows`: of
@@ -247,8 +266,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 return Projected(p, None, zr_cross)
             reference = self._reference(ctx, own)
             zr_own = reference.z_own @ r
-            tau = reference.tau if reference.tau is not None else pair_reference(zr_own, reference.z_val, r,
-                                                                                 self.params)
+            tau = (
+                reference.tau if reference.tau is not None else pair_reference(zr_own, reference.z_val, r, self.params)
+            )
             return Projected(p, zr_own, zr_cross, tau, reference.noise)
 
         def embed_under(items: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]) -> list[np.ndarray]:
@@ -278,7 +298,11 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
             p, theirs = swapped
             with timed(ctx.step_seconds, "embedding"):
                 # Z_{c|c'}: own data, partner's model
-                z_cross = ctx.compute.batched(("embed_under", id(next(iter(theirs.values())))), embed_under,
-                                              (theirs, own.images, own.cross_rows), limit)
+                z_cross = ctx.compute.batched(
+                    ("embed_under", id(next(iter(theirs.values())))),
+                    embed_under,
+                    (theirs, own.images, own.cross_rows),
+                    limit,
+                )
             del theirs, swapped
             yield projected(p, z_cross)

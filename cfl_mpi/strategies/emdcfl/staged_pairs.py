@@ -39,6 +39,7 @@ Decisions read the symmetrised distance in noise units (`symmetrised(W, noise)`:
 direction where both are measured, else the one there), the unit the robust rule cuts in, so
 a plan is a function of W, the noise and the seed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,11 +55,11 @@ from .pairs import Pair, both_ways
 class Stage:
     """One stage of a plan: what it measured and why (for metrics.jsonl and the console)."""
 
-    name: str            # "sample", "representatives", "retest" or "all" (the last few silos)
-    silos: int           # silos it concerned
+    name: str  # "sample", "representatives", "retest" or "all" (the last few silos)
+    silos: int  # silos it concerned
     directions: list[Pair] = field(default_factory=list)
-    clusters: int = 0    # sample, all: the clusters found among its silos
-    orphans: int = 0     # representatives, retest: the silos near no cluster after it
+    clusters: int = 0  # sample, all: the clusters found among its silos
+    orphans: int = 0  # representatives, retest: the silos near no cluster after it
 
     @property
     def pairs(self) -> int:
@@ -71,27 +72,39 @@ class StagedPlan:
     noise measured so far and returns the next stage's pairs, or None once the plan ends (then
     `labels` holds the clusters, and `unplaced` the silos it could not place yet)."""
 
-    def __init__(self, silos: list[int], size: int, *, sample: int, representatives: int,
-                 noise_multiple: float, rng: np.random.Generator, retest: int = 0, one_way: bool = False,
-                 placed: np.ndarray | None = None, members: list[int] = ()) -> None:
+    def __init__(
+        self,
+        silos: list[int],
+        size: int,
+        *,
+        sample: int,
+        representatives: int,
+        noise_multiple: float,
+        rng: np.random.Generator,
+        retest: int = 0,
+        one_way: bool = False,
+        placed: np.ndarray | None = None,
+        members: list[int] = (),
+    ) -> None:
         """`silos`: the silos to place; `placed`: the clusters found in earlier rounds (-1: not
         placed), of which `members` train this round and may represent their cluster."""
         if sample < 2 or representatives < 1 or retest < 0:
-            raise ValueError(f"sample must be >= 2, representatives >= 1 and retest >= 0, got {sample}, "
-                             f"{representatives}, {retest}")
+            raise ValueError(
+                f"sample must be >= 2, representatives >= 1 and retest >= 0, got {sample}, {representatives}, {retest}"
+            )
         self.sample, self.representatives, self.cut, self.rng = sample, representatives, noise_multiple, rng
         self.retest, self.one_way = retest, one_way
         # -1: not placed yet (or not taking part)
         self.labels = np.full(size, -1, dtype=np.int64) if placed is None else np.array(placed, dtype=np.int64)
         self.stages: list[Stage] = []
-        self._left = sorted(silos)         # silos not placed yet
-        self._drawn: list[int] = []        # the current sample, all its pairs measured
-        self._reps: list[int] = []         # representatives being measured against `_left`
-        self._retesting = False            # `_left` being measured against more members
+        self._left = sorted(silos)  # silos not placed yet
+        self._drawn: list[int] = []  # the current sample, all its pairs measured
+        self._reps: list[int] = []  # representatives being measured against `_left`
+        self._retesting = False  # `_left` being measured against more members
         self._done = not silos
         self._active = np.zeros(size, dtype=bool)  # the silos training this round: partners to draw from
         self._active[list(silos) + list(members)] = True
-        self._members = sorted(members)    # placed earlier, training now: the first representatives
+        self._members = sorted(members)  # placed earlier, training now: the first representatives
         existing = np.unique(self.labels[self.labels >= 0])
         # a silo near no existing cluster starts a new one only if every cluster had a member to compare with
         self._complete = bool(np.isin(existing, self.labels[self._members]).all())
@@ -152,8 +165,9 @@ class StagedPlan:
     def _cluster_sample(self, W: np.ndarray, noise: np.ndarray) -> None:
         """The robust rule on the sample's own W; its clusters get labels after the existing ones."""
         drawn = np.asarray(self._drawn)
-        labels, _ = extract_clusters(W[np.ix_(drawn, drawn)], rule="robust", noise=noise[drawn],
-                                     noise_multiple=self.cut)
+        labels, _ = extract_clusters(
+            W[np.ix_(drawn, drawn)], rule="robust", noise=noise[drawn], noise_multiple=self.cut
+        )
         self.labels[drawn] = labels + self.labels.max() + 1
         self.stages[-1].clusters = int(labels.max()) + 1
 

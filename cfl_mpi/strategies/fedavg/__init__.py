@@ -1,5 +1,6 @@
 """FedAvg: its parameters (the `strategy:` section), their checks and its registry entry.
 Its server and silo halves are in halves.py, beside it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """FedAvg (McMahan et al. 2017) as the one-cluster baseline: every silo in one cluster."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """FedWaD clustering: its parameters (the `strategy:` section), their checks and its registry entry.
 Its server and silo halves are in halves.py, beside it."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -39,15 +40,24 @@ class FedWaDClusteringConfig(StrategyParams):
         if self.sample_cap < 2:
             yield f"strategy.sample_cap: must be at least 2, got {self.sample_cap}"
         if self.support is not None and not 1 <= self.support <= self.sample_cap:
-            yield f"strategy.support: must lie between 1 and sample_cap ({self.sample_cap}) or be null, got {self.support}"
+            yield (
+                f"strategy.support: must lie between 1 and sample_cap ({self.sample_cap}) or be null, "
+                f"got {self.support}"
+            )
         if self.p not in (1, 2):
             yield f"strategy.p: must be 1 (Euclidean cost) or 2 (squared Euclidean), got {self.p}"
         if self.iterations < 1:
             yield f"strategy.iterations: must be at least 1, got {self.iterations}"
         if not facts.all_from_start:
-            yield ("strategy.name: fedwad clusters every silo once before round 1, so it needs every silo from the "
-                   "start (remove participation and late_silos, or use emdcfl or pacfl)")
+            yield (
+                "strategy.name: fedwad clusters every silo once before round 1, so it needs every silo from the "
+                "start (remove participation and late_silos, or use emdcfl or pacfl)"
+            )
 
 
-SPEC = StrategySpec(FedWaDClusteringConfig, "FedWaD clustering",
-                    default=False, pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)")})
+SPEC = StrategySpec(
+    FedWaDClusteringConfig,
+    "FedWaD clustering",
+    default=False,
+    pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)")},
+)

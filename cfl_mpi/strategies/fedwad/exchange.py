@@ -1,8 +1,9 @@
 """FedWaD between silos: the server drives many Algorithm-1 runs at once, each point cloud stays home.
 
 The FedWaD paper (Rakotomamonjy, Nadjahi, Ralaivola, ICLR 2024), Algorithm 1. A *job*
-estimates Wp(μ, ν) with μ on silo ``job.mu`` and ν on silo ``job.nu``. The server holds ξ and, per iteration k = 1..K, sends ξ(k-1) and the time t to
-both holders (``fedwad_measure``, ``op: interpolate``); each returns its interpolating measure
+estimates Wp(μ, ν) with μ on silo ``job.mu`` and ν on silo ``job.nu``. The server holds ξ
+and, per iteration k = 1..K, sends ξ(k-1) and the time t to both holders (``fedwad_measure``,
+``op: interpolate``); each returns its interpolating measure
 ξ_own(k) (Eq. 10); the server forms ξ(k) = interp(ξ_μ(k), ξ_ν(k), t).
 Then it sends ξ(K) (``op: distance``), each holder returns Wp(own, ξ(K)) (``fedwad_distance``)
 and the estimate is their sum (line 10). Finally ``op: done`` (zero-size arrays) ends the
@@ -33,6 +34,7 @@ iteration) rather than the fixed 0.5: on 100-dimensional clouds of unit vectors 
 settles on a midpoint of a non-optimal coupling ~10 % above W1, random t reaches < 1 %
 within 20 iterations.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -47,8 +49,20 @@ from ...ot.fedwad import Measure, client_distance, client_step, gaussian_measure
 from ...wire.messages import Expect, Message, ProtocolError
 from ...wire.payload import Payload, array, scalar
 
-__all__ = ["FEDWAD_KINDS", "T_RANGE", "FedWaDDistance", "FedWaDMeasure", "FedWaDParams", "FedWaDRequest", "Job",
-           "job_key", "job_rng", "job_times", "run_jobs", "serve"]
+__all__ = [
+    "FEDWAD_KINDS",
+    "T_RANGE",
+    "FedWaDDistance",
+    "FedWaDMeasure",
+    "FedWaDParams",
+    "FedWaDRequest",
+    "Job",
+    "job_key",
+    "job_rng",
+    "job_times",
+    "run_jobs",
+    "serve",
+]
 
 _WEIGHT_SUM_TOL = 1e-6
 T_RANGE = (0.1, 0.9)  # every time t of the schedule: bounded away from 0 and from 1
@@ -125,9 +139,9 @@ def job_key(mu: int, nu: int) -> str:
 class FedWaDParams:
     """What server and silos agree on from the config: p, K, the space and a size bound."""
 
-    p: int          # 1: Euclidean cost, W1; 2: squared Euclidean, W2
-    n_iter: int     # K
-    dim: int        # dimension of the points
+    p: int  # 1: Euclidean cost, W1; 2: squared Euclidean, W2
+    n_iter: int  # K
+    dim: int  # dimension of the points
     max_support: int  # no measure on the wire has more points than this
 
 
@@ -148,8 +162,10 @@ def _checked_measure(msg: Message, measure: FedWaDRequest | FedWaDMeasure, param
     sender, kind and round where it has no point or more than the agreed bound."""
     n = measure.points.shape[0]
     if not 1 <= n <= params.max_support:
-        raise ProtocolError(f"{msg.who} sent a {msg.kind} of round {msg.round} (job {measure.job!r}) with {n} points, "
-                            f"expected 1 to {params.max_support}")
+        raise ProtocolError(
+            f"{msg.who} sent a {msg.kind} of round {msg.round} (job {measure.job!r}) with {n} points, "
+            f"expected 1 to {params.max_support}"
+        )
     return Measure(measure.points, measure.weights / float(measure.weights.sum()))
 
 
@@ -163,12 +179,13 @@ class _State:
     job: Job
     xi: Measure
     times: np.ndarray
-    k: int = 1                      # iteration being computed; K + 1 = final distances
-    halves: dict | None = None      # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
+    k: int = 1  # iteration being computed; K + 1 = final distances
+    halves: dict | None = None  # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
 
 
-def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams, seed: int,
-             cores: int = 1) -> dict[str, float]:
+def run_jobs(
+    channel: Channel, round: int, jobs: list[Job], params: FedWaDParams, seed: int, cores: int = 1
+) -> dict[str, float]:
     """Run every job to its estimate Wp(μ, ν) ≈ Wp(μ, ξ(K)) + Wp(ξ(K), ν); end the silos' loops.
 
     Returns ``{job.key: estimate}``. Every silo that holds a measure of some job is sent
@@ -195,8 +212,11 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
         state.halves = {}
         pending[:] = [p for p in pending if not p.done()]  # free the buffers of delivered ξ
         for silo in (state.job.mu, state.job.nu):
-            pending.append(channel.isend(silo, FedWaDRequest(state.xi.points, state.xi.weights, op, state.job.key,
-                                                             state.k, t), round))
+            pending.append(
+                channel.isend(
+                    silo, FedWaDRequest(state.xi.points, state.xi.weights, op, state.job.key, state.k, t), round
+                )
+            )
             queues[silo].append((state.job.key, state.k, op))
 
     def expect(silo: int) -> Expect:
@@ -212,11 +232,14 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
         key, k, op = queues[msg.sender].popleft()
         reply = FedWaDDistance.of(msg) if op == DISTANCE else FedWaDMeasure.of(msg)
         if reply.job != key or reply.k != k:
-            raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} for job {reply.job!r} step {reply.k}; "
-                                f"expected job {key!r} step {k}")
+            raise ProtocolError(
+                f"{msg.who} sent {msg.kind} of round {round} for job {reply.job!r} step {reply.k}; "
+                f"expected job {key!r} step {k}"
+            )
         state = states[key]
-        state.halves[msg.sender] = reply.distance if isinstance(reply, FedWaDDistance) else \
-            _checked_measure(msg, reply, params)
+        state.halves[msg.sender] = (
+            reply.distance if isinstance(reply, FedWaDDistance) else _checked_measure(msg, reply, params)
+        )
         if len(state.halves) < 2:
             return
         mine, theirs = state.halves[state.job.mu], state.halves[state.job.nu]
@@ -244,8 +267,9 @@ def run_jobs(channel: Channel, round: int, jobs: list[Job], params: FedWaDParams
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     for silo in queues:
-        pending.append(channel.isend(silo, FedWaDRequest(np.zeros((0, params.dim)), np.zeros(0), DONE, "", 0, 0.0),
-                                     round))
+        pending.append(
+            channel.isend(silo, FedWaDRequest(np.zeros((0, params.dim)), np.zeros(0), DONE, "", 0, 0.0), round)
+        )
     wait_all(pending)
     return results
 
@@ -267,18 +291,24 @@ def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params:
         unfinished = [j for j, s in next_step.items() if s <= params.n_iter + 1]
         if op == DONE:
             if unfinished:
-                raise ProtocolError(f"{msg.who} sent done in {msg.kind} of round {round} "
-                                    f"before jobs {unfinished} finished")
+                raise ProtocolError(
+                    f"{msg.who} sent done in {msg.kind} of round {round} before jobs {unfinished} finished"
+                )
             break
         wanted = next_step.get(key)
         final = wanted == params.n_iter + 1
         scheduled = None if wanted is None or final else float(times[key][wanted - 1])
         if wanted is None or k != wanted or op != (DISTANCE if final else INTERPOLATE) or not (final or t == scheduled):
-            raise ProtocolError(f"{msg.who} sent {msg.kind} of round {round} with op {op!r} "
-                                f"job {key!r} step {k} t {t}; this silo expects "
-                                + (f"step {wanted} of job {key!r} (op {'distance' if final else 'interpolate'}"
-                                   + (f", the scheduled t {scheduled!r})" if scheduled is not None else ")")
-                                   if wanted else f"one of the jobs {sorted(measures)}"))
+            raise ProtocolError(
+                f"{msg.who} sent {msg.kind} of round {round} with op {op!r} "
+                f"job {key!r} step {k} t {t}; this silo expects "
+                + (
+                    f"step {wanted} of job {key!r} (op {'distance' if final else 'interpolate'}"
+                    + (f", the scheduled t {scheduled!r})" if scheduled is not None else ")")
+                    if wanted
+                    else f"one of the jobs {sorted(measures)}"
+                )
+            )
         xi = _checked_measure(msg, request, params)
         next_step[key] += 1
         if final:  # Algorithm 1, line 9

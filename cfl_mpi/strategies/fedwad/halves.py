@@ -9,6 +9,7 @@ untrained autoencoder for CIFAR-10). The data never leave the silos. The server 
 an affinity and runs scikit-learn's spectral clustering with K clusters (the paper's
 "affinity" setting, which did best in its Tables 2-5); FedAvg runs inside the clusters.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,8 @@ import numpy as np
 from ...clustering.labels import relabel_by_first_appearance
 from ...ot.fedwad import uniform_measure
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
-from .exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 from . import FedWaDClusteringConfig
+from .exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 
 __all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "spectral_clusters"]
 
@@ -92,8 +93,15 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
 
     def report(self) -> dict:
         s = self.params
-        return {"fedwad": {"space": s.space, "p": s.p, "iterations": s.iterations,
-                           "clusters": s.clusters or self.run.true_clusters, "sigma": self.sigma}}
+        return {
+            "fedwad": {
+                "space": s.space,
+                "p": s.p,
+                "iterations": s.iterations,
+                "clusters": s.clusters or self.run.true_clusters,
+                "sigma": self.sigma,
+            }
+        }
 
 
 class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):

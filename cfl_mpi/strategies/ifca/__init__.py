@@ -1,5 +1,6 @@
 """IFCA: its parameters (the `strategy:` section), their checks and its registry entry.
 Its server and silo halves are in halves.py, beside it."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -28,8 +29,10 @@ class IfcaConfig(StrategyParams):
         if self.k is not None and not 1 <= self.k <= facts.silos:
             yield f"strategy.k: must lie between 1 and silos ({facts.silos}), got {self.k}"
         if self.init == "silos" and self.k is not None and self.k > facts.first_round:
-            yield (f"strategy.init: 'silos' picks k = {self.k} models among the {facts.first_round} silos training "
-                   "in round 1 (use strategy.init: random, or more participants)")
+            yield (
+                f"strategy.init: 'silos' picks k = {self.k} models among the {facts.first_round} silos training "
+                "in round 1 (use strategy.init: random, or more participants)"
+            )
 
 
 SPEC = StrategySpec(IfcaConfig, "IFCA")

@@ -3,6 +3,7 @@
 Each silo evaluates every cluster model on its own data and joins the one with the
 lowest loss. Kept apart from the CFL maths: it shares nothing with the bipartition.
 """
+
 from __future__ import annotations
 
 import numpy as np

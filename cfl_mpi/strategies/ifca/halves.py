@@ -20,18 +20,18 @@ Initialisation (`strategy.init`):
   seeding from trained models is k-means++'s deterministic cousin (Gonzalez 1985) in loss
   space, at the cost of one IFCA round of messages.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ...channel import SERVER, wait_all
-from ...wire.round import StartModel
 from ...wire.messages import ProtocolError
 from ...wire.payload import Payload, array, scalar, state
+from ...wire.round import StartModel
 from ..base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
-from .assign import ifca_assign
 from . import IfcaConfig
-
+from .assign import ifca_assign
 
 
 class ClusterModel(Payload, kind=StartModel.KIND):
@@ -113,17 +113,21 @@ class Ifca(Strategy[IfcaConfig]):
         self.clusters[here] = ifca_assign(self.losses[here])
         for c in here:
             if chosen[c] != self.clusters[c]:
-                raise ProtocolError(f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
-                                    f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
-                                    f"{self.clusters[c]}")
+                raise ProtocolError(
+                    f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
+                    f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
+                    f"{self.clusters[c]}"
+                )
             ctx.start_models[c] = self.models[self.clusters[c]]
 
     def _seed(self, ctx: ServerRound) -> None:
         """init "silos": farthest-first traversal of the trained silo models in loss space."""
         here = ctx.participants
         if len(here) < self.k:
-            raise ValueError(f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
-                             "(use strategy.init: random, or more participants)")
+            raise ValueError(
+                f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
+                "(use strategy.init: random, or more participants)"
+            )
         picked = [here[int(np.random.default_rng([self.run.seed, 43]).integers(len(here)))]]
         expect = CandidateLoss.expect(ctx.round)
         for k in range(self.k):
@@ -131,12 +135,14 @@ class Ifca(Strategy[IfcaConfig]):
             for msg in ctx.channel.recv_each(here, lambda _: expect):
                 reply = CandidateLoss.of(msg)
                 if reply.candidate != k:
-                    raise ProtocolError(f"{msg.who} sent losses of round {ctx.round} for candidate "
-                                        f"{reply.candidate}, expected candidate {k}")
+                    raise ProtocolError(
+                        f"{msg.who} sent losses of round {ctx.round} for candidate "
+                        f"{reply.candidate}, expected candidate {k}"
+                    )
                 self.losses[msg.sender, k] = reply.losses[0]
             wait_all(pending)
             if k + 1 < self.k:
-                served = self.losses[here, :k + 1].min(axis=1)
+                served = self.losses[here, : k + 1].min(axis=1)
                 served[[here.index(c) for c in picked]] = -np.inf
                 picked.append(here[int(np.argmax(served))])
         self.seeds = picked
@@ -155,8 +161,10 @@ class Ifca(Strategy[IfcaConfig]):
         self.seeds = meta["seeds"]
         self.models = None
         if meta["has_models"]:
-            self.models = [{name.split("/", 1)[1]: a for name, a in arrays.items() if name.startswith(f"model{k}/")}
-                           for k in range(self.k)]
+            self.models = [
+                {name.split("/", 1)[1]: a for name, a in arrays.items() if name.startswith(f"model{k}/")}
+                for k in range(self.k)
+            ]
 
     def report(self) -> dict:
         return {"ifca": {"k": self.k, "init": self.params.init, "seed_silos": self.seeds}}
@@ -177,8 +185,10 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
             model = ClusterModel.of(msg)
             total = model.clusters if total is None else total
             if model.cluster != k or model.clusters != total or not 1 <= total <= ctx.silos:
-                raise ProtocolError(f"{msg.who} sent {what} {model.cluster} of {model.clusters} in round "
-                                    f"{ctx.round}, expected number {k} of {total} (at most {ctx.silos})")
+                raise ProtocolError(
+                    f"{msg.who} sent {what} {model.cluster} of {model.clusters} in round "
+                    f"{ctx.round}, expected number {k} of {total} (at most {ctx.silos})"
+                )
             yield k, model.weights
             k += 1
 

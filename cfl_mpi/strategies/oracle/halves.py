@@ -1,4 +1,5 @@
 """Oracle: the true clusters of the data partition, the upper bound every method aims at."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """PACFL: its parameters (the `strategy:` section), their checks and its registry entry.
 Its server and silo halves are in halves.py, beside it."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -34,5 +35,4 @@ class PacflConfig(StrategyParams):
             yield f"strategy.beta: must be positive (degrees), got {self.beta}"
 
 
-SPEC = StrategySpec(PacflConfig, "PACFL",
-                    pairwise={"A": Pairwise("sum of principal angles (degrees)")})
+SPEC = StrategySpec(PacflConfig, "PACFL", pairwise={"A": Pairwise("sum of principal angles (degrees)")})

@@ -10,18 +10,23 @@ or arrives later): every silo starts that round from the same model as its singl
 cluster, so clustering before or after that training gives the same aggregate, and the
 silos need no extra hook. The maths lives in `principal_angles.py`.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ...channel import SERVER
-from ...clustering.principal_angles import (class_subspace_basis, extend_proximity_matrix, hierarchical_clusters,
-                                            place_new_silos, proximity_matrix)
+from ...clustering.principal_angles import (
+    class_subspace_basis,
+    extend_proximity_matrix,
+    hierarchical_clusters,
+    place_new_silos,
+    proximity_matrix,
+)
 from ...wire.messages import ProtocolError
 from ...wire.payload import Payload, array
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from . import PacflConfig
-
 
 
 class PrincipalVectors(Payload, kind="principal_vectors"):
@@ -52,8 +57,8 @@ class Pacfl(Strategy[PacflConfig]):
 
     def __init__(self, params: PacflConfig, run: RunFacts) -> None:
         super().__init__(params, run)
-        self.order: list[int] = []            # silos with a signature, in arrival order
-        self.bases: list[np.ndarray] = []     # their signatures, in that order
+        self.order: list[int] = []  # silos with a signature, in arrival order
+        self.bases: list[np.ndarray] = []  # their signatures, in that order
         self.A = np.full((run.silos, run.silos), np.nan)
         self.artifacts = {"A": self.A}
 
@@ -75,8 +80,10 @@ class Pacfl(Strategy[PacflConfig]):
             basis = PrincipalVectors.of(msg).basis
             first = next(iter(self.bases or received.values()), basis)
             if not 1 <= basis.shape[1] <= most or basis.shape[0] != first.shape[0]:
-                raise ProtocolError(f"{msg.who} sent principal_vectors of round {ctx.round} with shape "
-                                    f"{basis.shape}; expected ({first.shape[0]}, 1..{most})")
+                raise ProtocolError(
+                    f"{msg.who} sent principal_vectors of round {ctx.round} with shape "
+                    f"{basis.shape}; expected ({first.shape[0]}, 1..{most})"
+                )
             received[msg.sender] = basis
         self.add_signatures([received[c] for c in new], new)
         return self.clusters
@@ -118,9 +125,17 @@ class Pacfl(Strategy[PacflConfig]):
         s = self.params
         if not self.bases:
             return {}
-        return {"pacfl": {"p": s.p, "per_class": s.per_class, "measure": s.measure, "beta": s.beta,
-                          "signature_columns": [int(b.shape[1]) for b in self.bases], "arrival_order": self.order,
-                          "merge_heights": merge_heights(self.A[np.ix_(self.order, self.order)])}}
+        return {
+            "pacfl": {
+                "p": s.p,
+                "per_class": s.per_class,
+                "measure": s.measure,
+                "beta": s.beta,
+                "signature_columns": [int(b.shape[1]) for b in self.bases],
+                "arrival_order": self.order,
+                "merge_heights": merge_heights(self.A[np.ix_(self.order, self.order)]),
+            }
+        }
 
 
 class PacflSilo(SiloProtocol[PacflConfig]):
