@@ -18,10 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar, dataclass_transform
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # a dependency below 3.11
+    from typing_extensions import dataclass_transform
 
 from .messages import ArraySpec, Expect, Kind, Message, message_kind
 
