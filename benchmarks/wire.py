@@ -185,7 +185,7 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
 
 
 def placing_stage(comm, layout, channels) -> None:
-    """Section 5: the messages of EMD-CFL's placing stage (halves.py), timed from a barrier."""
+    """Section 5: the messages of EMD-CFL's placing stage (strategies/emdcfl/server.py, silo.py), timed from a barrier."""
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.base import wait_all
     from cfl_mpi.wire.messages import ArraySpec, Expect, message_kind

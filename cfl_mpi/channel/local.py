@@ -125,7 +125,8 @@ class SharedFrame:
     object in each receiver's queue. Its arrays exist once, read-only: copied when posted
     in-process; from another rank, fetched by the first receiver to take it (until then they
     stay with the sender, as a unicast payload does) from the `payloads` the MPI inbox files.
-    Its header is read and its arrays' values checked once too: a representative's ω goes to
+    Its header is read and its arrays checked once too (their values finite, and the checks of
+    the class a receiver reads it as: payload.py): a representative's ω goes to
     every silo of the rank, and reading its JSON and checking its values per receiver would
     repeat the same work for each of them (benchmarks/results/20261127-one-read-per-rank.md)."""
 
@@ -138,8 +139,8 @@ class SharedFrame:
             self.complete.set()
         self._arrays = arrays
         self._json: object = None  # the header read, once a receiver has
-        self._checked = False  # the arrays' values are finite
-        self._error: ProtocolError | None = None
+        self._checked: set[object] = set()  # the checks the message passed (payload.py's, by class)
+        self._errors: dict[object, ProtocolError] = {}
         self._lock = threading.Lock()
 
     # The later receivers read what the first one left without taking the lock (an attribute
@@ -155,21 +156,22 @@ class SharedFrame:
                     self._json = read_header(data)
         return self._json
 
-    def check_once(self, check: Callable[[], None]) -> None:
-        """`check()` (the finite check of the arrays) for the first receiver; its error for
-        every later one."""
-        if self._checked:
+    def check_once(self, key: object, check: Callable[[], None]) -> None:
+        """`check()` (the finite check of the arrays, and the checks of the class a receiver
+        reads the message as: `key`) for the first receiver with that key; its error for every
+        later one."""
+        if key in self._checked:
             return
         with self._lock:
-            if self._error is not None:
-                raise self._error
-            if not self._checked:
+            if key in self._errors:
+                raise self._errors[key]
+            if key not in self._checked:
                 try:
                     check()
                 except ProtocolError as err:
-                    self._error = err
+                    self._errors[key] = err
                     raise
-                self._checked = True
+                self._checked.add(key)
 
     def arrays(
         self, fetch: Callable[[SharedFrame], tuple[np.ndarray, ...]] | None, who: str, what: str
@@ -299,7 +301,7 @@ class LocalHub:
         else:
             raise ProtocolError(f"{who} sent a payload where a header of {what} belongs")
         if isinstance(frame, SharedFrame):
-            frame.check_once(lambda: check_payload(arrays, meta, who, expect))
+            frame.check_once(expect.check, lambda: check_payload(arrays, meta, who, expect))
         else:
             check_payload(arrays, meta, who, expect)
         return Message(expect.kind, expect.round, src, arrays, meta, who)

@@ -1,9 +1,10 @@
 """A silo: trains on its own shard and takes part in its strategy's exchanges, as the server's
-CONTROL message for each round says (control.py). It talks through its channel only, so the
+`Control` message for each round says (wire/round.py). It talks through its channel only, so the
 same code runs one silo per MPI rank, several per rank, or all in the simulator."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -13,7 +14,7 @@ from ..channel import SERVER, Channel
 from ..config import Config
 from ..data import SiloData, build_silo_data, num_classes
 from ..strategies.base import SiloRound
-from ..wire.round import STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel
+from ..wire.round import HUGE_LOSS, STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel
 from .compute import ComputePool
 from .faults import SiloFaults
 from .halves import halves, silo_half
@@ -121,6 +122,7 @@ class SiloEvaluation:
     def report(self, model: Any) -> dict[str, float | int]:
         accuracy, loss = self._evaluate(model, self.test)
         backdoor = {} if self.backdoor is None else {"backdoor_acc": self._evaluate(model, self.backdoor)[0]}
+        loss = loss if math.isfinite(loss) else HUGE_LOSS  # a diverged model is reported, not a crash
         return {"accuracy": accuracy, "loss": loss, "n_test": self.n_test, **backdoor}
 
     def _evaluate(self, model: Any, labelled: tuple[Any, Any]) -> tuple[float, float]:

@@ -3,8 +3,9 @@
 A message is a JSON header (kind, round, sender, array names/dtypes/shapes, scalar meta)
 followed by one raw buffer per array. Nothing a peer sends is ever unpickled.
 
-The wire knows no algorithm: the runtime and each strategy declare the kinds of message
-they exchange with `message_kind`, and a receiver checks a message against its `Expect`.
+The wire knows no algorithm: the runtime and each strategy declare each message they
+exchange as a class (payload.py), which declares its kind with `message_kind`, and a
+receiver checks a message against its `Expect`.
 """
 
 from __future__ import annotations

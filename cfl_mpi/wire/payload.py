@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # a dependency below 3.11
     from typing_extensions import dataclass_transform
 
-from .messages import ArraySpec, Expect, Kind, Message, message_kind
+from .messages import ALLOWED_DTYPES, ArraySpec, Expect, Kind, Message, message_kind
 
 __all__ = ["ArrayField", "Payload", "ScalarField", "StateField", "array", "scalar", "state"]
 
@@ -95,6 +95,9 @@ class Payload:
         states = [f for f in fields if isinstance(f[1], StateField)]
         if len(states) > 1 or (states and any(isinstance(w, ArrayField) for _, w in fields)):
             raise TypeError(f"{cls.__name__}: a model's arrays travel alone (one state field, no other arrays)")
+        unknown = [w.dtype for _, w in fields if isinstance(w, ArrayField) and w.dtype not in ALLOWED_DTYPES]
+        if unknown:
+            raise TypeError(f"{cls.__name__}: dtypes {unknown} do not travel (wire/messages.py: ALLOWED_DTYPES)")
         cls.KIND = message_kind(kind) if isinstance(kind, str) else kind
         Payload.DECLARED.append(cls)
 
@@ -104,18 +107,26 @@ class Payload:
 
     # ------------------------------------------------------------------ the sender's side
     def arrays(self) -> dict[str, np.ndarray]:
-        """What travels as raw buffers, in the declared order."""
+        """What travels as raw buffers, in the declared order; an array of another dtype or rank
+        than declared is the sender's own bug, raised here rather than blamed on it remotely."""
         out: dict[str, np.ndarray] = {}
         for name, wire in self.fields():
+            value = getattr(self, name)
             if isinstance(wire, StateField):
-                out.update(getattr(self, name))
+                out.update(value)
             elif isinstance(wire, ArrayField):
-                out[name] = getattr(self, name)
+                if str(value.dtype) != wire.dtype or value.ndim != len(wire.shape):
+                    raise TypeError(
+                        f"{type(self).__name__}.{name}: {value.dtype} of rank {value.ndim}, declared "
+                        f"{wire.dtype} of rank {len(wire.shape)}"
+                    )
+                out[name] = value
         return out
 
     def meta(self) -> dict[str, Any]:
-        """What travels in the header."""
-        return {name: getattr(self, name) for name, wire in self.fields() if isinstance(wire, ScalarField)}
+        """What travels in the header, each scalar as its declared type (a numpy scalar is none
+        that JSON takes)."""
+        return {name: wire.type(getattr(self, name)) for name, wire in self.fields() if isinstance(wire, ScalarField)}
 
     # ------------------------------------------------------------------ the receiver's side
     @classmethod
@@ -132,6 +143,16 @@ class Payload:
         `lengths` fixed (the others any, but equal wherever they are named), a state's arrays
         those of `like`, and the scalars in their ranges (`ranges` narrows them to what this
         receiver allows); then the class's `problem`."""
+        named = {n for _, w in cls.fields() if isinstance(w, ArrayField) for n in w.shape if isinstance(n, str)}
+        numbers = {name for name, w in cls.fields() if isinstance(w, ScalarField) and w.type in (int, float)}
+        has_state = any(isinstance(w, StateField) for _, w in cls.fields())
+        wrong = (
+            sorted(set(lengths) - named)
+            + sorted(set(ranges or {}) - numbers)
+            + (["like"] if like is not None and not has_state else [])
+        )
+        if wrong:
+            raise TypeError(f"{cls.__name__}.expect: {wrong} name no length, number or model of the message")
         specs: list[ArraySpec] = []
         meta: dict[str, type] = {}
         bounds: dict[str, tuple[float, float]] = {}
@@ -162,9 +183,12 @@ class Payload:
     def _build(cls: type[P], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> P:
         values: dict[str, Any] = {}
         for name, wire in cls.fields():
-            values[name] = (
-                arrays if isinstance(wire, StateField) else arrays[name] if isinstance(wire, ArrayField) else meta[name]
-            )
+            if isinstance(wire, StateField):
+                values[name] = arrays
+            elif isinstance(wire, ArrayField):
+                values[name] = arrays[name]
+            else:  # JSON's 1 for a float field is the float 1.0
+                values[name] = float(meta[name]) if wire.type is float else meta[name]
         return cls(**values)
 
     @classmethod
@@ -184,10 +208,13 @@ class Payload:
                             f"{name!r} of {got} along {length!r} where {first[0]!r} has {first[1]} "
                             "(the same length in both)"
                         )
-        return cls._build(arrays, meta).problem()
+        try:
+            return cls._build(arrays, meta).problem()
+        except Exception as err:  # whatever a peer sends ends as its ProtocolError, never this party's crash
+            return f"content {cls.__name__} cannot read ({type(err).__name__}: {str(err)[:120]})"
 
     def problem(self) -> str | None:
-        """What a well-formed message of this class may still get wrong (e.g. a plan naming the
-        silo itself): None, or the reason to refuse it. Checks that need the receiver's state
+        """What a well-formed message of this class may still get wrong (e.g. a plan repeating
+        a partner): None, or the reason to refuse it. Checks that need the receiver's state
         (what it asked for, what came before) stay with the receiver."""
         return None

@@ -18,6 +18,7 @@ WAIT = "wait"  # not arrived yet (late silo)
 STOP = "stop"  # the run is over (or was stopped): exit cleanly
 ACTIONS = (TRAIN, EVALUATE, WAIT, STOP)
 MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
+HUGE_LOSS = float(np.finfo(np.float64).max)  # a diverged model's loss, as the header takes it (no inf or NaN)
 
 
 class Hello(Payload, kind="control"):
@@ -70,8 +71,8 @@ class Evaluation(Payload, kind="eval"):
     wait_cpu_s: float = scalar(float, 0.0, math.inf)
 
     def problem(self) -> str | None:
-        if (self.step_seconds < 0).any():
-            return f"step seconds {self.step_seconds.tolist()} (at least 0)"
+        if (self.step_seconds < 0).any() or (self.sent_bytes < 0).any():
+            return f"step seconds {self.step_seconds.tolist()}, bytes {self.sent_bytes.tolist()} (at least 0)"
         return None
 
 

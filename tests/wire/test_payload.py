@@ -172,3 +172,51 @@ def test_a_declaration_is_checked_when_the_class_is_made():
         class _Two(Payload, kind="payload_test_two"):
             a: dict = state()
             b: np.ndarray = array("int64", 1)
+
+
+def test_a_receiver_names_only_what_the_declaration_has():
+    with pytest.raises(TypeError, match="name no length"):
+        _Probe.expect(ROUND, m=2)
+    with pytest.raises(TypeError, match="name no length"):
+        _Probe.expect(ROUND, ranges={"shares": (0, 1)})
+    with pytest.raises(TypeError, match="name no length"):
+        _Probe.expect(ROUND, like=MODEL)
+
+
+def test_a_sender_s_own_wrong_array_is_its_error_before_anything_travels():
+    sender, _ = channels()
+    with pytest.raises(TypeError, match="_Probe.rows: float64 of rank 2, declared float32"):
+        sender.send(SERVER, _Probe(np.arange(2), np.zeros((2, 3)), 0.5), ROUND)
+    assert not sender.sent_bytes
+
+
+class _Fragile(Payload, kind="payload_test_fragile"):
+    """A message whose own check fails on content it did not foresee."""
+
+    ids: np.ndarray = array("int64", None)
+
+    def problem(self) -> str | None:
+        return None if int(self.ids[0]) >= 0 else "negative"
+
+
+def test_a_check_that_fails_on_hostile_content_refuses_the_message():
+    sender, receiver = channels()
+    sender.send(SERVER, _Fragile.KIND, ROUND, {"ids": np.zeros(0, np.int64)})  # ids[0]: IndexError
+    with pytest.raises(ProtocolError, match="payload_test_fragile of round 5 with content _Fragile cannot read"):
+        receiver.recv(SENDER, _Fragile.expect(ROUND))
+
+
+def test_a_message_shared_by_receivers_is_checked_once_for_each_class_they_read_it_as():
+    """One frame to two parties of a process, each reading it as another class of the kind:
+    each class's checks run (a cached pass of the first must not let the second's refusal by)."""
+
+    class _Lenient(Payload, kind=_Fragile.KIND):
+        ids: np.ndarray = array("int64", None)
+
+    hub = LocalHub()
+    sender = LocalChannel(SENDER, hub, timeout_s=5, max_sleep_s=0.01)
+    lenient, strict = (LocalChannel(c, hub, timeout_s=5, max_sleep_s=0.01) for c in (0, 1))
+    sender.isend_all([0, 1], _Lenient(np.array([-1])), ROUND).wait()
+    assert _Lenient.of(lenient.recv(SENDER, _Lenient.expect(ROUND))).ids.tolist() == [-1]
+    with pytest.raises(ProtocolError, match="with negative"):
+        strict.recv(SENDER, _Fragile.expect(ROUND))

@@ -1,5 +1,5 @@
 """EMD-CFL: its parameters (the `strategy:` section), their checks and its registry entry.
-Its server and silo halves are in halves.py, beside it."""
+Its server and silo halves are in server.py and silo.py, beside it (halves.py names them)."""
 
 from __future__ import annotations
 

@@ -55,13 +55,6 @@ class Projected:
     noise: float = 0.0
 
 
-class SendReady:
-    """Yielded among `Projected`s where the next one waits on a partner: what is ready goes."""
-
-
-SEND_READY = SendReady()
-
-
 class Embeddings(Payload, kind="embeddings"):
     """silo → server: a batch of pairs' clouds, as its plan gave it the roles: its own cloud
     and τ for the partners it serves, its cross cloud for those it measures with; its noise
@@ -77,6 +70,7 @@ class Embeddings(Payload, kind="embeddings"):
 
     @staticmethod
     def batch(ready: list[Projected], dim_r: int) -> Embeddings:
+        """The message of the pairs `ready`."""
         served = [p for p in ready if p.own is not None]
         measured = [p for p in ready if p.cross is not None]
 

@@ -3,7 +3,7 @@
 A plan lists each silo's partners in slot order (in slot s every silo has at most one
 partner). All pairs of a clustering round proceed concurrently: a silo posts its key and ω
 to every partner before its first receive, so no two silos wait on each other in a cycle,
-and takes its partners' ω in the order they arrive (halves.OmegaSwaps).
+and takes its partners' ω in the order they arrive (silo.OmegaSwaps).
 
 A pair is measured in one direction or both. The direction (r, c) is W[r][c], silo c's data
 and r's own under r's model: r *serves* (sends c its ω and the server its own cloud), c

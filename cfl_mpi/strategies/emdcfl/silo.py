@@ -21,13 +21,20 @@ from ...wire.messages import ProtocolError
 from ..base import RunFacts, SiloProtocol, SiloRound, timed
 from . import EmdCflConfig, fedwad
 from .distances import pair_reference, projected_dim, reference_distance, sample_size, solver_modules
-from .messages import SEND_READY, EmbeddingModel, Embeddings, Handshake, Plan, Projected, SendReady
+from .messages import EmbeddingModel, Embeddings, Handshake, Plan, Projected
 from .pairs import MEASURE, SERVE
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 SHARED_PASS_IMAGES = 4096  # the most images of a rank's silos one embedding pass takes (copied while it runs)
+
+
+class SendReady:
+    """Yielded among `Projected`s where the next one waits on a partner: what is ready goes."""
+
+
+SEND_READY = SendReady()
 
 
 def round_key(s: EmdCflConfig, seed: int, round: int, silo: int) -> X25519PrivateKey:

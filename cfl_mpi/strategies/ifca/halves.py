@@ -28,7 +28,7 @@ import numpy as np
 from ...channel import SERVER, wait_all
 from ...wire.messages import ProtocolError
 from ...wire.payload import Payload, array, scalar, state
-from ...wire.round import StartModel
+from ...wire.round import HUGE_LOSS, StartModel
 from ..base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from . import IfcaConfig
 from .assign import ifca_assign
@@ -56,10 +56,6 @@ class CandidateLoss(Payload, kind=Losses.KIND):
 
     losses: np.ndarray = array("float64", 1)
     candidate: int = scalar(int, 0, np.inf)
-
-
-#: a loss the wire accepts standing for a diverged model (the channel refuses inf/NaN)
-HUGE_LOSS = float(np.finfo(np.float64).max)
 
 
 class Ifca(Strategy[IfcaConfig]):
