@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from .config import Config, ConfigError, load_config
-from .console import count
+from .console import count, say
 
 T = TypeVar("T")
 
@@ -41,6 +41,9 @@ def run_arguments(prog: str, description: str, *, resume: bool = True) -> argpar
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
     parser.add_argument("--out", help="results folder (overrides the config's `out`)")
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", action="store_true", help="print warnings only, no line a round")
+    talk.add_argument("--verbose", action="store_true", help="print how each round went in detail too")
     if resume:
         parser.add_argument(
             "--resume",
@@ -112,10 +115,9 @@ NO_MPIRUN = "no mpirun next to this Python nor on PATH (activate the virtual env
 def announce(cfg: Config, hosted: str) -> None:
     """The job's first line, as soon as its config is valid: the minutes before round 1 ends
     are not silent. `hosted`: where the silos run, e.g. "on 8 ranks (one per rank)"."""
-    print(
+    say(
         f"{cfg.name}: {cfg.strategy.name}, {count(cfg.silos, 'silo')} {hosted}, "
-        f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}",
-        flush=True,
+        f"{count(cfg.train.rounds, 'round')}; results in {cfg.results_dir()}"
     )
 
 

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import strategies
+from . import console, strategies
 from .cli import NO_MPIRUN, config_error, find_mpirun, split_list
 from .config import Config, ConfigError, load_config
-from .console import count
+from .console import count, say, warn
 from .runtime.stop import EXIT_INTERRUPTED
 
 PROG = "cfl_mpi.compare"  # config errors name the command
@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder for the runs and the tables (default: runs/compare_<name>)")
     parser.add_argument("--resume", action="store_true", help="skip runs whose summary.json exists")
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", action="store_true", help="warnings only, from this command and its jobs")
+    talk.add_argument("--verbose", action="store_true", help="each job's rounds in detail too")
     parser.add_argument(
         "--backend",
         choices=("mpi", "simulate"),
@@ -104,7 +107,9 @@ def file_strategy(config: str) -> str | None:
     return section.get("name") if isinstance(section, dict) else None
 
 
-def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[str], tag: str) -> tuple[int, float]:
+def launch(
+    mpirun: str | None, ranks: int, config: str, out: Path, sets: list[str], tag: str, talk: tuple[str, ...] = ()
+) -> tuple[int, float]:
     """One job (MPI, or the simulator when `mpirun` is None); its output goes to out/log.txt and,
     line by line as it comes, to the console after `tag` (the job's round lines are its
     progress: minutes of silence otherwise). Returns (exit code, wall seconds).
@@ -117,7 +122,7 @@ def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[st
         if mpirun
         else [sys.executable, "-m", "cfl_mpi.simulate"]
     )
-    cmd = [*start_cmd, config, "--out", str(out), "--overwrite", *[a for s in sets for a in ("--set", s)]]
+    cmd = [*start_cmd, config, "--out", str(out), "--overwrite", *talk, *[a for s in sets for a in ("--set", s)]]
     start = time.monotonic()
     with open(out / "log.txt", "wb") as log:
         log.write((" ".join(cmd) + "\n").encode())
@@ -128,6 +133,7 @@ def launch(mpirun: str | None, ranks: int, config: str, out: Path, sets: list[st
         for line in job.stdout:  # until every process of the job has closed its output
             log.write(line)
             log.flush()
+            # printed as it is: the job has already kept only the lines of its console level
             print(f"{tag} {line.decode(errors='replace').rstrip()}", flush=True)
         code = job.wait()  # a Ctrl-C reaches the job too, which stops after its round (Interrupts)
     return code, time.monotonic() - start
@@ -235,6 +241,7 @@ class Plan:
     out: Path
     mpirun: str | None  # None: the in-process simulator
     resume: bool
+    talk: tuple[str, ...]  # the console level's flag the jobs get (--quiet, --verbose), if any
 
 
 def checked(args: argparse.Namespace) -> Plan:
@@ -273,7 +280,8 @@ def checked(args: argparse.Namespace) -> Plan:
         if not mpirun:
             raise ConfigError(f"--mpirun: {NO_MPIRUN}, or give --mpirun")
     out = Path(args.out or f"runs/compare_{configs[methods[0], seeds[0]].name}")
-    return Plan(args.config, methods, seeds, args.overrides, own, configs, out, mpirun, args.resume)
+    talk = ("--quiet",) if args.quiet else ("--verbose",) if args.verbose else ()
+    return Plan(args.config, methods, seeds, args.overrides, own, configs, out, mpirun, args.resume, talk)
 
 
 def outcome(method: str, summary: dict) -> str:
@@ -293,10 +301,10 @@ def run(plan: Plan) -> int:
     for i, (method, seed) in enumerate(jobs, 1):
         run_dir, head = plan.out / f"{method}_s{seed}", f"[{i}/{len(jobs)}] {method} seed {seed}"
         if plan.resume and (run_dir / "summary.json").exists():
-            print(f"{head}: done before, skipped ({run_dir})", flush=True)
+            say(f"{head}: done before, skipped ({run_dir})")
             continue
         (run_dir / "summary.json").unlink(missing_ok=True)
-        print(f"{head}: running; log {run_dir / 'log.txt'}", flush=True)
+        say(f"{head}: running; log {run_dir / 'log.txt'}")
         with Interrupts() as interrupts:
             code, wall = launch(
                 plan.mpirun,
@@ -305,6 +313,7 @@ def run(plan: Plan) -> int:
                 run_dir,
                 run_overrides(method, seed, plan.overrides, plan.file_method),
                 f"  [{method} s{seed}]",
+                plan.talk,
             )
         if interrupts.count:
             print(
@@ -316,16 +325,14 @@ def run(plan: Plan) -> int:
             return EXIT_INTERRUPTED
         if code == 0 and (run_dir / "summary.json").exists():
             summary = json.loads((run_dir / "summary.json").read_text())
-            print(
+            say(
                 f"{head}: done in {wall:.0f} s: {outcome(method, summary)} ({summary['wall_s']:.0f} s of rounds, "
-                f"the table's wall time; the rest is start-up and writing the results)",
-                flush=True,
+                f"the table's wall time; the rest is start-up and writing the results)"
             )
         else:
             failed.append((method, seed))
-            print(
-                f"{head}: FAILED (exit {code}) in {wall:.0f} s: {failure_reason(run_dir)} (log: {run_dir / 'log.txt'})",
-                flush=True,
+            warn(
+                f"{head}: FAILED (exit {code}) in {wall:.0f} s: {failure_reason(run_dir)} (log: {run_dir / 'log.txt'})"
             )
 
     out, seeds = plan.out, plan.seeds
@@ -345,10 +352,7 @@ def run(plan: Plan) -> int:
     write_csv(rows, out / "table.csv")
     maps = heatmaps(out, first_runs)
     print("\n" + table, flush=True)
-    print(
-        f"tables: {out / 'table.md'}, {out / 'table.csv'}; heat maps: {', '.join(m.name for m in maps) or 'none'}",
-        flush=True,
-    )
+    say(f"tables: {out / 'table.md'}, {out / 'table.csv'}; heat maps: {', '.join(m.name for m in maps) or 'none'}")
     if failed:
         print(
             f"cfl_mpi.compare: {len(failed)} run(s) failed: "
@@ -361,6 +365,7 @@ def run(plan: Plan) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    console.setup(console.level_of(args.quiet, args.verbose))
     try:
         plan = checked(args)
     except ConfigError as err:

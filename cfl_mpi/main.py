@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from . import console
 from .channel import SERVER, LocalHub, RankLayout, party_name
 from .cli import (
     EXIT_CONFIG,
@@ -137,6 +138,7 @@ def cli(argv: list[str] | None = None) -> None:
     defer_stop_signals()
     mark("imports")
     args = run_arguments("python -m cfl_mpi.main", DESCRIPTION).parse_args(argv)
+    console.setup(console.level_of(args.quiet, args.verbose))
     from mpi4py import MPI
 
     from .channel.mpi import MpiChannel, MpiInbox

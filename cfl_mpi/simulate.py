@@ -13,6 +13,7 @@ import traceback
 from functools import partial
 from pathlib import Path
 
+from . import console
 from .channel import SERVER, ChannelClosed, LocalChannel, LocalHub, party_name
 from .cli import (
     announce,
@@ -85,6 +86,7 @@ def simulate(
 
 def main(argv: list[str] | None = None) -> None:
     args = run_arguments("python -m cfl_mpi.simulate", DESCRIPTION).parse_args(argv)
+    console.setup(console.level_of(args.quiet, args.verbose))
     from .prepare import prepare
     from .runtime.placement import DeviceReport, describe_devices, device_for
 

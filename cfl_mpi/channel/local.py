@@ -140,7 +140,8 @@ class SharedFrame:
         self._arrays = arrays
         self._json: object = None  # the header read, once a receiver has
         self._checked: set[object] = set()  # the checks the message passed (payload.py's, by class)
-        self._errors: dict[object, ProtocolError] = {}
+        self._errors: dict[object, ProtocolError] = {}  # ... and those it failed
+        self._fetch_error: ProtocolError | None = None  # why its payload could not be fetched
         self._lock = threading.Lock()
 
     # The later receivers read what the first one left without taking the lock (an attribute
@@ -181,15 +182,15 @@ class SharedFrame:
         if self._arrays is not None:
             return self._arrays
         with self._lock:
-            if self._error is not None:
-                raise self._error
+            if self._fetch_error is not None:
+                raise self._fetch_error
             if self._arrays is None:
                 if fetch is None:
                     raise ProtocolError(f"{who} sent {what} whose payload cannot be fetched here")
                 try:
                     self._arrays = tuple(read_only(a) for a in fetch(self))
                 except ProtocolError as err:
-                    self._error = err
+                    self._fetch_error = err
                     raise
             return self._arrays
 

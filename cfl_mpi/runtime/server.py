@@ -16,6 +16,7 @@ from sklearn.metrics import adjusted_rand_score
 from ..aggregation import Decision
 from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
+from ..console import detail, say, warn
 from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..strategies.base import Model, ServerRound, timed
@@ -104,10 +105,7 @@ class Server:
         needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
         t = self.next_round - 1
         if t < self.cfg.train.rounds and not self.stop.requested:  # the first round's line can be minutes away
-            print(
-                f"round {t + 1}/{self.cfg.train.rounds} running (the silos start, load their data and train)",
-                flush=True,
-            )
+            say(f"round {t + 1}/{self.cfg.train.rounds} running (the silos start, load their data and train)")
         while t < self.cfg.train.rounds and not self.stop.requested:  # a stop during start-up: no round
             t += 1
             record = self.round(t, needs_model)
@@ -120,7 +118,7 @@ class Server:
         wait_all([self.channel.isend(c, Control(STOP, 0, 0), t + 1) for c in range(self.cfg.silos)])
         if t < self.cfg.train.rounds:
             then = f"continue with --resume {self.out}" if t else "nothing to resume: start again with --overwrite"
-            print(f"stopped after round {t} ({self.stop.reason}); {then}", flush=True)
+            warn(f"stopped after round {t} ({self.stop.reason}); {then}")
             return None
         return self.finish(recorder, time.monotonic() - start)
 
@@ -161,12 +159,14 @@ class Server:
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
-        print(
+        say(
             f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
             f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
-            + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items()),
-            flush=True,
+            + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items())
         )
+        for whose, steps in (("the server's", record.get("server_steps")), ("the silos'", record.get("silo_steps"))):
+            if steps:
+                detail(f"round {t}: {whose} steps " + ", ".join(f"{k} {_step(v)}" for k, v in steps.items()))
         return record
 
     def announce(self, t: int, needs_model: set[int]) -> tuple[list[int], list[int], set[int]]:
@@ -207,7 +207,7 @@ class Server:
         """The updates the aggregation rule did not accept as sent, each printed with its reason."""
         flagged = [d for d in decisions if d.action != "accepted"]
         for d in flagged:
-            print(f"round {t}: {d.action} the update of {self.channel.describe(d.silo)}: {d.reason}", flush=True)
+            warn(f"round {t}: {d.action} the update of {self.channel.describe(d.silo)}: {d.reason}")
         return flagged
 
     def send_models(self, t: int, silos: list[int], clusters: np.ndarray) -> list[Pending]:
@@ -299,10 +299,9 @@ class Server:
             if "target_clean_acc" in summary
             else ""
         )
-        print(
+        say(
             f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
-            f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}",
-            flush=True,
+            f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}"
         )
         return summary
 
@@ -321,14 +320,13 @@ def start_server(
     server = Server(cfg, channel, out, stop, cores, devices)
     shared = silo_images_shared_by(cfg)
     if shared > 1:
-        print(
+        say(
             f"data: {cfg.data.silo_images} images per silo from a training pool of {pool_sizes(cfg)[0]}: silos "
-            f"of one group share images, each held by up to {shared} of them (data.silo_images)",
-            flush=True,
+            f"of one group share images, each held by up to {shared} of them (data.silo_images)"
         )
     if resume:
         server.resume()
-        print(f"resuming {out} after round {server.next_round - 1}", flush=True)
+        say(f"resuming {out} after round {server.next_round - 1}")
     return server
 
 
@@ -346,3 +344,11 @@ def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np
 
 def _fraction(cpu: float, wall: float) -> float:
     return round(cpu / wall, 4) if wall > 0 else 0.0
+
+
+def _step(value: object) -> str:
+    """A recorded step: seconds as `1.23s` (the silos': their mean and the slowest), any other
+    fact as it is."""
+    if isinstance(value, dict) and {"mean", "max"} <= value.keys():
+        return f"{value['mean']:.2f}s (slowest {value['max']:.2f}s)"
+    return f"{value:.2f}s" if isinstance(value, float) else str(value)

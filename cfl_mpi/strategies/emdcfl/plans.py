@@ -16,6 +16,7 @@ import numpy as np
 
 from ...clustering.extraction import extract_clusters, noise_or_one, partition_report, place_newcomer, symmetrised
 from ...clustering.labels import relabel_by_first_appearance
+from ...console import say
 from . import EmdCflConfig
 from .pairs import Pair, both_ways
 from .staged_pairs import StagedPlan
@@ -166,10 +167,9 @@ class StagedPairs:
         ]
         if unplaced:
             parts.append(f"{unplaced} near no cluster with a member training: alone until a later round")
-        print(
+        say(
             f"round {ctx.round}: staged pair plan measured {measured} of {every} pairs "
-            f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts),
-            flush=True,
+            f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts)
         )
         return clusters, {**dataclasses.asdict(report), "pair_plan": so_far}
 
