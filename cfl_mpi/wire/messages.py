@@ -72,6 +72,11 @@ class ArraySpec:
     dtype: str
     shape: tuple[int | None, ...]
 
+    @staticmethod
+    def each_of(arrays: dict[str, np.ndarray]) -> tuple[ArraySpec, ...]:
+        """The spec of each array, exactly its name, dtype and shape (e.g. a model's state)."""
+        return tuple(ArraySpec(k, str(v.dtype), tuple(v.shape)) for k, v in arrays.items())
+
     def check(self, dtype: str, shape: tuple[int, ...]) -> str | None:
         if dtype != self.dtype:
             return f"array {self.name!r} has dtype {dtype}, expected {self.dtype}"
@@ -105,7 +110,7 @@ class Expect:
         bounds: dict[str, tuple[float, float]] | None = None,
     ) -> Expect:
         """Expect exactly the names, dtypes and shapes of `arrays` (e.g. a model's state)."""
-        specs = tuple(ArraySpec(k, str(v.dtype), tuple(v.shape)) for k, v in arrays.items())
+        specs = ArraySpec.each_of(arrays)
         return Expect(kind, round, specs, meta or {}, bounds=bounds or {})
 
 

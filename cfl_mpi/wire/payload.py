@@ -84,6 +84,10 @@ class Payload:
 
     KIND: ClassVar[Kind]
     DECLARED: ClassVar[list[type[Payload]]] = []  # every declared message, for the fuzz tests
+    # derived from the fields once, when the class is made: what every message reads
+    _FIELDS: ClassVar[tuple[tuple[str, ArrayField | ScalarField | StateField], ...]]
+    _LENGTHS: ClassVar[frozenset[str]]  # the named lengths
+    _NUMBERS: ClassVar[frozenset[str]]  # the numeric scalars
 
     def __init_subclass__(cls, kind: str | Kind, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -91,7 +95,11 @@ class Payload:
         undeclared = [f.name for f in dataclasses.fields(cls) if WIRE not in f.metadata]
         if undeclared:
             raise TypeError(f"{cls.__name__}: declare {undeclared} with array(), scalar() or state()")
-        fields = cls.fields()
+        fields = cls._FIELDS = tuple((f.name, f.metadata[WIRE]) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        cls._LENGTHS = frozenset(
+            n for _, w in fields if isinstance(w, ArrayField) for n in w.shape if isinstance(n, str)
+        )
+        cls._NUMBERS = frozenset(n for n, w in fields if isinstance(w, ScalarField) and w.type in (int, float))
         states = [f for f in fields if isinstance(f[1], StateField)]
         if len(states) > 1 or (states and any(isinstance(w, ArrayField) for _, w in fields)):
             raise TypeError(f"{cls.__name__}: a model's arrays travel alone (one state field, no other arrays)")
@@ -102,8 +110,8 @@ class Payload:
         Payload.DECLARED.append(cls)
 
     @classmethod
-    def fields(cls) -> list[tuple[str, ArrayField | ScalarField | StateField]]:
-        return [(f.name, f.metadata[WIRE]) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    def fields(cls) -> tuple[tuple[str, ArrayField | ScalarField | StateField], ...]:
+        return cls._FIELDS
 
     # ------------------------------------------------------------------ the sender's side
     def arrays(self) -> dict[str, np.ndarray]:
@@ -115,7 +123,7 @@ class Payload:
             if isinstance(wire, StateField):
                 out.update(value)
             elif isinstance(wire, ArrayField):
-                if str(value.dtype) != wire.dtype or value.ndim != len(wire.shape):
+                if value.dtype != wire.dtype or value.ndim != len(wire.shape):
                     raise TypeError(
                         f"{type(self).__name__}.{name}: {value.dtype} of rank {value.ndim}, declared "
                         f"{wire.dtype} of rank {len(wire.shape)}"
@@ -143,12 +151,10 @@ class Payload:
         `lengths` fixed (the others any, but equal wherever they are named), a state's arrays
         those of `like`, and the scalars in their ranges (`ranges` narrows them to what this
         receiver allows); then the class's `problem`."""
-        named = {n for _, w in cls.fields() if isinstance(w, ArrayField) for n in w.shape if isinstance(n, str)}
-        numbers = {name for name, w in cls.fields() if isinstance(w, ScalarField) and w.type in (int, float)}
-        has_state = any(isinstance(w, StateField) for _, w in cls.fields())
+        has_state = any(isinstance(w, StateField) for _, w in cls._FIELDS)
         wrong = (
-            sorted(set(lengths) - named)
-            + sorted(set(ranges or {}) - numbers)
+            sorted(set(lengths) - cls._LENGTHS)
+            + sorted(set(ranges or {}) - cls._NUMBERS)
             + (["like"] if like is not None and not has_state else [])
         )
         if wrong:
@@ -160,7 +166,7 @@ class Payload:
             if isinstance(wire, StateField):
                 if like is None:
                     raise TypeError(f"{cls.__name__}.expect: pass the template of its model's arrays (like=)")
-                specs += [ArraySpec(k, str(v.dtype), tuple(v.shape)) for k, v in like.items()]
+                specs += ArraySpec.each_of(like)
             elif isinstance(wire, ArrayField):
                 shape = tuple(
                     n if isinstance(n, int) else lengths.get(n) if isinstance(n, str) else None for n in wire.shape
