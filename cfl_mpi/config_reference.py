@@ -260,7 +260,7 @@ def sections() -> list[Section]:
                 Key(
                     "strategy.name",
                     "string",
-                    f"`{f.default_factory().name}`",  # type: ignore[misc]
+                    f"`{Config().strategy.name}`",
                     ", ".join(f"`{n}`" for n in REGISTRY),
                     meanings[f.name],
                 )

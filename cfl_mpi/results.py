@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def record_failure(out: Path, text: str) -> None:
 class RunRecorder:
     """Writes the folder; `done` are the metrics of rounds finished before a resume."""
 
-    def __init__(self, out: Path, cfg: Config, done: list[dict[str, Any]] = ()) -> None:
+    def __init__(self, out: Path, cfg: Config, done: Sequence[dict[str, Any]] = ()) -> None:
         self.out = out
         self.cfg = cfg
         out.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ numbered ``0, 1, 2, ...`` in order of first appearance.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -169,7 +170,7 @@ def extract_clusters(
     rule: str = "robust",
     epsilon: float = 0.025,
     noise: np.ndarray | None = None,
-    **params: float | str,
+    **params: Any,
 ) -> tuple[np.ndarray, ExtractionReport]:
     """Cluster silos from their distance matrix with the chosen rule (see module docstring).
 
@@ -288,7 +289,7 @@ def _dendrogram_cuts(D: np.ndarray, method: str) -> list[tuple[float, float, np.
         total = np.where(measured, D, -np.inf)  # their maximum
     active = np.ones(size, dtype=bool)
     labels = np.arange(size)
-    partitions, heights = [labels.copy()], []
+    partitions, heights = [labels.copy()], list[float]()
     while True:
         with np.errstate(divide="ignore", invalid="ignore"):
             score = total / count if method == "average" else total.copy()

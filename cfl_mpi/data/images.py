@@ -69,6 +69,5 @@ def to_model_input(
         images01 = images01[..., None]
     if channels is not None and images01.shape[-1] != channels:
         images01 = np.repeat(images01, channels, axis=-1)
-    mean, std = np.asarray(mean), np.asarray(std)
-    out = ((images01 - mean) / std).astype(np.float32)
+    out = ((images01 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))

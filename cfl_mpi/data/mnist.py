@@ -67,7 +67,7 @@ def load_split(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 def load_split_uint8(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(n, 28, 28) uint8 pixels and int64 labels of one MNIST split (a quarter of the memory)."""
     images_name, labels_name = FILES[split]
-    paths = _find(root, images_name), _find(root, labels_name)
-    if None in paths:
+    images, labels = _find(root, images_name), _find(root, labels_name)
+    if images is None or labels is None:
         raise MissingDataError(f"MNIST {split} files not found in {root}")
-    return read_idx(paths[0]), read_idx(paths[1]).astype(np.int64)
+    return read_idx(images), read_idx(labels).astype(np.int64)

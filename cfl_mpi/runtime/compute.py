@@ -55,7 +55,9 @@ class ComputePool:
                 batch.result = self._workers.submit(self._run, key, batch, fn)
             index = len(batch.items)
             batch.items.append(item)
-        return batch.result.result()[index]
+            result = batch.result
+        assert result is not None  # submitted with the batch, under the lock
+        return result.result()[index]
 
     def _run(self, key: Hashable, batch: _Batch, fn: Callable[[list[Any]], list[T]]) -> list[T]:
         with self._lock:  # later callers of the key start a batch of their own

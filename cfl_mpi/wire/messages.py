@@ -205,15 +205,15 @@ def decode_header(
         ):
             raise fail(f"meta {str(key)[:40]!r} is not a scalar")
     for key, typ in expect.meta.items():
-        value = meta.get(key)
-        ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
-        if typ is float and _is_int(value):
+        given: Any = meta.get(key)
+        ok = isinstance(given, typ) and not (typ in (int, float) and isinstance(given, bool))
+        if typ is float and _is_int(given):
             ok = True
         if not ok:
-            raise fail(f"meta {key!r} is {str(value)[:40]!r}, expected {typ.__name__}")
+            raise fail(f"meta {key!r} is {str(given)[:40]!r}, expected {typ.__name__}")
         low, high = expect.bounds.get(key, (-math.inf, math.inf))
-        if typ in (int, float) and not low <= value <= high:
-            raise fail(f"meta {key!r} is {value!r}, outside [{low}, {high}]")
+        if typ in (int, float) and not low <= given <= high:
+            raise fail(f"meta {key!r} is {given!r}, outside [{low}, {high}]")
     arrays = header.get("arrays")
     if not isinstance(arrays, list) or len(arrays) != len(expect.arrays):
         count = len(arrays) if isinstance(arrays, list) else str(arrays)[:40]

@@ -92,7 +92,7 @@ class Payload:
     def __init_subclass__(cls, kind: str | Kind, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         dataclass(frozen=True, eq=False)(cls)  # eq: numpy arrays have no truth value
-        undeclared = [f.name for f in dataclasses.fields(cls) if WIRE not in f.metadata]
+        undeclared = [f.name for f in dataclasses.fields(cls) if WIRE not in f.metadata]  # type: ignore[arg-type]
         if undeclared:
             raise TypeError(f"{cls.__name__}: declare {undeclared} with array(), scalar() or state()")
         fields = cls._FIELDS = tuple((f.name, f.metadata[WIRE]) for f in dataclasses.fields(cls))  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ a plan is a function of W, the noise and the seed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -84,7 +85,7 @@ class StagedPlan:
         retest: int = 0,
         one_way: bool = False,
         placed: np.ndarray | None = None,
-        members: list[int] = (),
+        members: Sequence[int] = (),
     ) -> None:
         """`silos`: the silos to place; `placed`: the clusters found in earlier rounds (-1: not
         placed), of which `members` train this round and may represent their cluster."""
@@ -171,16 +172,16 @@ class StagedPlan:
         self.labels[drawn] = labels + self.labels.max() + 1
         self.stages[-1].clusters = int(labels.max()) + 1
 
-    def _medoids(self, D: np.ndarray, candidates: list[int]) -> list[int]:
+    def _medoids(self, D: np.ndarray, candidates: Sequence[int] | np.ndarray) -> list[int]:
         """The `representatives` `candidates` of each of their clusters: the best measured first
         (most pairs measured with the rest of their cluster: in a later round, an earlier
         representative or sample member before a silo placed by one or two pairs; in a sample,
         every member alike), then the smallest mean distance to the rest of it (ties: the lower
         index)."""
-        candidates = np.asarray(candidates)
-        reps = []
-        for k in np.unique(self.labels[candidates]):
-            here, mates = candidates[self.labels[candidates] == k], np.flatnonzero(self.labels == k)
+        among = np.asarray(candidates)
+        reps: list[int] = []
+        for k in np.unique(self.labels[among]):
+            here, mates = among[self.labels[among] == k], np.flatnonzero(self.labels == k)
             within = D[np.ix_(here, mates)]
             within[here[:, None] == mates[None, :]] = np.nan  # not a member's distance to itself
             counts = np.isfinite(within).sum(axis=1)

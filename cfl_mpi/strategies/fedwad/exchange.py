@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...channel import SERVER, Channel, wait_all
+from ...channel import SERVER, Channel, Pending, wait_all
 from ...ot.fedwad import Measure, client_distance, client_step, gaussian_measure, server_step
 from ...wire.messages import Expect, Message, ProtocolError
 from ...wire.payload import Payload, array, scalar
@@ -201,7 +201,7 @@ def run_jobs(
         xi = gaussian_measure(job.support, params.dim, rng)  # ξ(0), as fedwad() draws it
         states[job.key] = _State(job, xi, job_times(seed, round, job.key, params.n_iter))
     queues: dict[int, deque] = {s: deque() for j in jobs for s in (j.mu, j.nu)}
-    pending = []
+    pending: list[Pending] = []
     results: dict[str, float] = {}
 
     def request(state: _State) -> None:
