@@ -87,10 +87,15 @@ class Ifca(Strategy[IfcaConfig]):
 
     def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
         """FedAvg per cluster, which becomes that cluster's model for the next round."""
-        models = super().aggregate(ctx)
+        models, mine = super().aggregate(ctx), self._cluster_models()
         for c in ctx.updates:
-            self.models[self.clusters[c]] = models[c]
+            mine[self.clusters[c]] = models[c]
         return models
+
+    def _cluster_models(self) -> list[Model]:
+        """The K models, which exist from the end of round 1 (init silos) or its start (random)."""
+        assert self.models is not None, "IFCA's cluster models are read before they were made"
+        return self.models
 
     def _broadcast(self, ctx: ServerRound, model: Model, k: int) -> list:
         """Model k to every participant: once per rank, shared there (Channel.isend_all)."""
@@ -98,7 +103,8 @@ class Ifca(Strategy[IfcaConfig]):
 
     def _assign(self, ctx: ServerRound) -> None:
         """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
-        pending = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
+        models = self._cluster_models()
+        pending = [p for k, m in enumerate(models) for p in self._broadcast(ctx, m, k)]
         chosen = {}
         expect = Losses.expect(ctx.round, k=self.k)
         for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect):
@@ -114,7 +120,7 @@ class Ifca(Strategy[IfcaConfig]):
                     f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
                     f"{self.clusters[c]}"
                 )
-            ctx.start_models[c] = self.models[self.clusters[c]]
+            ctx.start_models[c] = models[self.clusters[c]]
 
     def _seed(self, ctx: ServerRound) -> None:
         """init "silos": farthest-first traversal of the trained silo models in loss space."""
