@@ -149,7 +149,7 @@ def config_error(message: str, prog: str = "cfl_mpi") -> NoReturn:
     sys.exit(EXIT_CONFIG)
 
 
-def split_list(text: str, what: str, prog: str, cast: Callable[[str], T] = str) -> list[T]:
+def split_list(text: str, what: str, prog: str, cast: Callable[[str], T]) -> list[T]:
     """A command-line option's comma-separated values, each `cast`, at least one and no repeats;
     else a config error naming `--what`."""
     items = [t.strip() for t in text.split(",") if t.strip()]

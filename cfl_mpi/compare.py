@@ -130,6 +130,7 @@ def launch(
         job = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
         )
+        assert job.stdout is not None  # stdout=PIPE
         for line in job.stdout:  # until every process of the job has closed its output
             log.write(line)
             log.flush()
@@ -251,7 +252,7 @@ def checked(args: argparse.Namespace) -> Plan:
     rather than the same failure in every job. ConfigError on any problem."""
     from .prepare import prepare
 
-    methods = split_list(args.methods, "methods", PROG)
+    methods = split_list(args.methods, "methods", PROG, str)
     seeds = split_list(args.seeds, "seeds", PROG, int)
     unknown = [m for m in methods if m not in strategies.REGISTRY]
     if unknown:

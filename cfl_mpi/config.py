@@ -13,6 +13,7 @@ import math
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -43,6 +44,21 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
     list("-+.0123456789"),
 )
+
+
+def derived() -> Any:
+    """A field whose null (its default) `__post_init__` replaces with a value derived from the
+    other fields: YAML may give null, code reads the field's own type, never None."""
+    return field(default=None, metadata={"derived": True})
+
+
+def yaml_hints(cls: type) -> dict[str, Any]:
+    """`cls`'s field types as YAML gives them: a derived field's type or null."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("derived"):
+            hints[f.name] = hints[f.name] | None
+    return hints
 
 
 def read_yaml(text: str) -> Any:
@@ -109,7 +125,7 @@ class DataConfig:
     silo_images: int | None = None
     # Edge of the square images each silo keeps in memory; null: the data set's own
     # (NATIVE_IMAGE_SIZE). The model resizes batches to model.input_size on the device.
-    image_size: int | None = None
+    image_size: int = derived()
     # PACS: the domains used, how many silos each gets (domain_silos; paper: 3 photo, 4 art,
     # 4 cartoon, 7 sketch = 18 silos), and the fewest images a silo may hold (min_silo_images;
     # paper: at least 500).
@@ -156,7 +172,7 @@ class ModelConfig:
     pools: Literal[1, 2] = 2
     # dim(Z); null: 128 for the simple CNN, 200 for the MLP (IFCA's hidden layer), the model's
     # own size for torchvision models.
-    embedding_dim: int | None = None
+    embedding_dim: int = derived()
     # false: random initialisation; true: torchvision's ImageNet weights (torch's cache, or
     # downloaded by rank 0 / `python -m cfl_mpi.prepare`); a path: a weights file (a state
     # dict of the torchvision model, or of a cfl_mpi model), read with weights_only=True.
@@ -381,7 +397,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, list):
             (item,) = typing.get_args(tp)
             return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    elif dataclasses.is_dataclass(tp):
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass(tp, value, where)
     elif tp is type(None):
         if value is None:
@@ -418,7 +434,7 @@ def _finite(value: int | float, where: str) -> float:
 def _dataclass(cls: type, value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of {cls.__name__} fields, got {value!r}")
-    hints = typing.get_type_hints(cls)
+    hints = yaml_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in value if k not in names]
     if unknown:
@@ -614,6 +630,7 @@ def _validate_model(cfg: Config) -> None:
         )
         return
     native = TORCHVISION_MODELS[m.name]
+    assert m.input_size is not None  # ModelConfig sets it for every torchvision model
     _check(
         m.embedding_dim == native,
         f"model.embedding_dim: {m.name}'s embedding has {native} dimensions, got {m.embedding_dim} "
@@ -654,7 +671,7 @@ def _apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Read, override and validate a YAML config; raise ConfigError with a one-line message."""
     path = Path(path)
     if not path.is_file():

@@ -39,7 +39,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from .config import Config
+from .config import Config, yaml_hints
 from .strategies import REGISTRY, StrategyParams
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -220,7 +220,7 @@ def _default(f: dataclasses.Field) -> str:
 
 def _keys(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> list[Key]:
     """The leaf keys of `cls` (nested sections are left to `sections`)."""
-    hints = typing.get_type_hints(cls)
+    hints = yaml_hints(cls)
     meanings = field_meanings(cls)
     rows = []
     for f in dataclasses.fields(cls):
@@ -250,7 +250,7 @@ def sections() -> list[Section]:
     top = Section("Top level", class_intro(Config), [])
     out = [top]
     strategies: list[Section] = []
-    hints = typing.get_type_hints(Config)
+    hints = yaml_hints(Config)
     meanings = {name: m.text for name, m in field_meanings(Config).items()}  # sections: own comments only
     leaves = {k.key: k for k in _keys(Config, "")}
     for f in dataclasses.fields(Config):
@@ -286,7 +286,7 @@ def sections() -> list[Section]:
 def _section_tree(cls: type, path: str, field_comment: str | None) -> list[Section]:
     """`cls`'s own table and, below it, those of its nested sections (e.g. runtime.fault)."""
     nested = []
-    hints = typing.get_type_hints(cls)
+    hints = yaml_hints(cls)
     meanings = {name: m.text for name, m in field_meanings(cls).items()}
     for f in dataclasses.fields(cls):
         for arg in _args(hints[f.name]):

@@ -67,16 +67,19 @@ def limit_threads(threads: int) -> None:
     threadpool_limits(threads)
 
 
-def _agree_on_error(comm, error: str | None) -> str | None:
-    """All ranks learn whether any rank failed; the lowest failing rank's message wins."""
+def _exit_on_error(comm, error: str | None) -> None:
+    """All ranks learn whether any rank failed, and exit 2 if one did; the lowest failing
+    rank prints its message."""
     from mpi4py import MPI
 
     mine = np.array([comm.Get_rank() if error is not None else comm.Get_size()], dtype=np.int64)
     first = np.empty(1, dtype=np.int64)
     wait_quietly(comm.Iallreduce(mine, first, op=MPI.MIN))
     if first[0] == comm.Get_size():
-        return None
-    return error if first[0] == comm.Get_rank() else ""
+        return
+    if first[0] == comm.Get_rank():
+        print(f"cfl_mpi: config error: {error}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG)
 
 
 def _validated(comm, args) -> tuple[Config, RankLayout]:
@@ -85,7 +88,7 @@ def _validated(comm, args) -> tuple[Config, RankLayout]:
     the folder's checks on rank 0; exit 2 on any error."""
     from .prepare import prepare
 
-    cfg, layout, error = None, None, None
+    error = None
     try:
         cfg = load_run_config(args)
         layout = RankLayout(cfg.silos, check_world(cfg, comm.Get_size()))
@@ -93,23 +96,16 @@ def _validated(comm, args) -> tuple[Config, RankLayout]:
             check_results_folder(cfg, args)
     except ConfigError as err:
         error = str(err)
-    for step in ("validation", "preparation"):
-        if step == "preparation" and comm.Get_rank() == 0:
-            try:
-                prepare(cfg)  # data files and pretrained weights, once per job
-                prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
-            except ConfigError as err:
-                error = str(err)
-        elif step == "preparation":  # meanwhile the silo ranks: runtime.device: cuda needs a GPU on each
-            try:
-                require_gpu(cfg.runtime.device, f"rank {comm.Get_rank()} on {platform.node()}")
-            except ConfigError as err:
-                error = str(err)
-        agreed = _agree_on_error(comm, error)
-        if agreed is not None:
-            if agreed:
-                print(f"cfl_mpi: config error: {agreed}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_CONFIG)
+    _exit_on_error(comm, error)
+    try:
+        if comm.Get_rank() == 0:
+            prepare(cfg)  # data files and pretrained weights, once per job
+            prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
+        else:  # meanwhile the silo ranks: runtime.device: cuda needs a GPU on each
+            require_gpu(cfg.runtime.device, f"rank {comm.Get_rank()} on {platform.node()}")
+    except ConfigError as err:
+        error = str(err)
+    _exit_on_error(comm, error)
     return cfg, layout
 
 

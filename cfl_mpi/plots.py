@@ -159,7 +159,7 @@ def silo_order(truth: np.ndarray, found: np.ndarray | None = None) -> np.ndarray
         return np.lexsort((np.arange(len(truth)), truth))
     found = np.asarray(found)
     first = {k: int(np.flatnonzero(found == k)[0]) for k in np.unique(found)}
-    return np.lexsort((np.arange(len(truth)), truth, [first[k] for k in found]))
+    return np.lexsort((np.arange(len(truth)), truth, np.array([first[k] for k in found])))
 
 
 def _cut_norm(vmin: float, cut: float, vmax: float):
@@ -173,7 +173,7 @@ def _cut_norm(vmin: float, cut: float, vmax: float):
 
     class CutNorm(Normalize):
         def __call__(self, value, clip=None):
-            v = np.ma.asarray(value, dtype=float)
+            v: np.ma.MaskedArray = np.ma.asarray(value, dtype=float)
             data = np.ma.getdata(v)
             with np.errstate(divide="ignore", invalid="ignore"):
                 low = 0.5 * (data - vmin) / (cut - vmin)
@@ -289,7 +289,7 @@ def heatmap_figure(
     ax.set_facecolor("0.8")
 
     # found clusters: outlined blocks (white with a black rim, visible on every colour)
-    n_found = None
+    n_found = 0
     if found is not None:
         f = np.asarray(found)[order]
         starts = [0, *(np.flatnonzero(np.diff(f)) + 1)]

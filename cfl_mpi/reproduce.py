@@ -257,15 +257,21 @@ def plot_rounds(panels: list[tuple[str, dict[str, list[Path]]]], path: Path) -> 
 
 
 def compare_args(
-    methods: tuple[str, ...], setting: Setting, seeds: str, out: Path, backend: str, extra: list[str]
+    methods: tuple[str, ...],
+    config: str,
+    overrides: tuple[str, ...],
+    seeds: str,
+    out: Path,
+    backend: str,
+    extra: list[str],
 ) -> list[str]:
     def applies(o: str) -> bool:  # a METHOD:key=value override only when METHOD is run
         key = o.split("=", 1)[0]
         return ":" not in key or key.split(":", 1)[0] in methods
 
-    sets = [a for o in (*setting.overrides, *extra) if applies(o) for a in ("--set", o)]
+    sets = [a for o in (*overrides, *extra) if applies(o) for a in ("--set", o)]
     return [
-        setting.config,
+        config,
         "--methods",
         ",".join(methods),
         "--seeds",
@@ -283,7 +289,7 @@ def sbatch_line(table: str, seeds: str, blocks: list[Block]) -> str:
     """The allocation for the paper scale: as many tasks as the largest config's ranks."""
     from .config import load_config
 
-    ranks = max(load_config(PROJECT_ROOT / b.full.config, list(b.full.overrides)).world_size for b in blocks)
+    ranks = max(load_config(PROJECT_ROOT / b.full.config, b.full.overrides).world_size for b in blocks if b.full.config)
     inner = f"python -m cfl_mpi.reproduce {table} --scale paper --seeds {seeds} --run"
     return f"sbatch --nodes=1 --ntasks={ranks} --gpus-per-node=1 --time=48:00:00 --wrap {shlex.quote(inner)}"
 
@@ -300,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             _fail(f"--blocks: table {table} has blocks 1..{len(blocks)}, got {args.blocks}")
         blocks = [blocks[b - 1] for b in picked]
     seeds = ",".join(str(s) for s in split_list(args.seeds, "seeds", PROG, int))
-    wanted = split_list(args.methods, "methods", PROG) if args.methods else list(CLUSTERING)
+    wanted = split_list(args.methods, "methods", PROG, str) if args.methods else list(CLUSTERING)
     unknown = [m for m in wanted if not any(m in b.methods for b in blocks)]
     if args.methods and unknown:
         _fail(f"--methods: {unknown[0]!r} is not a method of table {table}")
@@ -317,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         run_methods = tuple(m for m in block.methods if m in wanted)
         command, plan = "", None
         if setting.config is not None and run_methods:
-            cargs = compare_args(run_methods, setting, seeds, out / f"block{i}", backend, args.overrides)
+            cargs = compare_args(
+                run_methods, setting.config, setting.overrides, seeds, out / f"block{i}", backend, args.overrides
+            )
             command = "python -m cfl_mpi.compare " + " ".join(shlex.quote(a) for a in cargs)
             try:
                 plan = compare.checked(compare.parse_args(cargs))

@@ -7,6 +7,7 @@ from a CPU generator: the same order on any device."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ class Sgd:
     torch._dynamo, and sympy and triton with it, to exempt the step from a compiler no silo
     uses: a second of every silo process's first round."""
 
-    def __init__(self, params: list[nn.Parameter], lr: float, momentum: float, weight_decay: float) -> None:
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, momentum: float, weight_decay: float) -> None:
         self.params, self.lr, self.momentum, self.weight_decay = params, lr, momentum, weight_decay
         self.buffers: list[torch.Tensor | None] = [None] * len(params)
 

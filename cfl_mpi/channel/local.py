@@ -195,6 +195,15 @@ class SharedFrame:
             return self._arrays
 
 
+def _with_layout(
+    fetch_shared: Callable[[SharedFrame, list], tuple[np.ndarray, ...]] | None, layout: list
+) -> Callable[[SharedFrame], tuple[np.ndarray, ...]] | None:
+    """`fetch_shared` with the layout the receiver read from the frame's header."""
+    if fetch_shared is None:
+        return None
+    return lambda frame: fetch_shared(frame, layout)
+
+
 def read_only(a: np.ndarray) -> np.ndarray:
     """`a`, no longer writeable: arrays that several receivers share."""
     a.flags.writeable = False
@@ -296,9 +305,7 @@ class LocalHub:
             arrays = _fitted(frame[1], layout, who, what)
         elif isinstance(frame, SharedFrame):
             layout, meta = decode_header(frame.header, src, who, expect, frame.read_header)
-            arrays = _fitted(
-                frame.arrays(fetch_shared and (lambda f: fetch_shared(f, layout)), who, what), layout, who, what
-            )
+            arrays = _fitted(frame.arrays(_with_layout(fetch_shared, layout), who, what), layout, who, what)
         else:
             raise ProtocolError(f"{who} sent a payload where a header of {what} belongs")
         if isinstance(frame, SharedFrame):

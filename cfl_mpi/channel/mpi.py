@@ -24,6 +24,7 @@ import threading
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from mpi4py import MPI
@@ -90,10 +91,11 @@ class MpiInbox:
         if layout.world_size != comm.Get_size():
             raise ValueError(f"the layout has {layout.world_size} ranks, the communicator {comm.Get_size()}")
         highest = self.multicast_tag(layout.slots - 1) + 1
-        if highest > comm.Get_attr(MPI.TAG_UB):
+        limit = comm.Get_attr(MPI.TAG_UB)
+        if limit is None or highest > limit:
             raise ValueError(
                 f"{layout.slots} parties per rank need MPI tags up to {highest}, over this MPI's "
-                f"limit {comm.Get_attr(MPI.TAG_UB)} (use fewer silos per rank)"
+                f"limit {limit} (use fewer silos per rank)"
             )
         self._stop = threading.Event()
         self._nudged = threading.Event()
@@ -226,7 +228,9 @@ class MpiInbox:
         handle.Recv([raw, MPI.BYTE])
         count, payloads = (int(x) for x in np.frombuffer(raw, dtype="<u4", count=2))
         fits = 1 <= count <= len(receivers) and size >= ENVELOPE_FIXED + 4 * count
-        slots = np.frombuffer(raw, dtype="<u4", count=count, offset=ENVELOPE_FIXED) if fits else np.zeros(0)
+        slots = (
+            np.frombuffer(raw, dtype="<u4", count=count, offset=ENVELOPE_FIXED) if fits else np.zeros(0, dtype="<u4")
+        )
         if not (
             fits
             and payloads <= MAX_ENVELOPE_PAYLOADS
@@ -239,7 +243,7 @@ class MpiInbox:
                 f"distinct slots below {len(receivers)} and at most {MAX_ENVELOPE_PAYLOADS} payloads"
             )
         frame = SharedFrame(bytes(raw[ENVELOPE_FIXED + 4 * count :]), payloads)
-        named = [receivers[slot] for slot in slots]
+        named = [receivers[int(slot)] for slot in slots]
         if payloads:
             self._filling[src].append((frame, named))
         return [(src, dest, frame) for dest in named], []
@@ -395,13 +399,14 @@ class MpiChannel(LocalChannel):
         self._await_payload(frame.complete.is_set, who, what, rung=True)
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
         sent = carried(arrays)
-        if len(frame.payloads) != len(sent) or any(p.size != a.nbytes for p, a in zip(frame.payloads, sent)):
+        payloads = cast("list[RemotePayload]", frame.payloads)  # what this rank's inbox files
+        if len(payloads) != len(sent) or any(p.size != a.nbytes for p, a in zip(payloads, sent)):
             raise ProtocolError(
                 f"{who} sent a payload of {what} that does not fit its header: "
-                f"{[p.size for p in frame.payloads]} bytes, header declared "
+                f"{[p.size for p in payloads]} bytes, header declared "
                 f"{[a.nbytes for a in sent]}"
             )
-        self._fill(list(zip(frame.payloads, sent)), who, what)
+        self._fill(list(zip(payloads, sent)), who, what)
         return tuple(arrays)
 
     def _fill(self, payloads: list[tuple[RemotePayload, np.ndarray]], who: str, what: str) -> None:

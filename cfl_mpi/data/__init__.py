@@ -137,10 +137,17 @@ def _splits(cfg: Config) -> tuple[str, ...]:
     return ("test",) if cfg.data.pool == "test" else ("train", "test")
 
 
+def _root(cfg: Config) -> Path:
+    """data.root, which every file-based data set needs (the config check says so first)."""
+    if cfg.data.root is None:
+        raise ConfigError(f"data.root: {cfg.data.name} needs the folder of its files (set data.root)")
+    return Path(cfg.data.root)
+
+
 def _missing(cfg: Config) -> tuple[str, list[str], Path, str]:
     """(data set label, missing files, folder a download puts them in, the layouts of data.root
     its reader accepts) for the file-based sets."""
-    root = Path(cfg.data.root)
+    root = _root(cfg)
     if cfg.data.name.endswith("mnist"):
         return "MNIST", mnist.missing_files(root, _splits(cfg)), root / "MNIST" / "raw", mnist.LAYOUT
     if cfg.data.name.endswith("cifar10"):
@@ -196,7 +203,7 @@ def check_data(cfg: Config) -> None:
 
 def _check_pacs_sizes(cfg: Config) -> None:
     """The paper's rule: every silo holds at least data.min_silo_images images of its domain."""
-    root = Path(cfg.data.root)
+    root = _root(cfg)
     classes = pacs.class_names(root, cfg.data.domains)
     for domain, k in zip(cfg.data.domains, cfg.data.domain_silos):
         n = len(pacs.list_domain(root, domain, classes)[1])
@@ -217,7 +224,7 @@ def prepare_data(cfg: Config) -> None:
     label, missing, folder, layout = _missing(cfg)
     if not missing:
         return
-    root = Path(cfg.data.root)
+    root = _root(cfg)
     try:
         _download(label, root, folder, missing)
     except Exception as err:  # torchvision raises RuntimeError/URLError without a network
@@ -363,7 +370,7 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
 
 def _pacs_silo(cfg: Config, silo: int) -> SiloData:
     """A PACS silo decodes only its own images: a slice of its domain (data.pacs_split)."""
-    root = Path(cfg.data.root)
+    root = _root(cfg)
     group, local, per_group = _position(cfg, silo)
     classes = pacs.class_names(root, cfg.data.domains)
     paths, labels = pacs.list_domain(root, cfg.data.domains[group], classes)

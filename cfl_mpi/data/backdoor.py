@@ -28,6 +28,7 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 GROUPS = {
     "backdoor_mnist": ("green", "green_backdoor", "purple"),
@@ -49,7 +50,7 @@ def _colour_maps() -> tuple[np.ndarray, np.ndarray]:
     from matplotlib import colormaps
 
     summer_40 = colormaps["summer"].resampled(40)(np.arange(40))[:, :3].astype(np.float32)
-    patch_colours = (np.array(colormaps["tab10"].colors) * 255).astype(np.uint8).astype(np.float32) / 255
+    patch_colours = (colormaps["tab10"](np.arange(10))[:, :3] * 255).astype(np.uint8).astype(np.float32) / 255
     return summer_40, patch_colours
 
 
@@ -69,12 +70,12 @@ def group_classes(name: str, group: int) -> np.ndarray:
     return np.arange(10)
 
 
-def tint(grey: np.ndarray, rgb: np.ndarray) -> np.ndarray:
+def tint(grey: np.ndarray, rgb: ArrayLike) -> np.ndarray:
     """Colour grey digits: pixel value v becomes v·rgb; `rgb` is one colour or one per image."""
-    rgb = np.asarray(rgb, dtype=np.float32)
-    if rgb.ndim == 2:
-        rgb = rgb[:, None, None, :]
-    return grey[..., None].astype(np.float32) * rgb
+    colours = np.asarray(rgb, dtype=np.float32)
+    if colours.ndim == 2:
+        colours = colours[:, None, None, :]
+    return grey[..., None].astype(np.float32) * colours
 
 
 def patch(images: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -18,14 +18,15 @@ from torch import nn
 from ..config import TORCHVISION_MODELS, Config
 from .mlp import Mlp
 from .simple_cnn import SimpleCNN
+from .split_model import SplitModel
 from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
 
 __all__ = [
     "build_model",
+    "SplitModel",
     "seeded_states",
     "state_arrays",
     "load_arrays",
-    "embedding_dim",
     "load_weights_file",
     "WeightsError",
 ]
@@ -39,7 +40,7 @@ class WeightsError(ValueError):
     """A weights file that does not fit the model; the message is one `model.pretrained: ...` line."""
 
 
-def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> nn.Module:
+def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> SplitModel:
     """A fresh model (θ(0) and other seeded draws come from `seeded_states`).
 
     With `model.pretrained` set and `load_weights`, the embedding (and the head, when the file
@@ -51,12 +52,14 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
     m = cfg.model
     with _DEFAULT_GENERATOR:
         if m.name == "simple_cnn":
-            model = SimpleCNN(
-                input_channels(cfg), num_classes, cfg.data.image_size, tuple(m.channels), m.embedding_dim, m.pools
+            c1, c2 = m.channels
+            model: SplitModel = SimpleCNN(
+                input_channels(cfg), num_classes, cfg.data.image_size, (c1, c2), m.embedding_dim, m.pools
             )
         elif m.name == "mlp":
             model = Mlp(input_channels(cfg) * cfg.data.image_size**2, num_classes, m.embedding_dim)
         else:
+            assert m.input_size is not None  # ModelConfig sets it for every torchvision model
             model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
     if load_weights and m.pretrained is not False:
         if m.pretrained is True:
@@ -98,7 +101,7 @@ def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _load_pretrained(model: nn.Module, name: str, state: dict[str, torch.Tensor], source: str) -> None:
+def _load_pretrained(model: SplitModel, name: str, state: dict[str, torch.Tensor], source: str) -> None:
     """Load a torchvision state dict (keys as in torchvision's model) or a cfl_mpi one
     (keys `embedding.*`, `head.*`) into `model`. The embedding must match exactly; the head is
     taken only when its shapes fit (an ImageNet head has 1000 classes and is left fresh)."""
@@ -119,10 +122,6 @@ def _load_pretrained(model: nn.Module, name: str, state: dict[str, torch.Tensor]
     own = model.head.state_dict()
     if head and head.keys() == own.keys() and all(head[k].shape == own[k].shape for k in own):
         model.head.load_state_dict(head)
-
-
-def embedding_dim(cfg: Config) -> int:
-    return cfg.model.embedding_dim
 
 
 def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:

@@ -4,19 +4,16 @@ one hidden layer of `hidden` ReLU units (the embedding), then the classes."""
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
+from .split_model import SplitModel
 
-class Mlp(nn.Module):
+
+class Mlp(SplitModel):
     """f = h ∘ g: `embedding` g (flatten, fc → hidden, ReLU) and `head` h (fc → classes), the
     split EMD-CFL swaps ω by. IFCA's code ends in a log-softmax before its cross-entropy loss;
     the cross-entropy of log-probabilities is that of the logits, so the head ends at the logits."""
 
     def __init__(self, in_features: int, num_classes: int, hidden: int = 200) -> None:
-        super().__init__()
-        self.embedding = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU())
-        self.head = nn.Linear(hidden, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embedding(x))
+        embedding = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU())
+        super().__init__(embedding, nn.Linear(hidden, num_classes))

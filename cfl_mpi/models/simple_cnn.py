@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .split_model import SplitModel
 
-class SimpleCNN(nn.Module):
+
+class SimpleCNN(SplitModel):
     """f = h ∘ g: `embedding` g (two conv blocks, fc → dim(Z)) and `head` h (fc → classes).
 
     The split is explicit so that EMD-CFL can swap only ω (g's parameters) between silos.
@@ -25,11 +27,10 @@ class SimpleCNN(nn.Module):
         embedding_dim: int = 128,
         pools: int = 2,
     ) -> None:
-        super().__init__()
         c1, c2 = channels
         side = image_size // 2**pools
         first_pool = [nn.MaxPool2d(2)] if pools == 2 else []
-        self.embedding = ConvEmbedding(
+        embedding = ConvEmbedding(
             nn.Conv2d(in_channels, c1, 3, padding=1),
             nn.ReLU(),
             *first_pool,
@@ -40,10 +41,7 @@ class SimpleCNN(nn.Module):
             nn.Linear(c2 * side * side, embedding_dim),
             nn.ReLU(),
         )
-        self.head = nn.Linear(embedding_dim, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embedding(x))
+        super().__init__(embedding, nn.Linear(embedding_dim, num_classes))
 
 
 class ConvEmbedding(nn.Sequential):

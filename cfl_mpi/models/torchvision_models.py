@@ -9,18 +9,25 @@ torchvision is imported here only, when a model needs it.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-# Prefix of the classifier's last linear layer in each torchvision model's state dict.
-HEAD_PREFIX = {
-    "resnet18": "fc.",
-    "resnet50": "fc.",
-    "efficientnet_b3": "classifier.",
-    "vit_b_16": "heads.",
-    "convnext_base": "classifier.2.",
+from .split_model import SplitModel
+
+# Per model: the classifier module that becomes an identity (its state-dict keys start with
+# HEAD_PREFIX) and the last linear layer in it, whose input is the embedding.
+CLASSIFIER = {
+    "resnet18": ("fc", "fc"),
+    "resnet50": ("fc", "fc"),
+    "efficientnet_b3": ("classifier", "classifier.1"),
+    "vit_b_16": ("heads", "heads.head"),
+    "convnext_base": ("classifier.2", "classifier.2"),
 }
+HEAD_PREFIX = {name: module + "." for name, (module, _) in CLASSIFIER.items()}
+Layer = TypeVar("Layer", bound=nn.Module)
 
 
 class Backbone(nn.Module):
@@ -37,18 +44,6 @@ class Backbone(nn.Module):
         return self.net(x)
 
 
-class SplitModel(nn.Module):
-    """f = h ∘ g with explicit `embedding` g and `head` h (EMD-CFL swaps only g)."""
-
-    def __init__(self, embedding: nn.Module, head: nn.Module) -> None:
-        super().__init__()
-        self.embedding = embedding
-        self.head = head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embedding(x))
-
-
 def torchvision_network(name: str, input_size: int) -> nn.Module:
     """The untrained torchvision model with its ImageNet classifier (1000 classes)."""
     from torchvision import models
@@ -58,23 +53,23 @@ def torchvision_network(name: str, input_size: int) -> nn.Module:
 
 
 def split(name: str, net: nn.Module, num_classes: int, input_size: int) -> SplitModel:
-    """Cut `net` before its last linear layer: g = Backbone(net without it), h = a new linear layer."""
-    if name.startswith("resnet"):
-        dim, net.fc = net.fc.in_features, nn.Identity()
-        head: nn.Module = nn.Linear(dim, num_classes)
-    elif name == "efficientnet_b3":
-        dropout, linear = net.classifier[0], net.classifier[1]
-        net.classifier = nn.Identity()
-        head = nn.Sequential(nn.Dropout(p=dropout.p), nn.Linear(linear.in_features, num_classes))
-    elif name == "vit_b_16":
-        dim, net.heads = net.heads.head.in_features, nn.Identity()
-        head = nn.Linear(dim, num_classes)
-    elif name == "convnext_base":
-        dim, net.classifier[2] = net.classifier[2].in_features, nn.Identity()
-        head = nn.Linear(dim, num_classes)
-    else:
+    """Cut `net` before its last linear layer: g = Backbone(net with its classifier an
+    identity), h = a new linear layer (after EfficientNet's own dropout)."""
+    if name not in CLASSIFIER:
         raise ValueError(f"unknown torchvision model {name!r}")
+    classifier, last = CLASSIFIER[name]
+    head: nn.Module = nn.Linear(_layer(net, last, nn.Linear).in_features, num_classes)
+    if name == "efficientnet_b3":
+        head = nn.Sequential(nn.Dropout(p=_layer(net, "classifier.0", nn.Dropout).p), head)
+    net.set_submodule(classifier, nn.Identity())
     return SplitModel(Backbone(net, input_size), head)
+
+
+def _layer(net: nn.Module, path: str, kind: type[Layer]) -> Layer:
+    layer = net.get_submodule(path)
+    if not isinstance(layer, kind):
+        raise TypeError(f"{path} of {type(net).__name__} is a {type(layer).__name__}, not a {kind.__name__}")
+    return layer
 
 
 def default_weights(name: str):

@@ -77,7 +77,7 @@ def save_checkpoint(out: Path, state: Checkpoint) -> int:
     returns the bytes written."""
     folder = out / CHECKPOINT
     folder.mkdir(parents=True, exist_ok=True)
-    arrays = {f"strategy/{k}": v for k, v in state.strategy.items()}
+    arrays: dict[str, Any] = {f"strategy/{k}": v for k, v in state.strategy.items()}  # Any: savez's **kwds
     for i, model in enumerate(state.models):
         arrays.update({f"model{i}/{k}": v for k, v in model.items()})
     npz = arrays_name(state.round)

@@ -213,7 +213,7 @@ class DeviceReport:
                 f"{who} reported device index {index} named {raw!r}: expected the CPU "
                 f"(index -1, no name) or a CUDA index in [0, {MAX_CUDA_INDEX}) with a printable name"
             )
-        return cls(index, name, gpu)
+        return cls(index, name or "", gpu)
 
 
 def describe_devices(reports: list[DeviceReport]) -> str:
@@ -230,11 +230,14 @@ def describe_devices(reports: list[DeviceReport]) -> str:
 def gather_devices(comm, device: torch.device | None) -> list[DeviceReport]:
     """Every silo rank's device, at rank 0 (rank 0 passes None and gets them; the others get
     []): one fixed-size raw record per rank, gathered once at start."""
-    rank = comm.Get_rank()
-    mine = DeviceReport.of(device).encode() if rank else np.zeros(DEVICE_RECORD_BYTES, dtype=np.uint8)
-    table = np.empty((comm.Get_size(), DEVICE_RECORD_BYTES), dtype=np.uint8) if rank == 0 else None
-    wait_quietly(comm.Igather(mine, table, root=0))
-    return [] if rank else [DeviceReport.decode(table[r], f"rank {r}") for r in range(1, comm.Get_size())]
+    if comm.Get_rank():
+        if device is None:
+            raise ValueError("a silo rank reports its device")
+        wait_quietly(comm.Igather(DeviceReport.of(device).encode(), None, root=0))
+        return []
+    table = np.empty((comm.Get_size(), DEVICE_RECORD_BYTES), dtype=np.uint8)
+    wait_quietly(comm.Igather(np.zeros(DEVICE_RECORD_BYTES, dtype=np.uint8), table, root=0))
+    return [DeviceReport.decode(table[r], f"rank {r}") for r in range(1, comm.Get_size())]
 
 
 if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`: where each rank runs
@@ -249,7 +252,9 @@ if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`:
     row = np.array(
         [getattr(mine, f) for f in fields[:-1]] + [-1 if device.index is None else device.index], dtype=np.int64
     )
-    table = np.empty((world.Get_size(), len(fields)), dtype=np.int64) if world.Get_rank() == 0 else None
-    world.Gather(row, table, root=0)  # raw buffers: no pickle between ranks
-    if world.Get_rank() == 0:  # cuda_index -1: the CPU
+    if world.Get_rank():
+        world.Gather(row, None, root=0)  # raw buffers: no pickle between ranks
+    else:  # cuda_index -1: the CPU
+        table = np.empty((world.Get_size(), len(fields)), dtype=np.int64)
+        world.Gather(row, table, root=0)
         print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))

@@ -92,13 +92,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
             reported = Counter(channel.sent_bytes)
             timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
-            report = evaluation.report(model)
-            declared = BackdoorEvaluation if "backdoor_acc" in report else Evaluation
-            channel.send(
-                SERVER,
-                declared(sent, timings, **report, wait_wall_s=channel.waits.wall_s, wait_cpu_s=channel.waits.cpu_s),
-                t,
-            )
+            channel.send(SERVER, evaluation.report(model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t)
         t += 1
 
 
@@ -119,21 +113,27 @@ class SiloEvaluation:
             else (compute(to_device, data.x_backdoor, device), compute(to_device, data.y_backdoor, device))
         )
 
-    def report(self, model: Any) -> dict[str, float | int]:
+    def report(
+        self, model: Any, sent: np.ndarray, timings: np.ndarray, wait_wall_s: float, wait_cpu_s: float
+    ) -> Evaluation:
+        """The round's `Evaluation` of `model`, with the bytes sent, the timed steps and the waits."""
         accuracy, loss = self._evaluate(model, self.test)
-        backdoor = {} if self.backdoor is None else {"backdoor_acc": self._evaluate(model, self.backdoor)[0]}
         loss = loss if math.isfinite(loss) else HUGE_LOSS  # a diverged model is reported, not a crash
-        return {"accuracy": accuracy, "loss": loss, "n_test": self.n_test, **backdoor}
+        known = (sent, timings, accuracy, loss, self.n_test, wait_wall_s, wait_cpu_s)
+        if self.backdoor is None:
+            return Evaluation(*known)
+        return BackdoorEvaluation(*known, backdoor_acc=self._evaluate(model, self.backdoor)[0])
 
     def _evaluate(self, model: Any, labelled: tuple[Any, Any]) -> tuple[float, float]:
-        from ..batched_training import Evaluation, evaluate_together
+        from ..batched_training import Evaluation as EvaluationJob
+        from ..batched_training import evaluate_together
         from ..training import evaluate
 
         if self.together:
             return self.compute.batched(
                 "evaluation",
                 lambda jobs: evaluate_together(jobs, self.device),
-                Evaluation(model, *labelled),
+                EvaluationJob(model, *labelled),
                 limit=self.together,
             )
         return self.compute(evaluate, model, *labelled, self.device)

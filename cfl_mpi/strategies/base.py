@@ -30,9 +30,8 @@ from ..wire.round import ROUND_KINDS
 from .spec import StrategyParams
 
 if TYPE_CHECKING:  # torch-side types; the server half never needs them
-    from torch import nn
-
     from ..data import SiloData
+    from ..models.split_model import SplitModel
 
 Model = dict[str, np.ndarray]
 T = TypeVar("T")
@@ -107,7 +106,7 @@ class SiloRound:
     round: int
     silo: int
     channel: Channel
-    model: nn.Module
+    model: SplitModel
     data: SiloData
     device: Any
     silos: int  # silos in the run: peers are 0..silos-1

@@ -91,12 +91,13 @@ def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.
     n, h = len(z_own), len(z_own) // 2
     if h < 2:
         return 0.0
-    halves = []
+    firsts, seconds = [], []
     for _ in range(s.noise_splits):
         order = rng.permutation(n)
         r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
-        halves.append((z_own[order[:h]] @ r, z_own[order[h : 2 * h]] @ r))
-    null = energy_distances(*(np.stack(side) for side in zip(*halves)), s.ground_cost)
+        firsts.append(z_own[order[:h]] @ r)
+        seconds.append(z_own[order[h : 2 * h]] @ r)
+    null = energy_distances(np.stack(firsts), np.stack(seconds), s.ground_cost)
     return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
 
 

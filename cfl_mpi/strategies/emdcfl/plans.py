@@ -141,7 +141,7 @@ class StagedPairs:
             for stage, spent in zip(self.plan.stages, seconds, strict=True)
         ]
         silos = sorted(ctx.participants)
-        measured, every = sum(x["pairs"] for x in stages), len(silos) * (len(silos) - 1) // 2
+        measured, every = sum(stage.pairs for stage in self.plan.stages), len(silos) * (len(silos) - 1) // 2
         self.placed[...] = self.plan.labels
         labels = self.placed.copy()
         alone = np.flatnonzero(labels < 0)

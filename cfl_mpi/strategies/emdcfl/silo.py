@@ -206,6 +206,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         the server gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
         if self.params.distance == "fedwad":  # τ: one per silo
             reference = self._reference(ctx, own)
+            assert reference.tau is not None  # tau_projection: pair is a config error with FedWaD
             pairs = [item for item in projected if isinstance(item, Projected)]
             fedwad.serve_pairs(
                 ctx,

@@ -40,7 +40,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -180,7 +181,7 @@ class _State:
     xi: Measure
     times: np.ndarray
     k: int = 1  # iteration being computed; K + 1 = final distances
-    halves: dict | None = None  # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
+    halves: dict[int, Any] = field(default_factory=dict)  # holder silo → ξ_own(k), or Wp(own, ξ(K)) in the last step
 
 
 def run_jobs(
