@@ -7,9 +7,13 @@ import json
 import numpy as np
 import pytest
 
+from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.config import ConfigError
+from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.pacfl import PacflConfig
+from cfl_mpi.strategies.pacfl.halves import PrincipalVectors
 from cfl_mpi.runtime.halves import server_half
+from cfl_mpi.wire.messages import ProtocolError
 from config_files import FOUR_SILOS, config_from
 
 
@@ -50,3 +54,22 @@ def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     again.load_state_dict(arrays, json.loads(json.dumps(meta)))
     np.testing.assert_array_equal(again.clusters, strategy.clusters)
     np.testing.assert_array_equal(again.A, strategy.A)
+
+
+@pytest.mark.parametrize("shape,words", [
+    ((28 * 28 - 1, 3), "shape"),  # a row short of the run's input size (1 channel, 28 x 28)
+    ((28 * 28, 31), "over the size limit"),  # p = 3 per class of 10: at most 30 columns
+    ((28 * 28, 0), "no column"),
+])
+def test_pacfl_refuses_a_signature_of_another_shape_naming_its_sender(tmp_path, shape, words):
+    cfg = config_from(tmp_path, FOUR_SILOS)
+    hub = LocalHub()
+    server, silos = LocalChannel(SERVER, hub, 5, 0.01), [LocalChannel(c, hub, 5, 0.01) for c in range(4)]
+    rng = np.random.default_rng(0)
+    silos[0].send(SERVER, PrincipalVectors(rng.standard_normal((28 * 28, 30))), 1)
+    silos[1].send(SERVER, PrincipalVectors(rng.standard_normal(shape)), 1)
+    strategy = server_half(cfg)
+    with pytest.raises(ProtocolError, match="silo 1") as err:
+        strategy.after_training(ServerRound(1, server, [0, 1, 2, 3], {}, {}, first={0, 1, 2, 3}))
+    assert "principal_vectors" in str(err.value) and "round 1" in str(err.value) and words in str(err.value)
+    assert np.isnan(strategy.A).all()  # nothing of the honest silo's signature clustered yet

@@ -23,7 +23,6 @@ from ...clustering.principal_angles import (
     place_new_silos,
     proximity_matrix,
 )
-from ...wire.messages import ProtocolError
 from ...wire.payload import Payload, array
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from . import PacflConfig
@@ -31,9 +30,13 @@ from . import PacflConfig
 
 class PrincipalVectors(Payload, kind="principal_vectors"):
     """silo → server, once: PACFL's signature U_c, the top-p left singular vectors of each
-    class of its inputs, stacked as columns (the server bounds their number and length)."""
+    class of its inputs, stacked as columns: a row per input value (the server fixes their
+    number to the run's input size, and bounds the columns by p and the classes)."""
 
-    basis: np.ndarray = array("float64", None, None)
+    basis: np.ndarray = array("float64", "input_dim", "columns")
+
+    def problem(self) -> str | None:
+        return None if self.basis.shape[1] else "a basis of no column (at least one)"
 
 
 def merge_heights(A: np.ndarray) -> list[float]:
@@ -73,18 +76,12 @@ class Pacfl(Strategy[PacflConfig]):
         if not new:
             return self.clusters
         s = self.params
-        expect = PrincipalVectors.expect(ctx.round)
         most = s.p * (self.run.num_classes if s.per_class else 1)
+        rows = self.run.input_dim  # the columns: 1 (its problem) to `most` (the size limit)
+        expect = PrincipalVectors.expect(ctx.round, input_dim=rows, max_elements=rows * most)
         received: dict[int, np.ndarray] = {}
         for msg in ctx.channel.recv_each(new, lambda _: expect):
-            basis = PrincipalVectors.of(msg).basis
-            first = next(iter(self.bases or received.values()), basis)
-            if not 1 <= basis.shape[1] <= most or basis.shape[0] != first.shape[0]:
-                raise ProtocolError(
-                    f"{msg.who} sent principal_vectors of round {ctx.round} with shape "
-                    f"{basis.shape}; expected ({first.shape[0]}, 1..{most})"
-                )
-            received[msg.sender] = basis
+            received[msg.sender] = PrincipalVectors.of(msg).basis
         self.add_signatures([received[c] for c in new], new)
         return self.clusters
 
