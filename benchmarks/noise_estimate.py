@@ -25,9 +25,9 @@ from cfl_mpi.config import load_config
 from cfl_mpi.data import build_silo_data, num_classes
 from cfl_mpi.models import build_model
 from cfl_mpi.training import embed, train_local
+from .runs import MNIST
 
 ROOT = Path(__file__).resolve().parents[1]
-MNIST = ROOT.parent / "shared" / "data" / "mnist"
 CASES = {"digits": ("configs/digits.yaml", ["train.local_epochs=1"]),
          "mnist_test": ("configs/rotated_mnist_test.yaml", [f"data.root={MNIST}", "data.download=false"])}
 

@@ -44,9 +44,9 @@ from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key
 from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
 from cfl_mpi.training import embed, train_local
+from .runs import MNIST
 
 ROOT = Path(__file__).resolve().parents[1]
-MNIST = ROOT.parent / "shared" / "data" / "mnist"
 CASES = {"digits": ("configs/digits.yaml", []),
          "mnist16": ("configs/rotated_mnist_test.yaml", ["silos=16", f"data.root={MNIST}", "data.download=false"])}
 # what a variant may change: the clustering round's settings, not what the silos embed
