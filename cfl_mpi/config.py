@@ -137,6 +137,12 @@ class DataConfig:
         if self.image_size is None:
             object.__setattr__(self, "image_size", NATIVE_IMAGE_SIZE[self.name])
 
+    def root_folder(self) -> Path:
+        """data.root, which every data set but rotated_digits needs."""
+        if self.root is None:
+            raise ConfigError(f"data.root: {self.name} needs the folder of its files (set data.root)")
+        return Path(self.root)
+
 
 # The torchvision models (EMD-CFL paper, Appendix D.2) and their embedding sizes dim(Z): the pooled features
 # in front of the classifier. The simple CNN's embedding_dim is free (default 128).
@@ -606,7 +612,7 @@ def _validate_data(cfg: Config) -> None:
         _check(0.0 < frac < 1.0, f"data.{name}: must lie strictly between 0 and 1, got {frac}")
     _check(d.image_size >= 8, f"data.image_size: must be at least 8, got {d.image_size}")
     if d.name != "rotated_digits":
-        _check(d.root is not None, f"data.root: {d.name} needs the folder of its files (set data.root)")
+        d.root_folder()
 
 
 def _validate_model(cfg: Config) -> None:

@@ -137,17 +137,10 @@ def _splits(cfg: Config) -> tuple[str, ...]:
     return ("test",) if cfg.data.pool == "test" else ("train", "test")
 
 
-def _root(cfg: Config) -> Path:
-    """data.root, which every file-based data set needs (the config check says so first)."""
-    if cfg.data.root is None:
-        raise ConfigError(f"data.root: {cfg.data.name} needs the folder of its files (set data.root)")
-    return Path(cfg.data.root)
-
-
 def _missing(cfg: Config) -> tuple[str, list[str], Path, str]:
     """(data set label, missing files, folder a download puts them in, the layouts of data.root
     its reader accepts) for the file-based sets."""
-    root = _root(cfg)
+    root = cfg.data.root_folder()
     if cfg.data.name.endswith("mnist"):
         return "MNIST", mnist.missing_files(root, _splits(cfg)), root / "MNIST" / "raw", mnist.LAYOUT
     if cfg.data.name.endswith("cifar10"):
@@ -203,7 +196,7 @@ def check_data(cfg: Config) -> None:
 
 def _check_pacs_sizes(cfg: Config) -> None:
     """The paper's rule: every silo holds at least data.min_silo_images images of its domain."""
-    root = _root(cfg)
+    root = cfg.data.root_folder()
     classes = pacs.class_names(root, cfg.data.domains)
     for domain, k in zip(cfg.data.domains, cfg.data.domain_silos):
         n = len(pacs.list_domain(root, domain, classes)[1])
@@ -224,7 +217,7 @@ def prepare_data(cfg: Config) -> None:
     label, missing, folder, layout = _missing(cfg)
     if not missing:
         return
-    root = _root(cfg)
+    root = cfg.data.root_folder()
     try:
         _download(label, root, folder, missing)
     except Exception as err:  # torchvision raises RuntimeError/URLError without a network
@@ -370,7 +363,7 @@ def build_silo_data(cfg: Config, silo: int) -> SiloData:
 
 def _pacs_silo(cfg: Config, silo: int) -> SiloData:
     """A PACS silo decodes only its own images: a slice of its domain (data.pacs_split)."""
-    root = _root(cfg)
+    root = cfg.data.root_folder()
     group, local, per_group = _position(cfg, silo)
     classes = pacs.class_names(root, cfg.data.domains)
     paths, labels = pacs.list_domain(root, cfg.data.domains[group], classes)
