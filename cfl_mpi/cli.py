@@ -69,14 +69,12 @@ def run_arguments(prog: str, description: str, *, resume: bool = True) -> argpar
 
 def load_run_config(args: argparse.Namespace) -> Config:
     """The config the arguments describe, its data checked (ConfigError on any problem)."""
-    from .data import check_data
-
     resume = getattr(args, "resume", None)
     if resume and args.out and Path(args.out).resolve() != Path(resume).resolve():
         raise ConfigError(f"--out: cannot be combined with --resume (the run continues in its own folder {resume})")
     out = resume or args.out
     cfg = load_config(args.config, [*args.overrides, *([f"out={out}"] if out else [])])
-    check_data(cfg)
+    cfg.data.check(cfg.data_facts())
     return cfg
 
 

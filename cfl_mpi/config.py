@@ -20,13 +20,12 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from .data import REGISTRY as DATA_SETS
+from .data import BenchmarkData, DataFacts, DataParams
+from .settings import ConfigError, derived
 from .strategies import REGISTRY, ConfigFacts, StrategyParams
 from .strategies.emdcfl import EmdCflConfig
 from .strategies.spec import SEED_LIMIT
-
-
-class ConfigError(ValueError):
-    """A config problem, reported as one line: `<field>: <what is wrong> (<fix>)`."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -46,12 +45,6 @@ _Loader.add_implicit_resolver(
 )
 
 
-def derived() -> Any:
-    """A field whose null (its default) `__post_init__` replaces with a value derived from the
-    other fields: YAML may give null, code reads the field's own type, never None."""
-    return field(default=None, metadata={"derived": True})
-
-
 def yaml_hints(cls: type) -> dict[str, Any]:
     """`cls`'s field types as YAML gives them: a derived field's type or null."""
     hints = typing.get_type_hints(cls)
@@ -64,84 +57,6 @@ def yaml_hints(cls: type) -> dict[str, Any]:
 def read_yaml(text: str) -> Any:
     """Parse YAML text the way every config, `--set` value and saved config is read."""
     return yaml.load(text, Loader=_Loader)
-
-
-# Data sets (the EMD-CFL paper, §4.1 and Appendix C): the rotated sets replicate their pool once
-# per angle; the backdoor sets split their silos evenly across 3 groups (group 0 is the target
-# of the backdoor); PACS gives each domain its own silos.
-ROTATED_DATA = ("rotated_digits", "rotated_mnist", "rotated_cifar10")
-BACKDOOR_DATA = ("backdoor_mnist", "backdoor_cifar10")
-PACS_DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
-# Edge of the images a silo keeps when data.image_size is null: the data set's own size
-# (scikit-learn's 8x8 digits are upsampled to MNIST's 28; PACS's 227 is cut to the paper's 224).
-NATIVE_IMAGE_SIZE = {
-    "rotated_digits": 28,
-    "rotated_mnist": 28,
-    "backdoor_mnist": 28,
-    "rotated_cifar10": 32,
-    "backdoor_cifar10": 32,
-    "pacs": 224,
-}
-
-
-# The data set, how its images are split into silos, and which groups of silos form the true clusters.
-@dataclass(frozen=True)
-class DataConfig:
-    # The data set: rotated_* copy their pool once per rotation, backdoor_* split the silos
-    # evenly across 3 groups (group 0 the backdoor's target), pacs gives each domain its own silos.
-    name: Literal[
-        "rotated_digits", "rotated_mnist", "rotated_cifar10", "backdoor_mnist", "backdoor_cifar10", "pacs"
-    ] = "rotated_digits"
-    # Rotation angles in degrees, one group per angle (the paper's 0/90/180/270, and its
-    # Appendix E.9 variants). rotated_* only.
-    rotations: list[float] = field(default_factory=lambda: [0.0, 90.0, 180.0, 270.0])
-    # True cluster of each group (rotation, backdoor group or PACS domain); null: every group is
-    # its own cluster. The "min" rotations [-3, -1, 1, 3] are one cluster: [0, 0, 0, 0].
-    group_clusters: list[int] | None = None
-    # Black pixels added around each image before it is rotated (rotated_* only). The authors'
-    # rotated CIFAR-10 "Min" set adds 2 (the authors' `rotcifar10.ipynb`, docs/FIDELITY.md); everything else 0.
-    rotation_border: int = 0
-    # Folder of the data set's files: MNIST's IDX files (`<root>/MNIST/raw` or `<root>`),
-    # CIFAR-10's pickled batches (`<root>/cifar-10-batches-py`), PACS (`<root>/<domain>/<class>/*.jpg`).
-    root: str | None = None
-    # MNIST and CIFAR-10: "train" trains on the training split and tests on the test split;
-    # "test" uses the test split alone as the whole data set (split by test_fraction).
-    pool: Literal["train", "test"] = "train"
-    # Rank 0 (or `python -m cfl_mpi.prepare`) downloads missing MNIST/CIFAR-10 files.
-    download: bool = True
-    # Fraction of the pool held out for testing (digits, or MNIST/CIFAR-10 with pool: test).
-    test_fraction: float = 0.2
-    # Fraction of each silo's training share used as its validation set (the paper's 10 %).
-    # PACS: see pacs_split.
-    val_fraction: float = 0.1
-    # PACS: "paper": each silo's images split 80/10/10 (EMD-CFL paper, §4.1); "authors": the last
-    # 20 % of each shuffled domain is its test pool, the rest dealt round-robin to the domain's
-    # silos, each silo's share split 80/20 into training and validation (the authors' `pacs.ipynb`).
-    pacs_split: Literal["paper", "authors"] = "paper"
-    # rotated_*: images in every silo's share of the training pool (training + validation),
-    # IFCA's shape (its rotated MNIST gives each of 2,400 clients 100). null: each group's copy
-    # of the pool split evenly across its silos. Silos of a group stay disjoint while they fit
-    # in the pool; beyond it they share images (partition.sized_shard says how).
-    silo_images: int | None = None
-    # Edge of the square images each silo keeps in memory; null: the data set's own
-    # (NATIVE_IMAGE_SIZE). The model resizes batches to model.input_size on the device.
-    image_size: int = derived()
-    # PACS: the domains used, how many silos each gets (domain_silos; paper: 3 photo, 4 art,
-    # 4 cartoon, 7 sketch = 18 silos), and the fewest images a silo may hold (min_silo_images;
-    # paper: at least 500).
-    domains: list[str] = field(default_factory=lambda: list(PACS_DOMAINS))
-    domain_silos: list[int] = field(default_factory=lambda: [3, 4, 4, 7])
-    min_silo_images: int = 500
-
-    def __post_init__(self) -> None:
-        if self.image_size is None:
-            object.__setattr__(self, "image_size", NATIVE_IMAGE_SIZE[self.name])
-
-    def root_folder(self) -> Path:
-        """data.root, which every data set but rotated_digits needs."""
-        if self.root is None:
-            raise ConfigError(f"data.root: {self.name} needs the folder of its files (set data.root)")
-        return Path(self.root)
 
 
 # The torchvision models (EMD-CFL paper, Appendix D.2) and their embedding sizes dim(Z): the pooled features
@@ -337,7 +252,8 @@ class Config:
     seed: int = 0
     # Number of silos (federated clients); data says how they are grouped into true clusters.
     silos: int = 8
-    data: DataConfig = field(default_factory=DataConfig)
+    # The data set, chosen by data.name; its other keys depend on that choice.
+    data: DataParams = field(default_factory=BenchmarkData)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # The federated method, chosen by strategy.name; its other keys depend on that choice.
@@ -365,6 +281,15 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def data_facts(self) -> DataFacts:
+        """What the data set is built for besides its own section."""
+        return DataFacts(self.silos, self.seed, self.model.name in TORCHVISION_MODELS)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one model input a silo holds: (channels, height, width) or (features,)."""
+        return self.data.sample_shape(self.model.name in TORCHVISION_MODELS)
+
 
 # --------------------------------------------------------------------------- parsing
 
@@ -390,6 +315,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
     elif tp is StrategyParams:  # the registry's class for strategy.name
         return _strategy(value, where)
+    elif tp is DataParams:  # the data sets' registry's class for data.name
+        return _data_set(value, where)
     elif origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         if value is not None and len(args) == 2 and type(None) in args:  # optional: the inner error is the useful one
@@ -468,6 +395,16 @@ def _strategy(value: Any, where: str) -> Any:
     return _dataclass(spec.params, value, where)
 
 
+def _data_set(value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping with a name (one of {', '.join(DATA_SETS)}), got {value!r}")
+    name = value.get("name", BenchmarkData.name)
+    cls = DATA_SETS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ConfigError(f"{where}.name: unknown data set {name!r} (choose one of {', '.join(DATA_SETS)})")
+    return _dataclass(cls, value, where)
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -477,7 +414,8 @@ def _validate(cfg: Config) -> None:
     """Value checks the types cannot express, each naming the field and the fix."""
     _check(cfg.silos >= 1, f"silos: must be at least 1, got {cfg.silos}")
     _check(0 <= cfg.seed < SEED_LIMIT, f"seed: must be an integer in [0, 2**64), got {cfg.seed}")
-    _validate_data(cfg)
+    for problem in cfg.data.problems(cfg.data_facts()):
+        raise ConfigError(problem)
     _validate_model(cfg)
     for name in ("rounds", "local_epochs", "batch_size"):
         value = getattr(cfg.train, name)
@@ -556,69 +494,10 @@ def _validate_federation(cfg: Config) -> None:
         )
 
 
-def _validate_data(cfg: Config) -> None:
-    """Silo counts per data set (the EMD-CFL paper's, §4.1), fractions, sizes and folders."""
-    d = cfg.data
-    if d.name in ROTATED_DATA:
-        groups = len(d.rotations)
-        _check(groups >= 1, "data.rotations: give at least one angle, e.g. [0, 90, 180, 270]")
-        _check(
-            cfg.silos % groups == 0,
-            f"silos: {cfg.silos} silos cannot be split evenly across {groups} rotations "
-            f"(set silos to a multiple of {groups})",
-        )
-        _check(d.rotation_border >= 0, f"data.rotation_border: must be 0 or more pixels, got {d.rotation_border}")
-    elif d.name in BACKDOOR_DATA:
-        groups = 3
-        _check(
-            cfg.silos % groups == 0,
-            f"silos: {d.name} splits its silos evenly across 3 groups, {cfg.silos} is not a multiple "
-            f"of 3 (set silos to a multiple of 3; the paper uses {30 if d.name == 'backdoor_mnist' else 15})",
-        )
-    else:  # pacs
-        groups = len(d.domains)
-        _check(
-            groups >= 1 and len(set(d.domains)) == groups and set(d.domains) <= set(PACS_DOMAINS),
-            f"data.domains: give distinct PACS domains out of {', '.join(PACS_DOMAINS)}, got {d.domains}",
-        )
-        _check(
-            len(d.domain_silos) == groups and all(n >= 1 for n in d.domain_silos),
-            f"data.domain_silos: give one positive silo count per domain ({groups}), got {d.domain_silos}",
-        )
-        _check(
-            cfg.silos == sum(d.domain_silos),
-            f"silos: data.domain_silos {d.domain_silos} adds up to {sum(d.domain_silos)} silos but silos is "
-            f"{cfg.silos} (set silos to {sum(d.domain_silos)} or change data.domain_silos)",
-        )
-        _check(d.min_silo_images >= 1, f"data.min_silo_images: must be at least 1, got {d.min_silo_images}")
-    if d.silo_images is not None:
-        _check(
-            d.name in ROTATED_DATA,
-            f"data.silo_images: only the rotated data sets take a fixed number of "
-            f"images per silo, not {d.name} (remove the key)",
-        )
-        _check(
-            d.silo_images >= 2,
-            f"data.silo_images: a silo needs at least 2 images (training and validation), got {d.silo_images}",
-        )
-    if d.group_clusters is not None:
-        _check(
-            len(d.group_clusters) == groups and all(k >= 0 for k in d.group_clusters),
-            f"data.group_clusters: give one non-negative cluster label per group ({groups} for {d.name}), "
-            f"got {d.group_clusters}",
-        )
-    for name in ("test_fraction", "val_fraction"):
-        frac = getattr(d, name)
-        _check(0.0 < frac < 1.0, f"data.{name}: must lie strictly between 0 and 1, got {frac}")
-    _check(d.image_size >= 8, f"data.image_size: must be at least 8, got {d.image_size}")
-    if d.name != "rotated_digits":
-        d.root_folder()
-
-
 def _validate_model(cfg: Config) -> None:
     m = cfg.model
     _check(m.pretrained != "", "model.pretrained: give true, false or the path of a weights file")
-    if m.name in ("simple_cnn", "mlp"):  # built here, for data.image_size, with no published weights
+    if m.name in ("simple_cnn", "mlp"):  # built here, for the data's shape, with no published weights
         what = {"simple_cnn": "the simple CNN", "mlp": "the MLP"}[m.name]
         _check(
             m.name != "simple_cnn" or (len(m.channels) == 2 and all(c > 0 for c in m.channels)),
@@ -626,30 +505,47 @@ def _validate_model(cfg: Config) -> None:
         )
         _check(m.embedding_dim > 0, f"model.embedding_dim: must be positive, got {m.embedding_dim}")
         _check(
-            m.input_size is None or m.input_size == cfg.data.image_size,
-            f"model.input_size: {what} is built for data.image_size ({cfg.data.image_size}), "
-            f"got {m.input_size} (set data.image_size instead)",
-        )
-        _check(
             m.pretrained is not True,
             f"model.pretrained: torchvision has no weights for {what} (use false or a weights file)",
         )
-        return
-    native = TORCHVISION_MODELS[m.name]
-    assert m.input_size is not None  # ModelConfig sets it for every torchvision model
-    _check(
-        m.embedding_dim == native,
-        f"model.embedding_dim: {m.name}'s embedding has {native} dimensions, got {m.embedding_dim} "
-        f"(remove the key or set it to {native})",
-    )
-    _check(m.input_size >= 32, f"model.input_size: {m.name} needs at least 32, got {m.input_size}")
-    if m.name == "vit_b_16":
-        _check(m.input_size % 16 == 0, f"model.input_size: vit_b_16 needs a multiple of 16, got {m.input_size}")
+    else:
+        native = TORCHVISION_MODELS[m.name]
+        assert m.input_size is not None  # ModelConfig sets it for every torchvision model
         _check(
-            m.pretrained is False or m.input_size == IMAGENET_INPUT_SIZE,
-            f"model.input_size: vit_b_16's weights are for {IMAGENET_INPUT_SIZE}x{IMAGENET_INPUT_SIZE} "
-            f"inputs, got {m.input_size} (set it to {IMAGENET_INPUT_SIZE} or pretrained: false)",
+            m.embedding_dim == native,
+            f"model.embedding_dim: {m.name}'s embedding has {native} dimensions, got {m.embedding_dim} "
+            f"(remove the key or set it to {native})",
         )
+        _check(m.input_size >= 32, f"model.input_size: {m.name} needs at least 32, got {m.input_size}")
+        if m.name == "vit_b_16":
+            _check(m.input_size % 16 == 0, f"model.input_size: vit_b_16 needs a multiple of 16, got {m.input_size}")
+            _check(
+                m.pretrained is False or m.input_size == IMAGENET_INPUT_SIZE,
+                f"model.input_size: vit_b_16's weights are for {IMAGENET_INPUT_SIZE}x{IMAGENET_INPUT_SIZE} "
+                f"inputs, got {m.input_size} (set it to {IMAGENET_INPUT_SIZE} or pretrained: false)",
+            )
+    if not cfg.data.per_silo_files or getattr(cfg.data, "input_shape", None) is not None:
+        for problem in model_fit_problems(m, cfg.sample_shape):
+            raise ConfigError(problem)
+
+
+def model_fit_problems(m: ModelConfig, shape: tuple[int, ...]) -> list[str]:
+    """Why the model cannot take examples of `shape` (what the data set holds, or what the silos
+    agreed on before the first round); empty when it can."""
+    size = "x".join(map(str, shape))
+    if m.name in ("simple_cnn", "mlp") and m.input_size is not None and m.input_size != shape[-1]:
+        what = {"simple_cnn": "the simple CNN", "mlp": "the MLP"}[m.name]
+        return [
+            f"model.input_size: {what} is built for data.image_size ({shape[-1]}), "
+            f"got {m.input_size} (set data.image_size instead)"
+        ]
+    if m.name == "mlp":
+        return []
+    if len(shape) != 3 or shape[1] != shape[2]:
+        return [f"model.name: {m.name} takes square images (channels x size x size), the data's examples are {size}"]
+    if m.name == "simple_cnn":
+        return []
+    return [] if shape[0] == 3 else [f"model.name: {m.name} takes 3-channel images, the data's examples are {size}"]
 
 
 def _apply_override(raw: dict[str, Any], assignment: str) -> None:

@@ -84,9 +84,10 @@ def _exit_on_error(comm, error: str | None) -> None:
 
 def _validated(comm, args) -> tuple[Config, RankLayout]:
     """Config checks on every rank and the results folder's on rank 0 (before any torch import:
-    a mistaken --resume is one line at once), then data preparation and the rest of
-    the folder's checks on rank 0; exit 2 on any error."""
-    from .prepare import prepare
+    a mistaken --resume is one line at once); then data preparation on rank 0 while the silo
+    ranks read their own files for the agreement (where the data set has them); then the
+    weights and the rest of the folder's checks on rank 0; exit 2 on any error."""
+    from .prepare import prepare_weights
 
     error = None
     try:
@@ -99,14 +100,50 @@ def _validated(comm, args) -> tuple[Config, RankLayout]:
     _exit_on_error(comm, error)
     try:
         if comm.Get_rank() == 0:
-            prepare(cfg)  # data files and pretrained weights, once per job
-            prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
+            cfg.data.prepare(cfg.data_facts())  # data files, once per job
         else:  # meanwhile the silo ranks: runtime.device: cuda needs a GPU on each
             require_gpu(cfg.runtime.device, f"rank {comm.Get_rank()} on {platform.node()}")
     except ConfigError as err:
         error = str(err)
     _exit_on_error(comm, error)
+    if cfg.data.per_silo_files:
+        cfg = _agreed(comm, layout, cfg)
+    try:
+        if comm.Get_rank() == 0:
+            prepare_weights(cfg)  # pretrained weights, once per job
+            prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
+    except ConfigError as err:
+        error = str(err)
+    _exit_on_error(comm, error)
     return cfg, layout
+
+
+def _agreed(comm, layout: RankLayout, cfg: Config) -> Config:
+    """The agreement before the first round (runtime/agreement.py): each silo rank reads its own
+    silos' files, every rank gathers every report (fixed-width frames, one collective) and checks
+    them the same way, so all reach the same config or the same error."""
+    from .data.agreement import REPORT_BYTES, frame, read_frames
+    from .runtime.agreement import agreed_config, local_reports
+    from .wire.messages import ProtocolError
+
+    error, mine = None, {}
+    here = layout.silos_on(comm.Get_rank())
+    try:
+        mine = local_reports(cfg, here)
+    except ConfigError as err:
+        error = str(err)
+    _exit_on_error(comm, error)
+    send = np.frombuffer(bytearray(b"".join(frame(s, mine[s]) for s in here)), dtype=np.uint8)
+    counts = [len(layout.silos_on(r)) * REPORT_BYTES for r in range(comm.Get_size())]
+    frames = np.empty(sum(counts), dtype=np.uint8)
+    wait_quietly(comm.Iallgatherv(send, [frames, counts]))
+    try:
+        order = [s for r in range(comm.Get_size()) for s in layout.silos_on(r)]
+        cfg = agreed_config(cfg, read_frames(frames.tobytes(), order))
+    except (ConfigError, ProtocolError) as err:
+        error = str(err)
+    _exit_on_error(comm, error)
+    return cfg
 
 
 def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement, device: Any) -> None:

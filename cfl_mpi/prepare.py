@@ -17,22 +17,22 @@ DESCRIPTION = "Get a job's data and pretrained weights ready (download what is m
 
 
 def prepare(cfg: Config) -> None:
-    """Data files, then weights; a ConfigError (one line naming folder and fix) if impossible."""
-    from .data import prepare_data
-
-    prepare_data(cfg)
-    prepare_weights(cfg)
+    """Data files, then weights; a ConfigError (one line naming folder and fix) if impossible.
+    Where the silos read files of their own, the weights are checked by the job, once the silos
+    agreed on the shape of their examples."""
+    cfg.data.prepare(cfg.data_facts())
+    if not cfg.data.per_silo_files:
+        prepare_weights(cfg)
 
 
 def prepare_weights(cfg: Config) -> None:
     """Fetch (torchvision's) or check (a file's) pretrained weights by building θ(0) once."""
     if cfg.model.pretrained is False:
         return
-    from .data import num_classes
     from .models import WeightsError, build_model
 
     try:
-        build_model(cfg, num_classes(cfg))
+        build_model(cfg, cfg.data.num_classes())
     except WeightsError as err:
         raise ConfigError(str(err)) from None
     except Exception as err:  # missing file, unpicklable content, no network, ...
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         prepare(cfg)
     except ConfigError as err:
         config_error(str(err))
-    where = f" in {cfg.data.root}" if cfg.data.root else " (embedded)"
+    root = getattr(cfg.data, "root", None)
+    where = f" in {root}" if root else " (embedded)" if not cfg.data.per_silo_files else " (read by each silo)"
     weights = "" if cfg.model.pretrained is False else f"; weights for {cfg.model.name} ready"
     print(f"{cfg.data.name}: data ready{where}{weights}")
 

@@ -36,18 +36,28 @@ __all__ = ["simulate"]
 
 
 def simulate(
-    cfg: Config, out: Path | None = None, stop: StopRequest | None = None, resume: bool = False, grace_s: float = 10.0
+    cfg: Config,
+    out: Path | None = None,
+    stop: StopRequest | None = None,
+    resume: bool = False,
+    grace_s: float = 10.0,
+    agreed: bool = False,
 ) -> dict | None:
     """The whole run in-process; the summary, or None if it was stopped (SIGTERM, Ctrl-C) after a
     checkpoint. A failing party raises `PartyFailure` naming it after the others stopped
-    (waiting at most `grace_s` for a party that hangs)."""
+    (waiting at most `grace_s` for a party that hangs). Silos reading files of their own agree
+    on their data first, unless `agreed` says the config holds the agreement already."""
     import torch
     from threadpoolctl import threadpool_limits
+
+    from .runtime.agreement import agreed_in_process
 
     from .runtime.placement import DeviceReport, device_for, usable_cores
     from .runtime.server import start_server
     from .runtime.silo import run_silo
 
+    if not agreed:
+        cfg = agreed_in_process(cfg)
     # Process-wide settings, as the MPI job gives each silo on one node: its share of the cores.
     cores = usable_cores()
     threads = max(1, cores // cfg.silos)
@@ -87,7 +97,8 @@ def simulate(
 def main(argv: list[str] | None = None) -> None:
     args = run_arguments("python -m cfl_mpi.simulate", DESCRIPTION).parse_args(argv)
     console.setup(console.level_of(args.quiet, args.verbose))
-    from .prepare import prepare
+    from .prepare import prepare_weights
+    from .runtime.agreement import agreed_in_process
     from .runtime.placement import DeviceReport, describe_devices, device_for
 
     stop = StopRequest()
@@ -97,12 +108,14 @@ def main(argv: list[str] | None = None) -> None:
         check_results_folder(cfg, args)  # before torch: a mistaken --resume or --out at once
         device = device_for(0, cfg.runtime.device)  # runtime.device: cuda without a GPU is a config error
         announce(cfg, f"in one process {describe_devices([DeviceReport.of(device)])}")
-        prepare(cfg)
+        cfg.data.prepare(cfg.data_facts())
+        cfg = agreed_in_process(cfg)  # every silo's files read and checked before any training
+        prepare_weights(cfg)
         prepare_results_folder(cfg, args)
     except ConfigError as err:
         config_error(str(err))
     try:
-        stopped = simulate(cfg, stop=stop, resume=bool(args.resume)) is None
+        stopped = simulate(cfg, stop=stop, resume=bool(args.resume), agreed=True) is None
     except PartyFailure as failure:
         detail = "".join(traceback.format_exception(failure.error)).rstrip()
         text = f"cfl_mpi: {failure}\n{detail}"

@@ -69,5 +69,12 @@ def to_model_input(
         images01 = images01[..., None]
     if channels is not None and images01.shape[-1] != channels:
         images01 = np.repeat(images01, channels, axis=-1)
-    out = ((images01 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
-    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+    return model_layout(((images01 - np.asarray(mean)) / np.asarray(std)).astype(np.float32))
+
+
+def model_layout(nhwc: np.ndarray) -> np.ndarray:
+    """A fresh (n, h, w, c) float32 batch as the (n, c, h, w) array every silo trains on. With
+    one channel no copy is made and the channel axis keeps its stride of one element, which
+    torch reads as channels-last: its kernels, and so their rounding, follow the strides, so
+    every data set hands torch this one layout."""
+    return np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2))

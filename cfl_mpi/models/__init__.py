@@ -8,6 +8,7 @@ ImageNet models (torchvision_models.py).
 from __future__ import annotations
 
 import copy
+import math
 import threading
 from pathlib import Path
 
@@ -47,17 +48,14 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
     has one of the right shape) starts from those weights. Silos pass `load_weights=False`:
     they receive θ(0) from the server, the only rank that needs the weights.
     """
-    from ..data import input_channels
-
     m = cfg.model
+    shape = cfg.sample_shape
     with _DEFAULT_GENERATOR:
         if m.name == "simple_cnn":
             c1, c2 = m.channels
-            model: SplitModel = SimpleCNN(
-                input_channels(cfg), num_classes, cfg.data.image_size, (c1, c2), m.embedding_dim, m.pools
-            )
+            model: SplitModel = SimpleCNN(shape[0], num_classes, shape[-1], (c1, c2), m.embedding_dim, m.pools)
         elif m.name == "mlp":
-            model = Mlp(input_channels(cfg) * cfg.data.image_size**2, num_classes, m.embedding_dim)
+            model = Mlp(math.prod(shape), num_classes, m.embedding_dim)
         else:
             assert m.input_size is not None  # ModelConfig sets it for every torchvision model
             model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
@@ -82,9 +80,7 @@ def seeded_states(cfg: Config, num_classes: int, seed: int, count: int) -> list[
 
 def initial_model(cfg: Config) -> dict[str, np.ndarray]:
     """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
-    from ..data import num_classes
-
-    return seeded_states(cfg, num_classes(cfg), cfg.seed, 1)[0]
+    return seeded_states(cfg, cfg.data.num_classes(), cfg.seed, 1)[0]
 
 
 def _torchvision_weights(name: str) -> dict[str, torch.Tensor]:

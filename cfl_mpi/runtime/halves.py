@@ -4,12 +4,12 @@ one place that turns a `Config` into what a strategy half may know (`RunFacts`).
 from __future__ import annotations
 
 import importlib
+import math
 from typing import TypeVar
 
 import numpy as np
 
 from ..config import Config
-from ..data import input_channels, num_classes, true_clusters
 from ..strategies import REGISTRY
 from ..strategies.base import Halves, Model, RunFacts, SiloProtocol, Strategy
 
@@ -18,8 +18,9 @@ def run_facts(cfg: Config) -> RunFacts:
     def initial_models(k: int) -> list[Model]:
         from ..models import seeded_states  # torch: only where a strategy asks for models
 
-        return seeded_states(cfg, num_classes(cfg), cfg.seed, k)
+        return seeded_states(cfg, cfg.data.num_classes(), cfg.seed, k)
 
+    truth = cfg.data.true_clusters(cfg.silos)
     late = tuple(sorted(((x.silo, x.round) for x in cfg.late_silos), key=lambda x: (x[1], x[0])))
     return RunFacts(
         cfg.silos,
@@ -28,9 +29,9 @@ def run_facts(cfg: Config) -> RunFacts:
         cfg.aggregation,
         None if cfg.train.batch_size == "all" else cfg.train.batch_size,
         cfg.model.embedding_dim,
-        input_channels(cfg) * cfg.data.image_size**2,
-        num_classes(cfg),
-        len(np.unique(true_clusters(cfg))),
+        math.prod(cfg.sample_shape),
+        cfg.data.num_classes(),
+        None if truth is None else len(np.unique(truth)),
         initial_models,
     )
 
@@ -44,7 +45,7 @@ def halves(cfg: Config) -> Halves:
 def server_half(cfg: Config) -> Strategy:
     """The server half of the config's strategy, with the modules it needs in its rounds loaded;
     the true clusters are passed to a strategy whose spec says it sees them (the Oracle) only."""
-    truth = {"truth": true_clusters(cfg)} if REGISTRY[cfg.strategy.name].sees_truth else {}
+    truth = {"truth": cfg.data.true_clusters(cfg.silos)} if REGISTRY[cfg.strategy.name].sees_truth else {}
     return loaded(halves(cfg).server(cfg.strategy, run_facts(cfg), **truth))
 
 

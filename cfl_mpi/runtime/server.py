@@ -17,7 +17,6 @@ from ..aggregation import Decision
 from ..channel import Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..console import detail, say, warn
-from ..data import backdoor_targets, pool_sizes, silo_images_shared_by, true_clusters
 from ..results import RunRecorder
 from ..strategies.base import Model, ServerRound, timed
 from ..wire.round import EVALUATE, STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel, Update
@@ -47,8 +46,8 @@ class Server:
 
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
         self.devices = devices or []  # where the silos compute: one label per silo rank (summary.json)
-        self.truth = true_clusters(cfg)
-        self.targets = backdoor_targets(cfg)
+        self.truth = cfg.data.true_clusters(cfg.silos)  # None: no known groups, no ARI
+        self.targets = cfg.data.backdoor_targets(cfg.silos)
         self.halves = halves(cfg)
         self.kinds = self.halves.all_kinds
         self.strategy = server_half(cfg)
@@ -318,12 +317,9 @@ def start_server(
     """The server, ready to `run` (from the checkpoint in `out` with `resume`); its strategy
     may use `cores` cores for its own computations; `devices` says where the silos compute."""
     server = Server(cfg, channel, out, stop, cores, devices)
-    shared = silo_images_shared_by(cfg)
-    if shared > 1:
-        say(
-            f"data: {cfg.data.silo_images} images per silo from a training pool of {pool_sizes(cfg)[0]}: silos "
-            f"of one group share images, each held by up to {shared} of them (data.silo_images)"
-        )
+    note = cfg.data.start_note(cfg.data_facts())
+    if note:
+        say(note)
     if resume:
         server.resume()
         say(f"resuming {out} after round {server.next_round - 1}")

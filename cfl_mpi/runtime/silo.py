@@ -12,7 +12,7 @@ import numpy as np
 
 from ..channel import SERVER, Channel
 from ..config import Config
-from ..data import SiloData, build_silo_data, num_classes
+from ..data import SiloData
 from ..strategies.base import SiloRound
 from ..wire.round import HUGE_LOSS, STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel
 from .compute import ComputePool
@@ -31,10 +31,10 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     from ..models import build_model, load_arrays, state_arrays
     from ..training import to_device, train_local
 
-    data = build_silo_data(cfg, silo)
+    data = cfg.data.build(silo, cfg.data_facts())
     mark("data")
     # weights come from the server; torch runs on the compute workers only (compute.py)
-    model = compute(lambda: build_model(cfg, num_classes(cfg), load_weights=False).to(device))
+    model = compute(lambda: build_model(cfg, cfg.data.num_classes(), load_weights=False).to(device))
     # the sets training and evaluation use every round, on the device once (where they fit)
     x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
     together = batches_silos(cfg, device)

@@ -1,0 +1,115 @@
+"""What the rest of cfl_mpi knows about a data set: its parameters (the config's `data:`
+section), the facts of the run it is built for, and one silo's arrays.
+
+A data set is one module with a frozen dataclass subclassing `DataParams`, registered by
+name in `data/__init__.py`; its methods answer what the config check, the server and each
+silo need, and nothing reaches it but its own section and `DataFacts` (never the whole
+config).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+
+class DataFacts(NamedTuple):
+    """What a data set is built for besides its own parameters."""
+
+    silos: int
+    seed: int
+    # the model is an ImageNet network (torchvision's): it takes 3 channels and ImageNet's statistics
+    imagenet: bool = False
+
+
+@dataclass(frozen=True)
+class SiloData:
+    """One silo's private data as model-ready arrays (x: float32, NCHW images or feature
+    vectors; y: int64).
+
+    `x_backdoor`/`y_backdoor`: on the target silos of a backdoor set, their test images with
+    the backdoor feature set to another label's value, and the true labels; None elsewhere.
+    """
+
+    group: int  # its known group, -1 where none is known
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    x_backdoor: np.ndarray | None = None
+    y_backdoor: np.ndarray | None = None
+
+
+class DataParams:
+    """Base of a data set's frozen parameters (its `data:` section of the config)."""
+
+    name: str
+    # Whether each silo reads files of its own that only its rank sees: the server then learns
+    # what it needs of them (shapes, classes, counts) in the agreement before the first round
+    # (data/agreement.py) instead of from the parameters.
+    per_silo_files: ClassVar[bool] = False
+
+    def problems(self, facts: DataFacts) -> Iterator[str]:
+        """One config-error line per value the types cannot rule out (`data.<key>: …`)."""
+        return iter(())
+
+    def groups(self, silos: int) -> np.ndarray | None:
+        """The known group of every silo (rotation, domain, a manifest's column), or None
+        where the data set knows none: no ARI then, and no Oracle."""
+        return None
+
+    def true_clusters(self, silos: int) -> np.ndarray | None:
+        """Ground-truth cluster of every silo: its group, mapped through `group_clusters` if set."""
+        groups = self.groups(silos)
+        mapping = getattr(self, "group_clusters", None)
+        if groups is None or mapping is None:
+            return groups
+        return np.asarray(mapping, dtype=np.int64)[groups]
+
+    def num_classes(self) -> int:
+        raise NotImplementedError
+
+    def sample_shape(self, imagenet: bool) -> tuple[int, ...]:
+        """The shape of one model input a silo holds: (channels, height, width) or (features,)."""
+        raise NotImplementedError
+
+    def backdoor_targets(self, silos: int) -> np.ndarray:
+        """Which silos report accuracy on backdoored test images (none by default)."""
+        return np.zeros(silos, dtype=bool)
+
+    def check(self, facts: DataFacts) -> None:
+        """Before any work, on every rank: ConfigError when the data cannot be found (nor fetched)."""
+
+    def prepare(self, facts: DataFacts) -> None:
+        """Rank 0, before any silo reads: fetch what is missing; ConfigError if impossible."""
+
+    def start_note(self, facts: DataFacts) -> str | None:
+        """A line the server says at the start about the data, or None."""
+        return None
+
+    def files_of(self, silo: int) -> str:
+        """How errors name the silo's data (its file), or "" where it has none of its own."""
+        return ""
+
+    def build(self, silo: int, facts: DataFacts) -> SiloData:
+        """Silo `silo`'s (0-based) own data: called by the process that hosts it, only."""
+        raise NotImplementedError
+
+    def read_for_agreement(self, silo: int, facts: DataFacts) -> SiloData:
+        """`build`, for a silo's report in the agreement before the first round (`per_silo_files`)."""
+        return self.build(silo, facts)
+
+    def agreed(self, shape: tuple[int, ...], classes: int) -> DataParams:
+        """These parameters with what the silos agreed on filled in (`per_silo_files`)."""
+        raise NotImplementedError
+
+
+def input_size(shape: tuple[int, ...]) -> int:
+    """Values in one model input."""
+    return math.prod(shape)
