@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from cfl_mpi.config import config_digest, load_config
-from cfl_mpi.data import num_classes, true_clusters
 from cfl_mpi.runtime.checkpoint import Checkpoint, dedupe_models, save_checkpoint
 from cfl_mpi.runtime.halves import server_half
 
@@ -36,7 +35,7 @@ def main() -> None:
     from cfl_mpi.models import build_model, state_arrays
 
     cfg = load_config(args.config)
-    truth = true_clusters(cfg)
+    truth = cfg.data.true_clusters(cfg.silos)
     strategy = server_half(cfg)
     rng = np.random.default_rng(0)
     for name in ("W", "tau", "noise"):
@@ -46,7 +45,7 @@ def main() -> None:
     digest = config_digest(cfg)
 
     def fresh_model() -> dict[str, np.ndarray]:
-        return state_arrays(build_model(cfg, num_classes(cfg), load_weights=False))
+        return state_arrays(build_model(cfg, cfg.data.num_classes(), load_weights=False))
 
     torch.manual_seed(0)
     per_cluster = {int(k): fresh_model() for k in np.unique(truth)}

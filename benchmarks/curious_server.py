@@ -26,7 +26,6 @@ from scipy.optimize import linear_sum_assignment
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.fedwad.exchange import T_RANGE
 from cfl_mpi.config import load_config
-from cfl_mpi.data import build_silo_data, num_classes
 from cfl_mpi.ot.fedwad import client_step, gaussian_measure, uniform_measure
 from cfl_mpi.privacy.handshake import random_projection
 
@@ -68,10 +67,10 @@ def main() -> None:
     from cfl_mpi.training import embed
 
     cfg = load_config(ROOT / args.config, [])
-    data = build_silo_data(cfg, args.silo)
+    data = cfg.data.build(args.silo, cfg.data_facts())
     n = sample_size(cfg.strategy, len(data.y_train))
     rng = np.random.default_rng(cfg.seed)
-    model = build_model(cfg, num_classes(cfg), load_weights=False)
+    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     z = embed(model.embedding, data.x_train[:n], torch.device("cpu")).astype(np.float64)
     z_val = embed(model.embedding, data.x_val, torch.device("cpu")).astype(np.float64)
     r = random_projection(rng, z.shape[1], projected_dim(cfg.strategy, cfg.model.embedding_dim),

@@ -22,7 +22,6 @@ from threadpoolctl import threadpool_limits
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.distances import reference_distance
 from cfl_mpi.config import load_config
-from cfl_mpi.data import build_silo_data, num_classes
 from cfl_mpi.models import build_model
 from cfl_mpi.training import embed, train_local
 from .runs import MNIST
@@ -48,8 +47,8 @@ def former_estimator(tree: Path):
 def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.ndarray, np.ndarray, int, object]:
     """(Z_own, Z_val) of a silo after one round of local training, as the silo computes them."""
     cfg = load_config(ROOT / config, overrides)
-    data = build_silo_data(cfg, silo)
-    model = build_model(cfg, num_classes(cfg), load_weights=False)
+    data = cfg.data.build(silo, cfg.data_facts())
+    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     torch.manual_seed(cfg.seed)
     train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(silo), "cpu")
     s = cfg.strategy

@@ -37,7 +37,6 @@ from threadpoolctl import threadpool_limits
 from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import Config, load_config
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.data import build_silo_data, num_classes, true_clusters
 from cfl_mpi.models import build_model, initial_model, load_arrays
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
@@ -75,8 +74,8 @@ def trained_silos(cfg: Config) -> list[Silo]:
     theta0 = initial_model(cfg)
     models, samples, silos = [], [], []
     for c in range(cfg.silos):
-        data = build_silo_data(cfg, c)
-        model = build_model(cfg, num_classes(cfg), load_weights=False)
+        data = cfg.data.build(c, cfg.data_facts())
+        model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
         load_arrays(model, theta0)
         seed = int(np.random.SeedSequence([cfg.seed, c, 1]).generate_state(1)[0])
         train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(seed), "cpu")
@@ -168,17 +167,17 @@ def main(argv: list[str] | None = None) -> None:
         rows, Ws = replay(this, with_references(this, silos), args.draws, args.study_seed)
         noise = np.array([x.noise for x in silos])
         print(f"=== {variant or 'the config as given'}: noise {np.round(noise, 5).tolist()}")
-        print(summary(rows, Ws, noise, true_clusters(cfg), this.strategy.noise_multiple), flush=True)
+        print(summary(rows, Ws, noise, cfg.data.true_clusters(cfg.silos), this.strategy.noise_multiple), flush=True)
         if args.json:
             out = args.json if not k else args.json.with_name(f"{args.json.stem}-{k}{args.json.suffix}")
             out.write_text(json.dumps({"variant": variant, "rows": rows, "W": Ws.tolist(), "noise": noise.tolist(),
-                                       "truth": true_clusters(cfg).tolist()}))
+                                       "truth": cfg.data.true_clusters(cfg.silos).tolist()}))
 
 
 def replay(cfg: Config, silos: list[Silo], draws: int, seed: int) -> tuple[list[dict], np.ndarray]:
     """`draws` clustering rounds of fresh pair secrets: each one's ARI and distances to the cut, and W."""
     cut, rng, rows, Ws = cfg.strategy.noise_multiple, np.random.default_rng(seed), [], []
-    noise, truth = np.array([x.noise for x in silos]), true_clusters(cfg)
+    noise, truth = np.array([x.noise for x in silos]), cfg.data.true_clusters(cfg.silos)
     for _ in range(draws):
         W = replay_w(cfg, silos, random_pair_seeds(cfg, rng))
         labels, report = robust_clusters(W, noise, noise_multiple=cut)

@@ -72,11 +72,10 @@ def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | Non
     """The cluster's rounds; returns (honest accuracies, decisions, honest spread per round)."""
     import torch
 
-    from cfl_mpi.data import num_classes
     from cfl_mpi.models import build_model, load_arrays, state_arrays
     from cfl_mpi.training import evaluate, train_local
 
-    model = build_model(cfg, num_classes(cfg), load_weights=False)
+    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     members = [0, 1, 2]
     start, first_counts, decisions, spread = theta0, {}, [], []
     for t in range(1, rounds + 1):
@@ -116,7 +115,6 @@ def main() -> None:
 
     import torch
 
-    from cfl_mpi.data import build_silo_data
     from cfl_mpi.models import initial_model
 
     torch.set_num_threads(1)
@@ -129,7 +127,7 @@ def main() -> None:
     for seed in seeds:
         cfg = load_config("configs/digits.yaml", ["silos=6", "data.rotations=[0,180]", f"seed={seed}",
                                                   f"train.local_epochs={args.epochs}", f"model.channels={args.channels}"])
-        data = {c: build_silo_data(cfg, c) for c in (0, 1, 2)}
+        data = {c: cfg.data.build(c, cfg.data_facts()) for c in (0, 1, 2)}
         theta0 = initial_model(cfg)
         for scenario, attack in SCENARIOS.items():
             finals = {}

@@ -99,7 +99,6 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
     from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
     from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
     from cfl_mpi.config import load_config
-    from cfl_mpi.data import build_silo_data, num_classes
     from cfl_mpi.models import build_model, load_arrays
     from cfl_mpi.ot.wasserstein import w1
     from cfl_mpi.privacy.handshake import random_projection
@@ -112,14 +111,14 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
     chosen = [g * per + i for g in (0, 2, 1) for i in range(per_group)]
     group = np.array([c // per for c in chosen])
     cpu = torch.device("cpu")
-    data = {c: build_silo_data(base, c) for c in chosen}
+    data = {c: base.data.build(c, base.data_facts()) for c in chosen}
     lines = [f"{silos} silos, {per_group} of each of groups 0°, 180°, 90°; train "
              f"{len(data[chosen[0]].y_train)}, val {len(data[chosen[0]].y_val)} images per silo"]
     for epochs_ in epochs:
         cfg = dataclasses.replace(base, train=dataclasses.replace(base.train, local_epochs=epochs_))
         models = {}
         for c in chosen:
-            model = build_model(cfg, num_classes(cfg), load_weights=False)
+            model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
             load_arrays(model, initial_model(cfg))
             seed = int(np.random.SeedSequence([cfg.seed, c, 1]).generate_state(1)[0])
             train_local(model, data[c].x_train, data[c].y_train, cfg.train, torch.Generator().manual_seed(seed), cpu)

@@ -425,8 +425,14 @@ def _validate(cfg: Config) -> None:
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
     _validate_aggregation(cfg.aggregation)
     _validate_federation(cfg)
-    for problem in cfg.strategy.problems(_facts(cfg)):
+    facts = _facts(cfg)
+    for problem in cfg.strategy.problems(facts):
         raise ConfigError(problem)
+    _check(
+        facts.known_clusters is not None or not REGISTRY[cfg.strategy.name].sees_truth,
+        f"strategy.name: {cfg.strategy.name} trains the true clusters, and the data set knows none "
+        "(give the manifest a group column, or choose another strategy)",
+    )
     _check(cfg.runtime.message_timeout_s > 0, "runtime.message_timeout_s: must be positive")
     _check(cfg.runtime.payload_timeout_s > 0, "runtime.payload_timeout_s: must be positive")
     _check(
@@ -446,11 +452,13 @@ def _facts(cfg: Config) -> ConfigFacts:
     """What a strategy's parameters are checked against (participation and late silos valid)."""
     p = cfg.participation
     present = cfg.silos - len(cfg.late_silos)
+    truth = cfg.data.true_clusters(cfg.silos)
     return ConfigFacts(
         cfg.silos,
         cfg.model.embedding_dim,
         participant_count(p, present),
         p.fraction is None and p.count is None and not cfg.late_silos,
+        None if truth is None else len(set(truth.tolist())),
     )
 
 
@@ -551,7 +559,8 @@ def model_fit_problems(m: ModelConfig, shape: tuple[int, ...]) -> list[str]:
 def _apply_override(raw: dict[str, Any], assignment: str) -> None:
     """Apply one `--set a.b.c=value`; the value is parsed as YAML (so 0.05 is a number).
 
-    `--set strategy.name=X` starts a fresh strategy section; later `--set strategy.k=v` fill it.
+    `--set strategy.name=X` starts a fresh strategy section; later `--set strategy.k=v` fill it;
+    so does `--set data.name=X` for a data set of another kind.
     """
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment}: expected key=value, e.g. --set train.rounds=2")
@@ -564,6 +573,11 @@ def _apply_override(raw: dict[str, Any], assignment: str) -> None:
     parts = key.strip().split(".")
     if parts == ["strategy", "name"]:  # another strategy: the file's settings of the old one no longer apply
         raw["strategy"] = {"name": value}
+        return
+    section = raw.get("data")
+    old = DATA_SETS.get(section.get("name", BenchmarkData.name)) if isinstance(section, dict) else None
+    if parts == ["data", "name"] and isinstance(value, str) and DATA_SETS.get(value) is not old:
+        raw["data"] = {"name": value}  # another kind of data set: the old one's keys no longer apply
         return
     for part in parts[:-1]:
         child = node.setdefault(part, {})

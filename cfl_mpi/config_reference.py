@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from .config import Config, yaml_hints
+from .data import REGISTRY as DATA_SETS
+from .data import DataParams
 from .strategies import REGISTRY, StrategyParams
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +172,7 @@ def class_intro(cls: type) -> str:
 
 def _is_section(tp: Any) -> bool:
     """A nested mapping of keys: a dataclass, or the strategy's section (its class by name)."""
-    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, StrategyParams))
+    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, (StrategyParams, DataParams)))
 
 
 def _args(tp: Any) -> tuple[Any, ...]:
@@ -268,6 +270,23 @@ def sections() -> list[Section]:
             for name, cls in ((name, spec.params) for name, spec in REGISTRY.items()):
                 intro = _join(f"Keys of `strategy` with `strategy.name: {name}`.", class_intro(cls))
                 strategies.append(Section(f"strategy.name: {name}", intro, _keys(cls, "strategy.", skip=("name",))))
+        elif f.name == "data":
+            kinds: dict[type, list[str]] = {}
+            for name, cls in DATA_SETS.items():
+                kinds.setdefault(cls, []).append(name)
+            top.keys.append(
+                Key(
+                    "data.name",
+                    "string",
+                    f"`{Config().data.name}`",
+                    ", ".join(f"`{n}`" for n in DATA_SETS),
+                    meanings[f.name],
+                )
+            )
+            for cls, names in kinds.items():
+                choice = " or ".join(f"`data.name: {n}`" for n in names)
+                intro = _join(f"Keys of `data` with {choice}.", class_intro(cls))
+                out.append(Section(f"data.name: {', '.join(names)}", intro, _keys(cls, "data.", skip=("name",))))
         elif _is_section(tp):
             out += _section_tree(tp, f.name, meanings[f.name])
         elif (item := _list_of_sections(tp)) is not None:

@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> None:
         path = export(load_config(args.config, args.overrides), Path(args.to))
     except ConfigError as err:
         config_error(str(err))
-    print(f"wrote {args.to}: one .npz per silo, manifest.csv and {path.name} (run it: python -m cfl_mpi.simulate {path})")
+    print(
+        f"wrote {args.to}: one .npz per silo, manifest.csv and {path.name} (run it: python -m cfl_mpi.simulate {path})"
+    )
 
 
 if __name__ == "__main__":

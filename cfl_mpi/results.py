@@ -73,7 +73,7 @@ class RunRecorder:
         summary: dict[str, Any],
         records: list[dict[str, Any]],
         clusters: np.ndarray,
-        truth: np.ndarray,
+        truth: np.ndarray | None,
         artifacts: dict[str, np.ndarray],
     ) -> None:
         self._metrics.close()
@@ -81,7 +81,7 @@ class RunRecorder:
             json.dumps(
                 {
                     "clusters": {str(s): int(k) for s, k in enumerate(clusters)},
-                    "truth": {str(s): int(k) for s, k in enumerate(truth)},
+                    **({} if truth is None else {"truth": {str(s): int(k) for s, k in enumerate(truth)}}),
                 },
                 indent=1,
             )
@@ -91,6 +91,8 @@ class RunRecorder:
             np.savetxt(self.out / f"{name}.csv", np.atleast_2d(array), delimiter=",", fmt="%.6g")
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
         title = f"{self.cfg.name}: {self.cfg.strategy.name}"
+        if truth is None:  # no known groups: the silos are shown in the clusters found
+            truth, title = clusters, f"{title} (no known groups: silos grouped as found)"
         pairwise_heatmap(
             artifacts, truth, title, self.out / "distances.png", found=clusters, strategy=self.cfg.strategy
         )

@@ -51,7 +51,6 @@ def simulate(
     from threadpoolctl import threadpool_limits
 
     from .runtime.agreement import agreed_in_process
-
     from .runtime.placement import DeviceReport, device_for, usable_cores
     from .runtime.server import start_server
     from .runtime.silo import run_silo

@@ -21,14 +21,15 @@ PACKAGE = PROJECT_ROOT / "cfl_mpi"
 # (`strategies.*` is a strategy's light parameters package, `strategies.*.*` its halves and
 # their helpers, which sit on top of the config, the data and the models).
 LAYERS = (
-    ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console"),  # formats, maths, keys, words
+    ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console", "settings"),  # formats, maths, keys, words
     ("channel",),                                                   # how messages travel
-    ("strategies", "strategies.spec", "strategies.*"),              # the registry, the parameters
+    ("strategies", "strategies.spec", "strategies.*",               # the registries, the parameters,
+     "data", "data.*"),                                             # and each data set's silos
     ("config",),                                                    # YAML into typed settings
-    ("data", "models", "training", "batched_training", "aggregation", "results", "plots"),
+    ("models", "training", "batched_training", "aggregation", "results", "plots"),
     ("strategies.base", "strategies.*.*"),                          # the strategies' halves
     ("runtime",),                                                   # rounds, silos, placement, checkpoints
-    ("cli", "main", "simulate", "compare", "reproduce", "prepare", "ranks", "launch", "srun_mpi",
+    ("cli", "main", "simulate", "compare", "reproduce", "prepare", "export", "ranks", "launch", "srun_mpi",
      "config_reference", "paper_figures"),                          # entry points
 )
 

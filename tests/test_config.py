@@ -6,12 +6,16 @@ import typing
 
 import pytest
 
+from cfl_mpi.data import REGISTRY as DATA_SETS
 from cfl_mpi.config import Config, ConfigError, check_world, load_config, read_yaml
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.data import check_data
 from cfl_mpi.strategies import REGISTRY
 from conftest import PROJECT_ROOT
 from config_files import write_config
+
+
+def check_data(cfg):
+    cfg.data.check(cfg.data_facts())
 
 PROJECT_CONFIG = PROJECT_ROOT / "configs" / "digits.yaml"
 
@@ -112,7 +116,8 @@ def float_fields():
     """(overrides that select the section, dotted field, is a list) for every float field of the config."""
     for name, tp in typing.get_type_hints(Config).items():
         classes = [(spec.params, [f"strategy.name={key}"]) for key, spec in REGISTRY.items()] if name == "strategy" else \
-            [(a, []) for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
+            [(cls, [f"data.name={key}"]) for cls, key in {c: k for k, c in DATA_SETS.items()}.items()] \
+            if name == "data" else [(a, []) for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
         for cls, select in classes:
             for field, hint in typing.get_type_hints(cls).items():
                 if hint == list[float]:

@@ -7,6 +7,7 @@ import pytest
 
 from cfl_mpi import config_reference
 from cfl_mpi.config import Config, FaultConfig, LateSilo, RuntimeConfig, load_config
+from cfl_mpi.data import REGISTRY as DATA_SETS
 from cfl_mpi.config_reference import CONFIG_MD, COMMAND, render, sections
 from cfl_mpi.strategies import REGISTRY
 from conftest import PROJECT_ROOT
@@ -47,6 +48,8 @@ def test_every_field_is_documented():
     expected = _flatten(dataclasses.asdict(full))
     for spec in REGISTRY.values():
         expected |= _flatten(dataclasses.asdict(dataclasses.replace(full, strategy=spec.params())))
+    for cls in set(DATA_SETS.values()):
+        expected |= _flatten(dataclasses.asdict(dataclasses.replace(full, data=cls())))
     assert set(_documented()) == expected
 
 
@@ -56,8 +59,9 @@ def test_each_key_is_taken_by_set_at_its_default(tmp_path, strategy):
     path = tmp_path / "c.yaml"
     path.write_text("silos: 4\n")
     section = next(s for s in sections() if s.title == f"strategy.name: {strategy}")
-    general = [k for s in sections() if not s.title.startswith("strategy.name:") for k in s.keys
-               if "[i]" not in k.key and k.key != "strategy.name"]  # a list's entries are set as a whole
+    general = [k for s in sections() if not s.title.startswith(("strategy.name:", "data.name:")) for k in s.keys
+               if "[i]" not in k.key and k.key not in ("strategy.name", "data.name")]  # lists are set as a whole
+    general += next(s for s in sections() if s.title.startswith("data.name: rotated_digits")).keys
     sets = [f"strategy.name={strategy}"] + [f"{k.key}={'1' if k.default == 'required' else k.default.strip('`')}"
                                             for k in general + section.keys]
     cfg = load_config(path, sets)

@@ -2,10 +2,9 @@
 read. A new data set is one module with its parameters (a frozen dataclass subclassing
 `DataParams`, whose methods build one silo's `SiloData`), plus one line here.
 
-| data.name | what each silo holds |
-|---|---|
-| rotated_digits, rotated_mnist, rotated_cifar10, backdoor_mnist, backdoor_cifar10, pacs | its shard of a public benchmark (benchmarks.py) |
-| silo_files | its own files, named per silo (silo_files.py) |
+- rotated_digits, rotated_mnist, rotated_cifar10, backdoor_mnist, backdoor_cifar10, pacs: each
+  silo's shard of a public benchmark (benchmarks.py);
+- silo_files: each silo's own files, named per silo (silo_files.py).
 """
 
 from __future__ import annotations

@@ -53,14 +53,17 @@ class DataReport(Payload, kind="data"):
         """What a silo reports of its data."""
         shape = data.x_train.shape[1:]
         labels = np.concatenate([data.y_train, data.y_val, data.y_test])
+        axes = [*shape, 0, 0]
         return DataReport(
-            len(shape),
-            *(list(shape) + [0, 0])[:3],
-            int(labels.max()),
-            len(np.unique(labels)),
-            len(data.y_train),
-            len(data.y_val),
-            len(data.y_test),
+            ndim=len(shape),
+            axis0=axes[0],
+            axis1=axes[1],
+            axis2=axes[2],
+            max_label=int(labels.max()),
+            labels_seen=len(np.unique(labels)),
+            n_train=len(data.y_train),
+            n_val=len(data.y_val),
+            n_test=len(data.y_test),
         )
 
 

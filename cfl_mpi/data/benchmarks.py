@@ -25,8 +25,15 @@ from typing import Literal
 
 import numpy as np
 
+# the package's modules by their full names: `from . import` would name the package, whose
+# registry imports this module
+import cfl_mpi.data.backdoor as backdoor
+import cfl_mpi.data.cifar as cifar
+import cfl_mpi.data.digits as digits
+import cfl_mpi.data.mnist as mnist
+import cfl_mpi.data.pacs as pacs
+
 from ..settings import ConfigError, derived
-from . import backdoor, cifar, digits, mnist, pacs
 from .images import (
     CIFAR10_MEAN,
     CIFAR10_STD,
@@ -122,7 +129,6 @@ class BenchmarkData(DataParams):
             raise ConfigError(f"data.root: {self.name} needs the folder of its files (set data.root)")
         return Path(self.root)
 
-
     # ------------------------------------------------------------------ the config check
     def problems(self, facts: DataFacts) -> Iterator[str]:
         """Silo counts per data set (the EMD-CFL paper's, §4.1), fractions, sizes and folders."""
@@ -166,7 +172,10 @@ class BenchmarkData(DataParams):
                     f"images per silo, not {self.name} (remove the key)"
                 )
             if self.silo_images < 2:
-                yield f"data.silo_images: a silo needs at least 2 images (training and validation), got {self.silo_images}"
+                yield (
+                    f"data.silo_images: a silo needs at least 2 images (training and validation), "
+                    f"got {self.silo_images}"
+                )
         if self.group_clusters is not None and not (
             len(self.group_clusters) == groups and all(k >= 0 for k in self.group_clusters)
         ):
@@ -396,9 +405,7 @@ class BenchmarkData(DataParams):
                 group, local, per_group, len(labels), pacs.AUTHORS_TEST_FRACTION, pacs.AUTHORS_VAL_FRACTION, facts.seed
             )
         else:
-            part = split_shard(
-                group, local, per_group, len(labels), pacs.TEST_FRACTION, pacs.VAL_FRACTION, facts.seed
-            )
+            part = split_shard(group, local, per_group, len(labels), pacs.TEST_FRACTION, pacs.VAL_FRACTION, facts.seed)
         mean, std = self._normalisation(facts.imagenet)
 
         def load(idx: np.ndarray) -> np.ndarray:

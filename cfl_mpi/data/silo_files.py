@@ -173,7 +173,8 @@ class SiloFiles(DataParams):
         except ConfigError as err:
             raise fail(str(err)) from None
         except Exception as err:  # a damaged file: whatever numpy or PIL raise
-            raise fail(f"cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})")
+            detail = str(err).splitlines()[0][:200] if str(err) else "no detail"
+            raise fail(f"cannot be read ({type(err).__name__}: {detail})") from None
         try:
             splits = self._splits(arrays, silo, facts.seed)
         except ConfigError as err:
@@ -193,7 +194,9 @@ class SiloFiles(DataParams):
         format allows."""
         if path.is_file():
             if path.suffix != ".npz":
-                raise ConfigError("is a file but not an .npz archive (give an .npz file, a folder of .npy files or an image folder)")
+                raise ConfigError(
+                    "is a file but not an .npz archive (give an .npz file, a folder of .npy files or an image folder)"
+                )
             with np.load(path, allow_pickle=False) as archive:
                 return {name: archive[name] for name in archive.files}
         if (path / "train").is_dir():
@@ -211,7 +214,8 @@ class SiloFiles(DataParams):
             folder = root / split
             if not folder.is_dir():
                 continue
-            images, labels = [], []
+            images: list[np.ndarray] = []
+            labels: list[int] = []
             for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
                 label = self._label_of(class_dir.name)
                 for file in sorted(class_dir.iterdir()):
@@ -250,7 +254,9 @@ class SiloFiles(DataParams):
                 raise ConfigError("holds both x/y and x_train/y_train (keep one)")
             given["all"] = (arrays["x"], arrays["y"])
         elif "train" not in given:
-            raise ConfigError(f"holds no x and y, nor x_train and y_train (it holds {', '.join(sorted(arrays)) or 'nothing'})")
+            raise ConfigError(
+                f"holds no x and y, nor x_train and y_train (it holds {', '.join(sorted(arrays)) or 'nothing'})"
+            )
         for name, (x, y) in given.items():
             if len(x) != len(y):
                 raise ConfigError(f"x_{name} holds {len(x)} examples but y_{name} {len(y)} labels")
@@ -313,7 +319,9 @@ class SiloFiles(DataParams):
             chunk = out[start : start + step]
             chunk[...] = unit(np.asarray(x[start : start + step]))
             if not all_finite(chunk):
-                raise ConfigError(f"x_{split} holds NaN or infinite values (among examples {start} to {start + step - 1})")
+                raise ConfigError(
+                    f"x_{split} holds NaN or infinite values (among examples {start} to {start + step - 1})"
+                )
         return out if out.ndim == 2 else model_layout(out)
 
     def _channels_last(self, shape: tuple[int, ...]) -> bool:
@@ -338,12 +346,20 @@ _BUILT: dict[tuple[str, int, DataFacts], SiloData] = {}  # read for the agreemen
 _BUILT_LOCK = threading.Lock()
 
 
-@functools.lru_cache(maxsize=4)
 def _manifest(path: Path) -> tuple[tuple[str, int | None], ...]:
-    """(path, group or None) of every silo, in silo order, from a `silo,path[,group]` CSV file."""
-    where = f"data.manifest: {path}"
+    """(path, group or None) of every silo, in silo order, from a `silo,path[,group]` CSV file,
+    read again only when it changed."""
     if not path.is_file():
-        raise ConfigError(f"{where} not found (give a CSV file with the columns silo,path and optionally group)")
+        raise ConfigError(
+            f"data.manifest: {path} not found (give a CSV file with the columns silo,path and optionally group)"
+        )
+    stat = path.stat()
+    return _read_manifest(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_manifest(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, int | None], ...]:
+    where = f"data.manifest: {path}"
     try:
         with path.open(newline="") as file:
             rows = list(csv.DictReader(file))

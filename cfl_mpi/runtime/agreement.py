@@ -43,7 +43,7 @@ def agreed_config(cfg: Config, reports: dict[int, DataReport]) -> Config:
             f"for data.classes {classes}"
         )
     if classes < 2:
-        raise ConfigError(f"data.classes: every silo's labels are 0: a classifier needs at least 2 classes")
+        raise ConfigError("data.classes: every silo's labels are 0: a classifier needs at least 2 classes")
     for problem in model_fit_problems(cfg.model, shape):
         raise ConfigError(f"{problem} (as the silos' files hold them, e.g. silo 0's {data.files_of(0)})")
     return replace(cfg, data=data.agreed(shape, classes))

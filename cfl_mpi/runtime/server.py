@@ -148,7 +148,7 @@ class Server:
         record.update(
             {
                 "participants": training,
-                "ari": float(adjusted_rand_score(self.truth[here], clusters[here])),
+                "ari": None if self.truth is None else float(adjusted_rand_score(self.truth[here], clusters[here])),
                 "n_clusters": int(len(np.unique(clusters[here]))),
                 "clusters": clusters.tolist(),
                 "rejected": [d.record() for d in flagged],
@@ -159,7 +159,7 @@ class Server:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
         say(
-            f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {record['ari']:.3f}  "
+            f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {_ari(record['ari'])}  "
             f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
             + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items())
         )
@@ -299,7 +299,7 @@ class Server:
             else ""
         )
         say(
-            f"done: {cfg.strategy.name} ARI {summary['ari']:.3f}, avg acc {100 * summary['avg_acc']:.2f}, "
+            f"done: {cfg.strategy.name} ARI {_ari(summary['ari'])}, avg acc {100 * summary['avg_acc']:.2f}, "
             f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}"
         )
         return summary
@@ -336,6 +336,11 @@ def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np
         "target_clean_acc": float(np.nanmean(accuracy[targets])),
         "target_backdoor_acc": float(np.nanmean(backdoor_acc[targets])),
     }
+
+
+def _ari(ari: float | None) -> str:
+    """The ARI as the console shows it: "-" where the data set knows no groups to score against."""
+    return "-" if ari is None else f"{ari:.3f}"
 
 
 def _fraction(cpu: float, wall: float) -> float:

@@ -53,7 +53,7 @@ class RunFacts:
     num_classes: int
     # clusters in the data partition: the number a strategy looks for where its config leaves
     # it unset (IFCA's k, FedWaD clustering's clusters; EMD-CFL's experiments give K this way)
-    true_clusters: int
+    true_clusters: int | None  # None: the data set knows no groups (config.py then requires the number)
     # k models drawn one after another from the run's torch seed, the first θ(0) (torch: call
     # it only where a model is needed)
     initial_models: Callable[[int], list[Model]]
@@ -61,6 +61,12 @@ class RunFacts:
     def join_round(self, silo: int) -> int:
         """The first round `silo` takes part in (1 unless it is a late silo)."""
         return next((r for c, r in self.late_joins if c == silo), 1)
+
+    def cluster_count(self, given: int | None) -> int:
+        """`given`, else the number of true clusters (the config check requires one of them)."""
+        count = given or self.true_clusters
+        assert count is not None, "the config check requires a number of clusters where the data knows none"
+        return count
 
 
 @dataclass

@@ -31,6 +31,9 @@ class ConfigFacts(NamedTuple):
     embedding_dim: int
     first_round: int  # silos training in round 1 (late silos and sampling left out)
     all_from_start: bool  # every silo trains in every round from round 1
+    # clusters in the data's known grouping, or None where the data set knows none (a
+    # strategy that takes its number of clusters from it must then be given one)
+    known_clusters: int | None = None
 
 
 class StrategyParams:

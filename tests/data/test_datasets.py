@@ -14,9 +14,18 @@ from data_files import write_cifar10, write_mnist, write_pacs
 
 from cfl_mpi import prepare as prepare_module
 from cfl_mpi.config import ConfigError, load_config
-from cfl_mpi.data import (backdoor, backdoor_targets, build_silo_data, check_data, cifar, prepare_data,
-                          true_clusters)
+from cfl_mpi.data import backdoor, cifar
 from cfl_mpi.data.images import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
+
+
+
+def check_data(cfg):
+    cfg.data.check(cfg.data_facts())
+
+
+def prepare_data(cfg):
+    cfg.data.prepare(cfg.data_facts())
+
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +39,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 def silos(cfg):
-    return [build_silo_data(cfg, s) for s in range(cfg.silos)]
+    return [cfg.data.build(s, cfg.data_facts()) for s in range(cfg.silos)]
 
 
 def rows(x: np.ndarray) -> set[bytes]:
@@ -60,8 +69,8 @@ def test_rotated_mnist_from_idx_files(files, tmp_path):
     cfg = config_from(tmp_path, dict(
         silos=8, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False}))
     shards = silos(cfg)
-    np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2, 3, 3])
-    assert not backdoor_targets(cfg).any() and all(s.x_backdoor is None for s in shards)
+    np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 1, 1, 2, 2, 3, 3])
+    assert not cfg.data.backdoor_targets(cfg.silos).any() and all(s.x_backdoor is None for s in shards)
     for s in shards:
         assert s.x_train.shape[1:] == (1, 28, 28) and s.x_train.dtype == np.float32
     # Each rotation's copy of the 400 training and 200 test images is split across its 2 silos.
@@ -69,7 +78,7 @@ def test_rotated_mnist_from_idx_files(files, tmp_path):
         a, b = shards[2 * g], shards[2 * g + 1]
         assert len(a.y_train) + len(a.y_val) + len(b.y_train) + len(b.y_val) == 400
         assert len(a.y_test) + len(b.y_test) == 200 and abs(len(a.y_val) - 20) <= 1
-    assert_disjoint_within_groups(shards, true_clusters(cfg))
+    assert_disjoint_within_groups(shards, cfg.data.true_clusters(cfg.silos))
 
 
 def test_rotated_cifar10_copies_are_the_same_pool_rotated(files, tmp_path):
@@ -81,7 +90,7 @@ def test_rotated_cifar10_copies_are_the_same_pool_rotated(files, tmp_path):
     upright = rows(np.concatenate([s.x_train for s in shards[:2]] + [s.x_val for s in shards[:2]]))
     turned = np.concatenate([s.x_train for s in shards[2:]] + [s.x_val for s in shards[2:]])
     assert len(upright) == 200 and rows(np.rot90(turned, k=-1, axes=(2, 3)).copy()) == upright
-    assert_disjoint_within_groups(shards, true_clusters(cfg))
+    assert_disjoint_within_groups(shards, cfg.data.true_clusters(cfg.silos))
     # The simple CNN gets CIFAR-10's statistics: the unnormalised pixels lie in [0, 1].
     pixels = unnormalise(shards[0].x_train, CIFAR10_MEAN, CIFAR10_STD)
     assert pixels.min() >= -1e-5 and pixels.max() <= 1 + 1e-5
@@ -121,7 +130,7 @@ def test_rotated_cifar10_min_is_bordered_expanded_and_resized(files, tmp_path):
 
 def test_rotation_variants_set_their_true_clusters(tmp_path):
     cfg = config_from(tmp_path, dict(silos=8, data={"rotations": [-3, 3, 177, 183], "group_clusters": [0, 0, 1, 1]}))
-    np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 0, 0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 0, 0, 1, 1, 1, 1])
     with pytest.raises(ConfigError, match=r"^data.group_clusters: give one .* \(4 for rotated_digits\)"):
         config_from(tmp_path, dict(silos=8, data={"group_clusters": [0, 1]}))
 
@@ -130,7 +139,7 @@ def test_imagenet_models_get_three_channels_and_imagenet_statistics(files, tmp_p
     cfg = config_from(tmp_path, dict(
         silos=4, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False},
         model={"name": "resnet18"}))
-    s = build_silo_data(cfg, 0)
+    s = cfg.data.build(0, cfg.data_facts())
     assert s.x_train.shape[1:] == (3, 28, 28) and cfg.model.input_size == 224  # resized on the device
     pixels = unnormalise(s.x_train, IMAGENET_MEAN, IMAGENET_STD)
     np.testing.assert_allclose(pixels[..., 0], pixels[..., 2], atol=1e-5)  # grey repeated
@@ -159,9 +168,9 @@ def test_backdoor_mnist_is_the_authors_construction(files, tmp_path):
     cfg = config_from(tmp_path, dict(
         silos=6, data={"name": "backdoor_mnist", "root": str(files["mnist"]), "download": False}))
     shards = silos(cfg)
-    np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2])
-    np.testing.assert_array_equal(backdoor_targets(cfg), [True, True, False, False, False, False])
-    assert_disjoint_within_groups(shards, true_clusters(cfg))
+    np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(cfg.data.backdoor_targets(cfg.silos), [True, True, False, False, False, False])
+    assert_disjoint_within_groups(shards, cfg.data.true_clusters(cfg.silos))
     rgb = [unnormalise(s.x_train, IMAGENET_MEAN, IMAGENET_STD) for s in shards]
     expected = [unit_colours(backdoor.TARGET_COLOUR), unit_colours(backdoor.SUMMER_40[shards[2].y_train]),
                 unit_colours(backdoor.PURPLE)]
@@ -199,8 +208,8 @@ def test_backdoor_cifar10_classes_patch_and_backdoor_test(files, tmp_path):
     cfg = config_from(tmp_path, dict(
         silos=6, data={"name": "backdoor_cifar10", "root": str(files["cifar"]), "download": False}))
     shards = silos(cfg)
-    np.testing.assert_array_equal(true_clusters(cfg), [0, 0, 1, 1, 2, 2])
-    assert_disjoint_within_groups(shards, true_clusters(cfg))
+    np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 1, 1, 2, 2])
+    assert_disjoint_within_groups(shards, cfg.data.true_clusters(cfg.silos))
     for s in shards:
         labels = np.concatenate([s.y_train, s.y_val, s.y_test])
         assert set(labels) <= (set(range(5)) if s.group < 2 else set(range(5, 10)))
@@ -240,7 +249,7 @@ def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
         silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16}))
     check_data(cfg)
     shards = silos(cfg)
-    truth = true_clusters(cfg)
+    truth = cfg.data.true_clusters(cfg.silos)
     np.testing.assert_array_equal(truth, [0] * 3 + [1] * 4 + [2] * 4 + [3] * 7)  # photo, art, cartoon, sketch
     for domain, n in enumerate([30, 40, 40, 70]):
         members = [shards[s] for s in np.flatnonzero(truth == domain)]
@@ -259,7 +268,7 @@ def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
         silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16,
                         "pacs_split": "authors"}))
     shards = silos(cfg)
-    truth = true_clusters(cfg)
+    truth = cfg.data.true_clusters(cfg.silos)
     for domain, n in enumerate([30, 40, 40, 70]):
         members = [shards[s] for s in np.flatnonzero(truth == domain)]
         assert sum(len(s.y_test) for s in members) == int(0.2 * n)
@@ -356,7 +365,7 @@ def test_paper_configs(name):
         assert cfg.model.pretrained is True and cfg.model.input_size == 224
     variant = name.removeprefix("rotated_mnist_").removeprefix("rotated_cifar10_")
     clusters = {"min": 1, "two": 2, "base": 1}.get(variant, 3 if "backdoor" in name else 4)
-    assert len(np.unique(true_clusters(cfg))) == clusters
+    assert len(np.unique(cfg.data.true_clusters(cfg.silos))) == clusters
     s = cfg.strategy  # the authors' silo-side choices (docs/FIDELITY.md); the robust rule
     assert (s.sample_fraction, s.sample_cap, s.embed_mode, s.tau_projection, s.rule) == (1.0, 512, "train", "full",
                                                                                         "robust")

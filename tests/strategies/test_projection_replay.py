@@ -15,7 +15,6 @@ from sklearn.metrics import adjusted_rand_score
 from benchmarks.projection_variance import random_pair_seeds, replay_w, trained_silos
 from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import load_config
-from cfl_mpi.data import true_clusters
 from jobs import PROJECT_ROOT, simulate_job
 
 pytestmark = pytest.mark.job
@@ -38,7 +37,7 @@ def test_quick_start_clusters_hold_for_fresh_secret_projections(tmp_path):
     np.testing.assert_array_equal(noise, np.load(tmp_path / "noise.npy"))
     np.testing.assert_array_equal([silo.tau for silo in silos], np.load(tmp_path / "tau.npy"))
 
-    truth, rng = true_clusters(cfg), np.random.default_rng(2026)
+    truth, rng = cfg.data.true_clusters(cfg.silos), np.random.default_rng(2026)
     for _ in range(DRAWS):
         labels, report = robust_clusters(replay_w(cfg, silos, random_pair_seeds(cfg, rng)), noise,
                                          noise_multiple=cut)

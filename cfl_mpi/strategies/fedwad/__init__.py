@@ -35,6 +35,8 @@ class FedWaDClusteringConfig(StrategyParams):
         return self.support or self.sample_cap
 
     def problems(self, facts: ConfigFacts) -> Iterator[str]:
+        if self.clusters is None and facts.known_clusters is None:
+            yield "strategy.clusters: the data set knows no groups of silos to take the number from (set clusters)"
         if self.clusters is not None and not 1 <= self.clusters <= facts.silos:
             yield f"strategy.clusters: must lie between 1 and silos ({facts.silos}) or be null, got {self.clusters}"
         if self.sample_cap < 2:

@@ -80,7 +80,7 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
         estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(s, self.run), self.run.seed, ctx.cores)
         for job in jobs:
             self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
-        k = s.clusters or self.run.true_clusters
+        k = self.run.cluster_count(s.clusters)
         self.clusters, self.sigma = spectral_clusters(self.D, k, self.run.seed)
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -98,7 +98,7 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
                 "space": s.space,
                 "p": s.p,
                 "iterations": s.iterations,
-                "clusters": s.clusters or self.run.true_clusters,
+                "clusters": self.run.cluster_count(s.clusters),
                 "sigma": self.sigma,
             }
         }

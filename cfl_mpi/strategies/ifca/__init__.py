@@ -26,6 +26,8 @@ class IfcaConfig(StrategyParams):
     init: Literal["silos", "random"] = "silos"
 
     def problems(self, facts: ConfigFacts) -> Iterator[str]:
+        if self.k is None and facts.known_clusters is None:
+            yield "strategy.k: the data set knows no groups of silos to take the number of clusters from (set k)"
         if self.k is not None and not 1 <= self.k <= facts.silos:
             yield f"strategy.k: must lie between 1 and silos ({facts.silos}), got {self.k}"
         if self.init == "silos" and self.k is not None and self.k > facts.first_round:

@@ -63,7 +63,7 @@ class Ifca(Strategy[IfcaConfig]):
 
     def __init__(self, params: IfcaConfig, run: RunFacts) -> None:
         super().__init__(params, run)
-        self.k = params.k or run.true_clusters  # as EMD-CFL's experiments give it (Appendix D.3)
+        self.k = run.cluster_count(params.k)  # as EMD-CFL's experiments give it (Appendix D.3)
         self.models: list[Model] | None = None
         self.losses = np.full((run.silos, self.k), np.nan)
         self.seeds: list[int] = []
