@@ -272,8 +272,8 @@ def sections() -> list[Section]:
                 strategies.append(Section(f"strategy.name: {name}", intro, _keys(cls, "strategy.", skip=("name",))))
         elif f.name == "data":
             kinds: dict[type, list[str]] = {}
-            for name, cls in DATA_SETS.items():
-                kinds.setdefault(cls, []).append(name)
+            for name, data_set in DATA_SETS.items():
+                kinds.setdefault(data_set, []).append(name)
             top.keys.append(
                 Key(
                     "data.name",
@@ -283,10 +283,10 @@ def sections() -> list[Section]:
                     meanings[f.name],
                 )
             )
-            for cls, names in kinds.items():
+            for data_set, names in kinds.items():
                 choice = " or ".join(f"`data.name: {n}`" for n in names)
-                intro = _join(f"Keys of `data` with {choice}.", class_intro(cls))
-                out.append(Section(f"data.name: {', '.join(names)}", intro, _keys(cls, "data.", skip=("name",))))
+                intro = _join(f"Keys of `data` with {choice}.", class_intro(data_set))
+                out.append(Section(f"data.name: {', '.join(names)}", intro, _keys(data_set, "data.", skip=("name",))))
         elif _is_section(tp):
             out += _section_tree(tp, f.name, meanings[f.name])
         elif (item := _list_of_sections(tp)) is not None:
