@@ -191,19 +191,20 @@ def markdown_table(rows: list[dict], title: str) -> str:
     def fmt(cell, scale: float, digits: int) -> str:
         return "n/a" if cell is None else f"{scale * cell[0]:.{digits}f} ± {scale * cell[1]:.{digits}f}"
 
+    scored = any(r["ari"] is not None for r in rows)  # no known groups: no ARI column
     lines = [
         f"### {title}",
         "",
-        "| Method | Avg Acc | Worst Acc | ARI | Clusters | Wall time (s) | Runs |",
-        "|---|---|---|---|---|---|---|",
+        f"| Method | Avg Acc | Worst Acc |{' ARI |' if scored else ''} Clusters | Wall time (s) | Runs |",
+        "|---|---|---|" + ("---|" if scored else "") + "---|---|---|",
     ]
     for r in rows:
         spec = strategies.REGISTRY.get(r["method"])
         ari = "-" if spec and not spec.clusters else fmt(r["ari"], 1, 2)  # the paper prints "-" for FedAvg
         clusters = "n/a" if r["n_clusters"] is None else f"{r['n_clusters']:.1f}"
         lines.append(
-            f"| {strategies.label(r['method'])} | {fmt(r['avg_acc'], 100, 2)} | "
-            f"{fmt(r['worst_acc'], 100, 2)} | {ari} | {clusters} | {fmt(r['wall_s'], 1, 1)} | {r['runs']} |"
+            f"| {strategies.label(r['method'])} | {fmt(r['avg_acc'], 100, 2)} | {fmt(r['worst_acc'], 100, 2)} |"
+            f"{f' {ari} |' if scored else ''} {clusters} | {fmt(r['wall_s'], 1, 1)} | {r['runs']} |"
         )
     return "\n".join(lines) + "\n"
 

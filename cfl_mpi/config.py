@@ -74,6 +74,7 @@ MLP_HIDDEN = 200  # IFCA's rotated-MNIST network: 784-200-10
 # running statistics), no random layers (dropout, stochastic depth), which a stacked forward
 # would share between silos (runtime.silo_training: batched).
 BATCHABLE_MODELS = ("simple_cnn", "mlp")
+BUILT_IN_MODELS = ("simple_cnn", "mlp", *TORCHVISION_MODELS)
 
 
 # The network every silo trains; the embedding methods read its embedding Z (the pooled features).
@@ -82,8 +83,10 @@ class ModelConfig:
     # simple_cnn: two convolutions and two fully connected layers (sizes below); mlp: IFCA's
     # fully connected network (the flattened image, one hidden ReLU layer of embedding_dim
     # units, the embedding, then the classes); the others are torchvision's models
-    # (TORCHVISION_MODELS), fed 224x224 inputs by default.
-    name: Literal["simple_cnn", "mlp", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16", "convnext_base"] = (
+    # (TORCHVISION_MODELS), fed 224x224 inputs by default. Your own: "package.module:factory",
+    # a function of (input_shape, num_classes) that returns a cfl_mpi.models.SplitModel (set
+    # embedding_dim to its embedding's size).
+    name: Literal["simple_cnn", "mlp", "resnet18", "resnet50", "efficientnet_b3", "vit_b_16", "convnext_base"] | str = (
         "simple_cnn"
     )
     # simple_cnn, the EMD-CFL paper's (Appendix D.2): conv 64, conv 128, fc 128 (embedding), fc classes.
@@ -92,7 +95,7 @@ class ModelConfig:
     # configs), or 2, after each conv (4x cheaper; the default, for CPU runs and tests).
     pools: Literal[1, 2] = 2
     # dim(Z); null: 128 for the simple CNN, 200 for the MLP (IFCA's hidden layer), the model's
-    # own size for torchvision models.
+    # own size for torchvision models; your own model's must be given.
     embedding_dim: int = derived()
     # false: random initialisation; true: torchvision's ImageNet weights (torch's cache, or
     # downloaded by rank 0 / `python -m cfl_mpi.prepare`); a path: a weights file (a state
@@ -103,8 +106,13 @@ class ModelConfig:
     # simple CNN (which is built for that size and does not resize).
     input_size: int | None = None
 
+    @property
+    def own(self) -> bool:
+        """A model of the user's own, named by its factory ("package.module:factory")."""
+        return ":" in self.name
+
     def __post_init__(self) -> None:
-        if self.embedding_dim is None:
+        if self.embedding_dim is None and not self.own:
             object.__setattr__(
                 self, "embedding_dim", TORCHVISION_MODELS.get(self.name, MLP_HIDDEN if self.name == "mlp" else 128)
             )
@@ -505,6 +513,14 @@ def _validate_federation(cfg: Config) -> None:
 def _validate_model(cfg: Config) -> None:
     m = cfg.model
     _check(m.pretrained != "", "model.pretrained: give true, false or the path of a weights file")
+    if m.own:
+        _validate_own_model(m)
+        return
+    _check(
+        m.name in BUILT_IN_MODELS,
+        f"model.name: unknown model {m.name!r} (choose one of {', '.join(BUILT_IN_MODELS)}, "
+        "or name your own as package.module:factory)",
+    )
     if m.name in ("simple_cnn", "mlp"):  # built here, for the data's shape, with no published weights
         what = {"simple_cnn": "the simple CNN", "mlp": "the MLP"}[m.name]
         _check(
@@ -537,10 +553,36 @@ def _validate_model(cfg: Config) -> None:
             raise ConfigError(problem)
 
 
+def _validate_own_model(m: ModelConfig) -> None:
+    """What can be checked of the user's model without importing it (torch, on every rank): its
+    module can be found; the factory itself is called and checked at the start of the job."""
+    import importlib.util
+
+    module, _, factory = m.name.partition(":")
+    _check(
+        bool(module) and factory.isidentifier(),
+        f"model.name: {m.name!r} is not package.module:factory (e.g. my_models.signals:build)",
+    )
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or cannot be imported
+        found = False
+    _check(found, f"model.name: module {module} not found (install it, or add its folder to PYTHONPATH)")
+    _check(
+        m.embedding_dim is not None and m.embedding_dim > 0,
+        f"model.embedding_dim: give the size of {m.name}'s embedding (its output per example)",
+    )
+    _check(
+        m.pretrained is not True, "model.pretrained: torchvision has no weights for your own model (false or a file)"
+    )
+
+
 def model_fit_problems(m: ModelConfig, shape: tuple[int, ...]) -> list[str]:
     """Why the model cannot take examples of `shape` (what the data set holds, or what the silos
     agreed on before the first round); empty when it can."""
     size = "x".join(map(str, shape))
+    if m.own:  # checked by calling it at the start of the job (models.check_model)
+        return []
     if m.name in ("simple_cnn", "mlp") and m.input_size is not None and m.input_size != shape[-1]:
         what = {"simple_cnn": "the simple CNN", "mlp": "the MLP"}[m.name]
         return [

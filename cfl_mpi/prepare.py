@@ -26,7 +26,15 @@ def prepare(cfg: Config) -> None:
 
 
 def prepare_weights(cfg: Config) -> None:
-    """Fetch (torchvision's) or check (a file's) pretrained weights by building θ(0) once."""
+    """Check a model of the user's own, then fetch (torchvision's) or check (a file's)
+    pretrained weights by building θ(0) once."""
+    if cfg.model.own:
+        from .models import OwnModelError, check_model
+
+        try:
+            check_model(cfg)
+        except OwnModelError as err:
+            raise ConfigError(str(err)) from None
     if cfg.model.pretrained is False:
         return
     from .models import WeightsError, build_model

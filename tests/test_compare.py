@@ -302,3 +302,12 @@ def test_compare_resume_skips_finished_runs(compared):
     assert proc.stdout.count("done before, skipped") == len(METHODS) and len(before) == len(METHODS)
     assert {p: p.stat().st_mtime_ns for p in before} == before
     assert "| PACFL |" in (out / "table.md").read_text() and time.monotonic() - start < 120
+
+
+def test_without_known_groups_the_table_has_no_ari_column():
+    """Silos of one's own without a manifest group: no ARI to show, so no column for one."""
+    runs = [{"avg_acc": 0.9, "worst_acc": 0.8, "ari": None, "wall_s": 3.0, "n_clusters": 2}]
+    table = markdown_table([summarise("emdcfl", runs), summarise("fedavg", runs)], "own data")
+    assert "ARI" not in table and "| EMD-CFL | 90.00 ± 0.00 | 80.00 ± 0.00 | 2.0 | 3.0 ± 0.0 | 1 |" in table
+    scored = markdown_table([summarise("emdcfl", [{**runs[0], "ari": 1.0}])], "benchmark")
+    assert "| ARI |" in scored and "| 1.00 ± 0.00 |" in scored

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..config import TORCHVISION_MODELS, Config
 from .mlp import Mlp
+from .own import OwnModelError, check_fit, own_model
 from .simple_cnn import SimpleCNN
 from .split_model import SplitModel
 from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
@@ -30,6 +31,8 @@ __all__ = [
     "load_arrays",
     "load_weights_file",
     "WeightsError",
+    "OwnModelError",
+    "check_model",
 ]
 
 # torch's default generator is process-wide, and several silos (threads) may build models at
@@ -56,6 +59,8 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
             model: SplitModel = SimpleCNN(shape[0], num_classes, shape[-1], (c1, c2), m.embedding_dim, m.pools)
         elif m.name == "mlp":
             model = Mlp(math.prod(shape), num_classes, m.embedding_dim)
+        elif m.own:
+            model = own_model(m.name, shape, num_classes)
         else:
             assert m.input_size is not None  # ModelConfig sets it for every torchvision model
             model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
@@ -68,6 +73,15 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
             source = m.pretrained
         _load_pretrained(model, m.name, state, source)
     return model
+
+
+def check_model(cfg: Config) -> None:
+    """Before any work, on the rank that builds θ(0): a model of the user's own is importable,
+    a SplitModel, and takes the data's examples to its declared embedding and the classes
+    (OwnModelError, one line, otherwise). The built-in models are checked by the config."""
+    if cfg.model.own:
+        model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+        check_fit(model, cfg.model.name, cfg.sample_shape, cfg.data.num_classes(), cfg.model.embedding_dim)
 
 
 def seeded_states(cfg: Config, num_classes: int, seed: int, count: int) -> list[dict[str, np.ndarray]]:
