@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from .data import REGISTRY as DATA_SETS
-from .data import BenchmarkData, DataFacts, DataParams
+from .data import DataFacts, DataParams, RotatedData
 from .settings import ConfigError, derived
 from .strategies import REGISTRY, ConfigFacts, StrategyParams
 from .strategies.emdcfl import EmdCflConfig
@@ -261,7 +261,7 @@ class Config:
     # Number of silos (federated clients); data says how they are grouped into true clusters.
     silos: int = 8
     # The data set, chosen by data.name; its other keys depend on that choice.
-    data: DataParams = field(default_factory=BenchmarkData)
+    data: DataParams = field(default_factory=RotatedData)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # The federated method, chosen by strategy.name; its other keys depend on that choice.
@@ -406,7 +406,7 @@ def _strategy(value: Any, where: str) -> Any:
 def _data_set(value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: expected a mapping with a name (one of {', '.join(DATA_SETS)}), got {value!r}")
-    name = value.get("name", BenchmarkData.name)
+    name = value.get("name", RotatedData.name)
     cls = DATA_SETS.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ConfigError(f"{where}.name: unknown data set {name!r} (choose one of {', '.join(DATA_SETS)})")
@@ -617,7 +617,7 @@ def _apply_override(raw: dict[str, Any], assignment: str) -> None:
         raw["strategy"] = {"name": value}
         return
     section = raw.get("data")
-    old = DATA_SETS.get(section.get("name", BenchmarkData.name)) if isinstance(section, dict) else None
+    old = DATA_SETS.get(section.get("name", RotatedData.name)) if isinstance(section, dict) else None
     if parts == ["data", "name"] and isinstance(value, str) and DATA_SETS.get(value) is not old:
         raw["data"] = {"name": value}  # another kind of data set: the old one's keys no longer apply
         return

@@ -25,10 +25,17 @@ colour of (y + 1) mod 5; only the target silos' figure is reported, so only they
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
+from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from .images import IMAGENET_MEAN, IMAGENET_STD, resize, to_model_input, unit
+from .pools import CIFAR10, MNIST, PooledData, Source, Stats
+from .spec import DataFacts
 
 GROUPS = {
     "backdoor_mnist": ("green", "green_backdoor", "purple"),
@@ -39,6 +46,7 @@ TARGET_GROUP = 0
 TARGET_COLOUR = (0.26, 0.63, 0.4)
 PURPLE = (149 / 255, 52 / 255, 235 / 255)
 SUBSAMPLE = {"backdoor_mnist": (0.5, 1.0, 0.5)}  # fraction of its training shard each group keeps
+BALANCED = ("backdoor_mnist",)  # sets whose classes are balanced first (the authors' notebook)
 PATCH = 3  # edge of the corner patch, in CIFAR-10's native pixels
 
 
@@ -123,3 +131,65 @@ def subsampled(name: str, group: int, train: np.ndarray, seed: int) -> np.ndarra
         return train
     rng = np.random.default_rng([seed, 17, group])
     return np.sort(rng.permutation(train)[: int(fraction * len(train))])
+
+
+# A source (MNIST, CIFAR-10) split across 3 groups of silos: group 0 the backdoor's target, the
+# silos of group 1 carry the backdoor feature, group 2 is another distribution (above).
+@dataclass(frozen=True)
+class BackdoorData(PooledData):
+    SOURCES: ClassVar[dict[str, Source]] = {"backdoor_mnist": MNIST, "backdoor_cifar10": CIFAR10}
+
+    # The source: MNIST's digits coloured, or CIFAR-10 with a corner patch.
+    name: Literal["backdoor_mnist", "backdoor_cifar10"] = "backdoor_mnist"
+
+    def group_count(self) -> int:
+        return len(GROUPS[self.name])
+
+    def problems(self, facts: DataFacts) -> Iterator[str]:
+        paper = 30 if self.name == "backdoor_mnist" else 15
+        yield from self.pooled_problems(
+            facts,
+            self.group_count(),
+            f"{self.name} splits its silos evenly across 3 groups, {facts.silos} is not a multiple "
+            f"of 3 (set silos to a multiple of 3; the paper uses {paper})",
+        )
+
+    def sample_shape(self, imagenet: bool) -> tuple[int, ...]:
+        return (3, self.image_size, self.image_size)  # coloured, patched: colour images
+
+    def backdoor_targets(self, silos: int) -> np.ndarray:
+        """The target group evaluates backdoor accuracy."""
+        return self.groups(silos) == TARGET_GROUP
+
+    def normalisation(self, imagenet: bool) -> tuple[Stats, Stats]:
+        """ImageNet's statistics for the torchvision models, and for a grey source the recipe
+        colours, as the authors' code normalises its coloured digits (`src/data.py`, "CMNIST")."""
+        if imagenet or not self.source.colour:
+            return IMAGENET_MEAN, IMAGENET_STD
+        return self.source.stats
+
+    def group_pools(self, group: int, y_train: np.ndarray, y_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A group's copy holds only the group's classes (balanced first where the authors do)."""
+        classes = group_classes(self.name, group)
+
+        def pool(labels: np.ndarray) -> np.ndarray:
+            kept = balanced(labels) if self.name in BALANCED else np.arange(len(labels))
+            return kept[np.isin(labels[kept], classes)]
+
+        return pool(y_train), pool(y_test)
+
+    def kept_for_training(self, group: int, train: np.ndarray, seed: int) -> np.ndarray:
+        return subsampled(self.name, group, train, seed)
+
+    def look(self, group: int, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        return resize(appearance(self.name, group, unit(images), labels), self.image_size)
+
+    def backdoor_test(
+        self, images: np.ndarray, labels: np.ndarray, mean: Stats, std: Stats, channels: int
+    ) -> dict[str, np.ndarray]:
+        """The same test images, the feature set to another label's value, with the true labels."""
+        poisoned = backdoor_test(self.name, unit(images), labels)
+        return {
+            "x_backdoor": to_model_input(resize(poisoned, self.image_size), mean, std, channels),
+            "y_backdoor": labels,
+        }
