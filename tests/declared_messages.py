@@ -6,6 +6,7 @@ import importlib
 
 import numpy as np
 
+from cfl_mpi.data.agreement import DataReport
 from cfl_mpi.strategies import REGISTRY
 from cfl_mpi.strategies.emdcfl.messages import EmbeddingModel, Embeddings, Handshake, Plan, ReferenceReport
 from cfl_mpi.strategies.fedwad.exchange import FedWaDDistance, FedWaDMeasure, FedWaDRequest
@@ -43,6 +44,7 @@ VALID: dict[type[Payload], Payload] = {cls: example for example in [
     ClusterModel({k: v - 1 for k, v in MODEL.items()}, 1, 4),
     Losses(np.array([0.5, 0.25, 2.0]), 1),
     CandidateLoss(np.array([0.75]), 2),
+    DataReport(3, 1, 28, 28, 9, 10, 80, 9, 20),
 ] for cls in [type(example)]}
 
 

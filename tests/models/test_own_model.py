@@ -13,7 +13,7 @@ from cfl_mpi.runtime.agreement import agreed_in_process
 
 SIGNALS = '''
 from torch import nn
-from cfl_mpi.models import SplitModel
+from cfl_mpi.models.split_model import SplitModel
 
 
 def conv1d(input_shape, num_classes):
@@ -62,7 +62,7 @@ def test_a_missing_module_or_a_bad_name_is_one_line_at_the_config_check(signals)
 
 
 @pytest.mark.parametrize("model, says", [
-    ({"name": "my_signals:plain", "embedding_dim": 16}, "returned a Linear, not a cfl_mpi.models.SplitModel"),
+    ({"name": "my_signals:plain", "embedding_dim": 16}, "returned a Linear, not a cfl_mpi.models.split_model.SplitModel"),
     ({"name": "my_signals:missing", "embedding_dim": 16}, "my_signals has no function missing"),
     ({"name": "my_signals:conv1d", "embedding_dim": 12}, r"model.embedding_dim: my_signals:conv1d's embedding gives \(16,\)"),
 ])
