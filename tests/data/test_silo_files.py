@@ -119,7 +119,8 @@ def test_an_image_folder_tree_with_its_own_test_split(tmp_path):
 
 def test_a_manifest_names_each_silos_file_and_group(tmp_path):
     write_silos(tmp_path / "sites")
-    (tmp_path / "m.csv").write_text("silo,path,group\n" + "".join(f"{s},sites/site{s}.npz,{s // 2}\n" for s in range(4)))
+    rows = "".join(f"{s},sites/site{s}.npz,{s // 2}\n" for s in range(4))
+    (tmp_path / "m.csv").write_text("silo,path,group\n" + rows)
     cfg = load_config(files_config(tmp_path, {"manifest": str(tmp_path / "m.csv")}))
     np.testing.assert_array_equal(cfg.data.true_clusters(4), [0, 0, 1, 1])
     assert cfg.data.files_of(3) == str(tmp_path / "sites" / "site3.npz")
