@@ -32,7 +32,7 @@ def main() -> None:
 
     import torch
 
-    from cfl_mpi.models import build_model, state_arrays
+    from cfl_mpi.models.build import build_model, state_arrays
 
     cfg = load_config(args.config)
     truth = cfg.data.true_clusters(cfg.silos)

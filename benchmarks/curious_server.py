@@ -63,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from cfl_mpi.models import build_model
+    from cfl_mpi.models.build import build_model
     from cfl_mpi.training import embed
 
     cfg = load_config(ROOT / args.config, [])

@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.distances import reference_distance
 from cfl_mpi.config import load_config
-from cfl_mpi.models import build_model
+from cfl_mpi.models.build import build_model
 from cfl_mpi.training import embed, train_local
 from .runs import MNIST
 

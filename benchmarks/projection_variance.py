@@ -37,7 +37,7 @@ from threadpoolctl import threadpool_limits
 from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import Config, load_config
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.models import build_model, initial_model, load_arrays
+from cfl_mpi.models.build import build_model, initial_model, load_arrays
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key

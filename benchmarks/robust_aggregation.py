@@ -22,7 +22,8 @@ from typing import Callable
 import numpy as np
 
 from cfl_mpi.aggregation import aggregate, update_norm
-from cfl_mpi.config import AggregationConfig, load_config
+from cfl_mpi.aggregation import AggregationConfig
+from cfl_mpi.config import load_config
 
 Model = dict[str, np.ndarray]
 HOSTILE, HONEST = 2, (0, 1)
@@ -72,7 +73,7 @@ def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | Non
     """The cluster's rounds; returns (honest accuracies, decisions, honest spread per round)."""
     import torch
 
-    from cfl_mpi.models import build_model, load_arrays, state_arrays
+    from cfl_mpi.models.build import build_model, load_arrays, state_arrays
     from cfl_mpi.training import evaluate, train_local
 
     model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
@@ -115,7 +116,7 @@ def main() -> None:
 
     import torch
 
-    from cfl_mpi.models import initial_model
+    from cfl_mpi.models.build import initial_model
 
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -99,10 +99,10 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
     from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
     from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
     from cfl_mpi.config import load_config
-    from cfl_mpi.models import build_model, load_arrays
+    from cfl_mpi.models.build import build_model, load_arrays
     from cfl_mpi.ot.wasserstein import w1
     from cfl_mpi.privacy.handshake import random_projection
-    from cfl_mpi.models import initial_model
+    from cfl_mpi.models.build import initial_model
     from cfl_mpi.training import embed, train_local
 
     base = load_config(ROOT / "configs/rotated_mnist_test.yaml",

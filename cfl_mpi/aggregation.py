@@ -22,14 +22,11 @@ the runtime never averages.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .config import AggregationConfig
 
 __all__ = [
     "fedavg",
@@ -49,6 +46,40 @@ Model = dict[str, np.ndarray]
 # Norm and count bounds need a majority to compare with: with fewer members the one who lies
 # cannot be told from the one who does not.
 MIN_MEMBERS_TO_COMPARE = 3
+
+
+@dataclass(frozen=True)
+class AggregationConfig:
+    """How each cluster's updates become its model (aggregation.py, every strategy)."""
+
+    # fedavg: weighted by sample counts (the paper's, EMD-CFL Alg. 1 line 21); median and
+    # trimmed_mean: coordinate-wise and unweighted (Yin et al. 2018); norm_clip: every update
+    # clipped to norm clip_norm, then FedAvg (Sun et al. 2019).
+    rule: Literal["fedavg", "median", "trimmed_mean", "norm_clip"] = "fedavg"
+    # trimmed_mean: the fraction β of values cut at each end of every coordinate (⌊β·members⌋).
+    trim: float = 0.1
+    # norm_clip: the bound M on an update's norm; null: the cluster's median update norm.
+    clip_norm: float | None = None
+    # Check every update against the silo's start model and the other members of its cluster
+    # before the rule (aggregation.screen_updates; decisions go to metrics.jsonl).
+    screen: bool = True
+    # An update whose norm exceeds norm_ratio times the cluster's median is rejected, or
+    # scaled down to that bound ("clip"). A sample count is lowered to the silo's first
+    # report and to count_ratio times the cluster's median.
+    outliers: Literal["reject", "clip"] = "reject"
+    norm_ratio: float = 4.0
+    count_ratio: float = 2.0
+
+    def problems(self) -> Iterator[str]:
+        """One config-error line per value the types cannot rule out (`aggregation.<key>: …`)."""
+        if not 0 <= self.trim < 0.5:
+            yield f"aggregation.trim: must lie in [0, 0.5), got {self.trim}"
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            yield f"aggregation.clip_norm: must be positive or null, got {self.clip_norm}"
+        if self.norm_ratio <= 1:
+            yield f"aggregation.norm_ratio: must be above 1 (the cluster median itself), got {self.norm_ratio}"
+        if self.count_ratio < 1:
+            yield f"aggregation.count_ratio: must be at least 1, got {self.count_ratio}"
 
 
 def fedavg(updates: list[Model], weights: list[int]) -> Model:

@@ -28,7 +28,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from .config import BATCHABLE_MODELS, Config, TrainConfig
+from .config import Config, TrainConfig
+from .models.params import BATCHABLE_MODELS
 from .training import Sgd, evaluate, train_local
 
 __all__ = ["Evaluation", "LocalTraining", "batchable", "batches_silos", "evaluate_together", "train_together"]

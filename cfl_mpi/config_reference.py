@@ -124,8 +124,17 @@ class Meaning:
 
 @cache
 def field_meanings(cls: type) -> dict[str, Meaning]:
-    """Each field of a config dataclass with its explanation."""
-    return meanings_in(_source(cls.__module__), cls.__name__)
+    """Each field of a config dataclass with its explanation, the fields it inherits explained
+    where their class declares them."""
+    meanings: dict[str, Meaning] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base) and base.__name__ in _source(base.__module__).classes:
+            meanings |= {
+                k: m
+                for k, m in meanings_in(_source(base.__module__), base.__name__).items()
+                if m.text or m.shared_with or k not in meanings
+            }
+    return meanings
 
 
 def meanings_in(src: _Source, class_name: str) -> dict[str, Meaning]:

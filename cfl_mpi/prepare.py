@@ -29,7 +29,7 @@ def prepare_weights(cfg: Config) -> None:
     """Check a model of the user's own, then fetch (torchvision's) or check (a file's)
     pretrained weights by building θ(0) once."""
     if cfg.model.own:
-        from .models import OwnModelError, check_model
+        from .models.build import OwnModelError, check_model
 
         try:
             check_model(cfg)
@@ -37,7 +37,7 @@ def prepare_weights(cfg: Config) -> None:
             raise ConfigError(str(err)) from None
     if cfg.model.pretrained is False:
         return
-    from .models import WeightsError, build_model
+    from .models.build import WeightsError, build_model
 
     try:
         build_model(cfg, cfg.data.num_classes())

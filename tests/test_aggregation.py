@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from cfl_mpi.aggregation import (aggregate, clip_update, coordinate_median, fedavg, norm_clipped_mean,
                                  screen_updates, trimmed_mean, update_norm)
-from cfl_mpi.config import AggregationConfig
+from cfl_mpi.aggregation import AggregationConfig
 
 
 def test_weighted_by_sample_counts():

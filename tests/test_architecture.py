@@ -24,9 +24,10 @@ LAYERS = (
     ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console", "settings"),  # formats, maths, keys, words
     ("channel",),                                                   # how messages travel
     ("strategies", "strategies.spec", "strategies.*",               # the registries, the parameters,
-     "data", "data.*"),                                             # and each data set's silos
+     "data", "data.*", "models.params", "aggregation",              # each data set's silos, the model and
+     "runtime.params"),                                             # aggregation sections, the runtime's
     ("config",),                                                    # YAML into typed settings
-    ("models", "training", "batched_training", "aggregation", "results", "plots"),
+    ("models", "training", "batched_training", "results", "plots"),
     ("strategies.base", "strategies.*.*"),                          # the strategies' halves
     ("runtime",),                                                   # rounds, silos, placement, checkpoints
     ("cli", "main", "simulate", "compare", "reproduce", "prepare", "export", "ranks", "launch", "srun_mpi",

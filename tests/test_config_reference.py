@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from cfl_mpi import config_reference
-from cfl_mpi.config import Config, FaultConfig, LateSilo, RuntimeConfig, load_config
+from cfl_mpi.config import Config, load_config
+from cfl_mpi.runtime.params import FaultConfig, LateSilo, RuntimeConfig
 from cfl_mpi.data import REGISTRY as DATA_SETS
 from cfl_mpi.config_reference import CONFIG_MD, COMMAND, render, sections
 from cfl_mpi.strategies import REGISTRY

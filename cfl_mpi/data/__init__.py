@@ -1,18 +1,27 @@
 """Every data set by name: the one registry that config parsing, the server and the silos
-read. A new data set is one module with its parameters (a frozen dataclass subclassing
-`DataParams`, whose methods build one silo's `SiloData`), plus one line here.
+read. A data set is one module with its parameters (a frozen dataclass subclassing
+`DataParams`, whose methods build one silo's `SiloData` from its own section and
+`DataFacts`); a new one is that module plus one line here.
 
-- rotated_digits, rotated_mnist, rotated_cifar10, backdoor_mnist, backdoor_cifar10, pacs: each
-  silo's shard of a public benchmark (benchmarks.py);
+- rotated_digits, rotated_mnist, rotated_cifar10: a public source turned once per group (rotated.py);
+- backdoor_mnist, backdoor_cifar10: a source in 3 groups, one carrying a backdoor (backdoor.py);
+- pacs: one group per PACS domain (pacs.py);
 - silo_files: each silo's own files, named per silo (silo_files.py).
 """
 
 from __future__ import annotations
 
-from .benchmarks import BENCHMARKS, BenchmarkData
+from .backdoor import BackdoorData
+from .pacs import PacsData
+from .rotated import RotatedData
 from .silo_files import SiloFiles
 from .spec import DataFacts, DataParams, SiloData
 
-REGISTRY: dict[str, type[DataParams]] = {**dict.fromkeys(BENCHMARKS, BenchmarkData), "silo_files": SiloFiles}
+REGISTRY: dict[str, type[DataParams]] = {
+    **dict.fromkeys(RotatedData.SOURCES, RotatedData),
+    **dict.fromkeys(BackdoorData.SOURCES, BackdoorData),
+    "pacs": PacsData,
+    "silo_files": SiloFiles,
+}
 
-__all__ = ["REGISTRY", "BenchmarkData", "DataFacts", "DataParams", "SiloData", "SiloFiles"]
+__all__ = ["REGISTRY", "BackdoorData", "DataFacts", "DataParams", "PacsData", "RotatedData", "SiloData", "SiloFiles"]

@@ -261,7 +261,7 @@ class SiloFiles(DataParams):
             if len(x) != len(y):
                 raise ConfigError(f"x_{name} holds {len(x)} examples but y_{name} {len(y)} labels")
         rng = np.random.default_rng([seed, 17, silo])
-        pool = given.pop("all", None) or given.pop("train")
+        pool = given.pop("all") if "all" in given else given.pop("train")
         n = len(pool[1])
         test_idx = None
         if "test" not in given:
@@ -283,9 +283,9 @@ class SiloFiles(DataParams):
             parts["backdoor"] = (*given["backdoor"], None)
         out = {}
         for split, (x, y, idx) in parts.items():
-            whole = idx is None or (len(idx) == len(y) and split == "train" and np.array_equal(idx, np.arange(len(y))))
+            whole = idx is None or (len(idx) == len(y) and np.array_equal(idx, np.arange(len(y))))
             out[split] = (
-                self._examples(x if whole else x[idx], split),
+                self._examples(x, None if whole else idx, split),
                 self._labels(np.asarray(y) if whole else np.asarray(y)[idx], split),
             )
             if len(out[split][1]) == 0 and split != "backdoor":
@@ -298,31 +298,42 @@ class SiloFiles(DataParams):
             raise ConfigError(f"its splits hold examples of different shapes ({shapes})")
         return out
 
-    def _examples(self, x: Any, split: str) -> np.ndarray:
-        """Examples as float32, images NCHW laid out as the built-in data sets lay theirs
-        (images.model_layout, whose strides decide torch's kernels: the same layout, the same
-        rounding): uint8 pixels scaled to [0, 1], other numbers as they are. Read and checked
-        for NaN and inf a chunk at a time, so a memory-mapped file is never read whole at once."""
+    def _examples(self, x: Any, idx: np.ndarray | None, split: str) -> np.ndarray:
+        """The examples `idx` (None: all) as float32, images NCHW laid out as the built-in data
+        sets lay theirs (images.model_layout, whose strides decide torch's kernels: the same
+        layout, the same rounding): uint8 pixels scaled to [0, 1], other numbers as they are.
+        Read, converted and checked for NaN and inf a chunk at a time, straight into the one
+        array they end in: a memory-mapped file is never read whole at once, nor copied twice."""
         if x.dtype.kind not in "uifb":
             raise ConfigError(f"x_{split} is of dtype {x.dtype}, not numbers")
-        if x.ndim == 3:
-            x = x[..., None]
-        elif x.ndim == 4 and not self._channels_last(x.shape):
-            x = np.moveaxis(x, 1, 3)
-        elif x.ndim not in (2, 4):
+        if x.ndim not in (2, 3, 4):
             raise ConfigError(
                 f"x_{split} has shape {x.shape}: give images (N, H, W), (N, C, H, W), (N, H, W, C) or vectors (N, F)"
             )
-        out = np.empty(x.shape, dtype=np.float32)
+        nchw = x.ndim == 4 and not self._channels_last(x.shape)
+        n = len(x) if idx is None else len(idx)
+        if x.ndim == 2:
+            out = np.empty((n, x.shape[1]), dtype=np.float32)
+        elif x.ndim == 3 or (x.shape[1] if nchw else x.shape[3]) == 1:  # one channel: NHWC memory (model_layout)
+            out = np.empty((n, *(x.shape[2:] if nchw else x.shape[1:3]), 1), dtype=np.float32)
+        else:
+            out = np.empty((n, *(x.shape[1:] if nchw else (x.shape[3], *x.shape[1:3]))), dtype=np.float32)
         step = max(1, FINITE_CHUNK // max(1, math.prod(x.shape[1:])))
-        for start in range(0, len(x), step):
+        for start in range(0, n, step):
+            rows = np.asarray(x[start : start + step] if idx is None else x[idx[start : start + step]])
+            if x.ndim == 3:
+                rows = rows[..., None]
+            elif x.ndim == 4 and out.shape[-1] == 1 and nchw:
+                rows = np.moveaxis(rows, 1, 3)
+            elif x.ndim == 4 and out.shape[-1] != 1 and not nchw:
+                rows = np.moveaxis(rows, 3, 1)
             chunk = out[start : start + step]
-            chunk[...] = unit(np.asarray(x[start : start + step]))
+            chunk[...] = unit(rows)
             if not all_finite(chunk):
                 raise ConfigError(
                     f"x_{split} holds NaN or infinite values (among examples {start} to {start + step - 1})"
                 )
-        return out if out.ndim == 2 else model_layout(out)
+        return model_layout(out) if out.ndim == 4 and out.shape[-1] == 1 else out
 
     def _channels_last(self, shape: tuple[int, ...]) -> bool:
         if self.layout != "auto":

@@ -42,7 +42,7 @@ def own_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> Spli
         ) from None
     if not isinstance(model, SplitModel):
         raise OwnModelError(
-            f"model.name: {name} returned a {type(model).__name__}, not a cfl_mpi.models.SplitModel "
+            f"model.name: {name} returned a {type(model).__name__}, not a cfl_mpi.models.split_model.SplitModel "
             "(an embedding and a head)"
         )
     return model

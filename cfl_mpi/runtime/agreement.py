@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..config import Config, model_fit_problems
+from ..config import Config
 from ..data.agreement import DataReport, frame, read_frames
 from ..settings import ConfigError
 
@@ -44,7 +44,7 @@ def agreed_config(cfg: Config, reports: dict[int, DataReport]) -> Config:
         )
     if classes < 2:
         raise ConfigError("data.classes: every silo's labels are 0: a classifier needs at least 2 classes")
-    for problem in model_fit_problems(cfg.model, shape):
+    for problem in cfg.model.fit_problems(shape):
         raise ConfigError(f"{problem} (as the silos' files hold them, e.g. silo 0's {data.files_of(0)})")
     return replace(cfg, data=data.agreed(shape, classes))
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+import yaml
 
-from ..config import ConfigError, config_digest
+from ..config import NOT_THE_EXPERIMENT, ConfigError, config_digest, experiment_dict, read_yaml
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -204,11 +205,9 @@ def check_results_folder(cfg: Config, resume: bool, overwrite: bool) -> None:
 
 def check_resume(cfg: Config, out: Path) -> None:
     """What `--resume out` needs that the folder's text files tell, without torch: the folder,
-    the saved config (config.check_resumable names a differing field), the checkpoint's index
+    the saved config (check_resumable names a differing field), the checkpoint's index
     and its arrays file's presence, its config digest, its round (not past the config's, nor a
     finished run) and the server's facts in it."""
-    from ..config import check_resumable
-
     if not out.is_dir():
         raise CheckpointError(
             f"--resume: {out} {'is not a folder' if out.exists() else 'does not exist'} (give the "
@@ -243,7 +242,7 @@ def check_resume_arrays(cfg: Config, out: Path) -> None:
     and a fresh strategy, with torch): the arrays file's checksum and names (`load_checkpoint`),
     the models against θ(0), and the strategy's arrays against a fresh strategy, whose
     `load_state_dict` must accept them."""
-    from ..models import initial_model
+    from ..models.build import initial_model
     from .halves import server_half
 
     ckpt = load_checkpoint(out)
@@ -306,3 +305,34 @@ def dedupe_models(per_silo: list[dict[str, np.ndarray]]) -> tuple[list[dict[str,
             models.append(model)
         index.append(seen[id(model)])
     return models, index
+
+
+def check_resumable(cfg: Config, out: Path) -> None:
+    """`--resume DIR` continues the same experiment: the config must match the one saved in
+    DIR (NOT_THE_EXPERIMENT may differ); names the first differing field. Without a saved
+    config.yaml the checkpoint's config digest decides (runtime/checkpoint.py)."""
+    saved_path = out / "config.yaml"
+    if not saved_path.is_file():
+        return
+    try:
+        saved = read_yaml(saved_path.read_text()) or {}
+    except yaml.YAMLError:
+        raise ConfigError(
+            f"--resume: {saved_path} is not valid YAML (the run's saved config was damaged; "
+            f"start afresh with --out {out} --overwrite)"
+        ) from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"--resume: {saved_path} does not hold a config (start afresh with --out {out} --overwrite)")
+    now = read_yaml(yaml.safe_dump(experiment_dict(cfg), sort_keys=False))
+    for section in sorted(set(saved) | set(now)):
+        if section in NOT_THE_EXPERIMENT:
+            continue
+        old, new = saved.get(section), now.get(section)
+        if old != new:
+            field_name = section
+            if isinstance(old, dict) and isinstance(new, dict):
+                field_name += "." + next(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+            raise ConfigError(
+                f"{field_name}: differs from the run being resumed in {out} "
+                f"(resume with the config and --set options it was started with)"
+            )

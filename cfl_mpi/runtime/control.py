@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Config, participant_count
+from ..config import Config
+from .params import participant_count
 
 
 def present(cfg: Config, round: int) -> list[int]:

@@ -16,7 +16,7 @@ from ..strategies.base import Halves, Model, RunFacts, SiloProtocol, Strategy
 
 def run_facts(cfg: Config) -> RunFacts:
     def initial_models(k: int) -> list[Model]:
-        from ..models import seeded_states  # torch: only where a strategy asks for models
+        from ..models.build import seeded_states  # torch: only where a strategy asks for models
 
         return seeded_states(cfg, cfg.data.num_classes(), cfg.seed, k)
 

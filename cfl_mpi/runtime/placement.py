@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import ConfigError, RuntimeConfig
 from ..console import count
+from ..settings import ConfigError
 from ..wire.messages import ProtocolError
+from .params import RuntimeConfig
 
 if TYPE_CHECKING:
     import torch

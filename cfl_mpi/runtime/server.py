@@ -42,7 +42,7 @@ class Server:
         cores: int = 1,
         devices: list[str] | None = None,
     ) -> None:
-        from ..models import initial_model  # torch: imported by the rank that builds θ(0) only
+        from ..models.build import initial_model  # torch: imported by the rank that builds θ(0) only
 
         self.cfg, self.channel, self.out, self.stop, self.cores = cfg, channel, out, stop, cores
         self.devices = devices or []  # where the silos compute: one label per silo rank (summary.json)

@@ -28,7 +28,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     import torch
 
     from ..batched_training import LocalTraining, batches_silos, train_together
-    from ..models import build_model, load_arrays, state_arrays
+    from ..models.build import build_model, load_arrays, state_arrays
     from ..training import to_device, train_local
 
     data = cfg.data.build(silo, cfg.data_facts())

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from ..aggregation import Decision, cluster_averages
+from ..aggregation import AggregationConfig, Decision, cluster_averages
 from ..channel import Channel
-from ..config import AggregationConfig
 from ..wire.messages import Kind
 from ..wire.round import ROUND_KINDS
 from .spec import StrategyParams

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cfl_mpi.config import Config
-from cfl_mpi.data import BenchmarkData
+from cfl_mpi.data import RotatedData
 from cfl_mpi.data.partition import holdout_split, images_shared_by, shard, sized_shard, true_clusters
 
 
@@ -30,7 +30,7 @@ def test_holdout_is_a_partition():
 
 
 def test_rotated_digits_rotation_and_sizes():
-    cfg = Config(silos=4, data=BenchmarkData(rotations=[0.0, 180.0]))
+    cfg = Config(silos=4, data=RotatedData(rotations=[0.0, 180.0]))
     a, b = cfg.data.build(0, cfg.data_facts()), cfg.data.build(2, cfg.data_facts())  # same local index, other rotation
     assert (a.group, b.group) == (0, 1)
     assert a.x_train.shape[1:] == (1, 28, 28) and a.x_train.dtype == np.float32
@@ -57,8 +57,8 @@ def test_sized_shards_hold_their_size_and_share_as_little_as_the_pool_allows(sil
 
 
 def test_ifca_shape_on_digits_shares_images_only_beyond_the_pool():
-    small = Config(silos=40, data=BenchmarkData(silo_images=100))  # 10 silos of 100 per rotation < 1,438
-    big = Config(silos=80, data=BenchmarkData(silo_images=100))    # 20 x 100 > 1,438: 2 shuffles
+    small = Config(silos=40, data=RotatedData(silo_images=100))  # 10 silos of 100 per rotation < 1,438
+    big = Config(silos=80, data=RotatedData(silo_images=100))    # 20 x 100 > 1,438: 2 shuffles
     assert small.data.silo_images_shared_by(small.data_facts()) == 1 and big.data.silo_images_shared_by(big.data_facts()) == 2
     a, b = small.data.build(0, small.data_facts()), small.data.build(1, small.data_facts())
     assert len(a.y_train) + len(a.y_val) == 100 == len(b.y_train) + len(b.y_val)

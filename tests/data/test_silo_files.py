@@ -13,16 +13,17 @@ from typing import Literal
 import numpy as np
 import pytest
 import yaml
+from jobs import PROJECT_ROOT, run_mpi
 from PIL import Image
 
 from cfl_mpi import data as data_sets
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.data import DataFacts, DataParams, SiloData, SiloFiles
 from cfl_mpi.data.agreement import REPORT_BYTES, DataReport, frame, read_frames
+from cfl_mpi.data.images import to_model_input
 from cfl_mpi.export import export
 from cfl_mpi.runtime.agreement import agreed_in_process
 from cfl_mpi.wire.messages import ProtocolError
-from jobs import PROJECT_ROOT, run_mpi
 
 SMALL = ["silos=8", "train.rounds=2", "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]
 FACTS = DataFacts(silos=4, seed=0)
@@ -71,6 +72,7 @@ def test_image_layouts_and_uint8_pixels_become_the_model_layout(tmp_path, layout
     channels = nhwc.shape[-1]
     assert data.x_test.shape == (5, channels, 6, 6) and data.x_test.dtype == np.float32
     np.testing.assert_array_equal(data.x_test, nhwc[:5].transpose(0, 3, 1, 2).astype(np.float32) / 255)
+    assert data.x_test.strides == to_model_input(nhwc[:5] / 255, 0.0, 1.0).strides  # the built-in sets' layout
     assert len(data.y_train) + len(data.y_val) == 30
 
 
@@ -85,6 +87,21 @@ def test_feature_vectors_and_a_folder_of_memory_mapped_npy_files(tmp_path):
     data = params.build(0, DataFacts(1, 0))
     assert data.x_train.shape[1:] == (7,) and data.x_train.dtype == np.float32
     assert len(data.y_train) + len(data.y_val) + len(data.y_test) == 40
+
+
+def test_a_2_gb_npy_file_opens_without_being_read(tmp_path):
+    """The agreement reads a silo's examples a chunk at a time; opening one is a memory map."""
+    import resource
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    x = np.lib.format.open_memmap(folder / "x.npy", mode="w+", dtype=np.float32, shape=(1 << 19, 1024))  # 2 GiB
+    del x
+    np.save(folder / "y.npy", np.zeros(1 << 19, np.int64))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    arrays = SiloFiles(files=str(tmp_path / "{silo}"))._arrays(folder)
+    assert isinstance(arrays["x"], np.memmap) and arrays["x"].nbytes == 1 << 31
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB: far below the file's 2 GiB
 
 
 def test_an_image_folder_tree_with_its_own_test_split(tmp_path):
@@ -102,7 +119,8 @@ def test_an_image_folder_tree_with_its_own_test_split(tmp_path):
 
 def test_a_manifest_names_each_silos_file_and_group(tmp_path):
     write_silos(tmp_path / "sites")
-    (tmp_path / "m.csv").write_text("silo,path,group\n" + "".join(f"{s},sites/site{s}.npz,{s // 2}\n" for s in range(4)))
+    rows = "".join(f"{s},sites/site{s}.npz,{s // 2}\n" for s in range(4))
+    (tmp_path / "m.csv").write_text("silo,path,group\n" + rows)
     cfg = load_config(files_config(tmp_path, {"manifest": str(tmp_path / "m.csv")}))
     np.testing.assert_array_equal(cfg.data.true_clusters(4), [0, 0, 1, 1])
     assert cfg.data.files_of(3) == str(tmp_path / "sites" / "site3.npz")

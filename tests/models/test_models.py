@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cfl_mpi.config import ConfigError
-from cfl_mpi.models import WeightsError, build_model
+from cfl_mpi.models.build import WeightsError, build_model
 from cfl_mpi.prepare import prepare_weights
 from config_files import config_from
 
@@ -125,7 +125,7 @@ def test_pretrained_true_reads_torchs_cache_without_network(tmp_path):
 
 
 def test_the_server_imports_torchvision_only_for_torchvision_models():
-    code = ("import sys; from cfl_mpi.config import Config; from cfl_mpi.models import initial_model; "
+    code = ("import sys; from cfl_mpi.config import Config; from cfl_mpi.models.build import initial_model; "
             "initial_model(Config()); print('torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -136,7 +136,7 @@ def test_batchnorm_state_round_trips_with_its_scalar_counter(tmp_path):
     """num_batches_tracked is 0-d; the wire keeps it 0-d (tests/wire/test_wire.py), and so do we."""
     import numpy as np
 
-    from cfl_mpi.models import load_arrays, state_arrays
+    from cfl_mpi.models.build import load_arrays, state_arrays
 
     model = build_model(config(tmp_path, name="resnet18", input_size=32), 10)
     arrays = state_arrays(model)

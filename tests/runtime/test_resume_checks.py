@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from cfl_mpi.config import config_digest, load_config
-from cfl_mpi.models import initial_model
+from cfl_mpi.models.build import initial_model
 from cfl_mpi.runtime.checkpoint import Checkpoint, save_checkpoint
 from cfl_mpi.runtime.halves import server_half
 from jobs import PROJECT_ROOT, mpirun

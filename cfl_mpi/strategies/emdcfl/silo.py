@@ -128,7 +128,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         """Measure the planned pairs; with a staged plan the server sends the next stage's
         partners once it has this stage's embeddings, until a plan says that none follow. One
         key, one sample and one noise serve every stage of the round."""
-        from ...models import state_arrays  # torch: silo side only
+        from ...models.build import state_arrays  # torch: silo side only
 
         partners, more = self.partners, self.more
         key, omega, own = None, None, None
@@ -263,7 +263,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         of z_own — where it measures, as c''s ω arrives. τ the silo's, or the pair's own through
         R (`tau_projection: pair`), and the silo's noise; both 0 where it only measures: they
         belong to W[c][c']."""
-        from ...models import load_arrays, scratch_copy
+        from ...models.build import load_arrays, scratch_copy
 
         dim_z, dim_r = self.run.embedding_dim, self.dim_r
 

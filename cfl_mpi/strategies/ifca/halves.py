@@ -177,7 +177,7 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
 
     def _models(self, ctx: SiloRound, what: str):
         """Receive the round's models 0..K-1 in order, yielding (k, arrays)."""
-        from ...models import state_arrays
+        from ...models.build import state_arrays
 
         template = state_arrays(ctx.model)
         expect = ClusterModel.expect(ctx.round, like=template)
@@ -195,7 +195,7 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
             k += 1
 
     def _loss(self, ctx: SiloRound, arrays: dict[str, np.ndarray]) -> float:
-        from ...models import load_arrays, scratch_copy
+        from ...models.build import load_arrays, scratch_copy
         from ...training import evaluate
 
         def loss_of_model() -> float:
@@ -214,7 +214,7 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
     def before_training(self, ctx: SiloRound) -> None:
         if self._seeding_round(ctx):
             return
-        from ...models import load_arrays
+        from ...models.build import load_arrays
 
         models, losses = [], []
         for _, arrays in self._models(ctx, "cluster model"):

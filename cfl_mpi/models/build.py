@@ -1,0 +1,167 @@
+"""Models by name, and their weights as plain numpy arrays for the wire.
+
+Every model has an explicit `embedding` g and `head` h with `model(x) == head(embedding(x))`:
+the simple CNN (simple_cnn.py), IFCA's fully connected network (mlp.py) and torchvision's
+ImageNet models (torchvision_models.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import Config
+from .mlp import Mlp
+from .own import OwnModelError, check_fit, own_model
+from .params import TORCHVISION_MODELS
+from .simple_cnn import SimpleCNN
+from .split_model import SplitModel
+from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
+
+__all__ = [
+    "build_model",
+    "SplitModel",
+    "seeded_states",
+    "state_arrays",
+    "load_arrays",
+    "load_weights_file",
+    "WeightsError",
+    "OwnModelError",
+    "check_model",
+]
+
+# torch's default generator is process-wide, and several silos (threads) may build models at
+# once: seeded draws and every other construction take turns, so θ(0) depends on the seed only.
+_DEFAULT_GENERATOR = threading.RLock()
+
+
+class WeightsError(ValueError):
+    """A weights file that does not fit the model; the message is one `model.pretrained: ...` line."""
+
+
+def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> SplitModel:
+    """A fresh model (θ(0) and other seeded draws come from `seeded_states`).
+
+    With `model.pretrained` set and `load_weights`, the embedding (and the head, when the file
+    has one of the right shape) starts from those weights. Silos pass `load_weights=False`:
+    they receive θ(0) from the server, the only rank that needs the weights.
+    """
+    m = cfg.model
+    shape = cfg.sample_shape
+    with _DEFAULT_GENERATOR:
+        if m.name == "simple_cnn":
+            c1, c2 = m.channels
+            model: SplitModel = SimpleCNN(shape[0], num_classes, shape[-1], (c1, c2), m.embedding_dim, m.pools)
+        elif m.name == "mlp":
+            model = Mlp(math.prod(shape), num_classes, m.embedding_dim)
+        elif m.own:
+            model = own_model(m.name, shape, num_classes)
+        else:
+            assert m.input_size is not None  # ModelConfig sets it for every torchvision model
+            model = split(m.name, torchvision_network(m.name, m.input_size), num_classes, m.input_size)
+    if load_weights and m.pretrained is not False:
+        if m.pretrained is True:
+            state = _torchvision_weights(m.name)
+            source = f"torchvision's {m.name} weights"
+        else:
+            state = load_weights_file(Path(m.pretrained))
+            source = m.pretrained
+        _load_pretrained(model, m.name, state, source)
+    return model
+
+
+def check_model(cfg: Config) -> None:
+    """Before any work, on the rank that builds θ(0): a model of the user's own is importable,
+    a SplitModel, and takes the data's examples to its declared embedding and the classes
+    (OwnModelError, one line, otherwise). The built-in models are checked by the config."""
+    if cfg.model.own:
+        model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+        check_fit(model, cfg.model.name, cfg.sample_shape, cfg.data.num_classes(), cfg.model.embedding_dim)
+
+
+def seeded_states(cfg: Config, num_classes: int, seed: int, count: int) -> list[dict[str, np.ndarray]]:
+    """`count` models drawn one after another after `torch.manual_seed(seed)`: θ(0) is the first."""
+    with _DEFAULT_GENERATOR:
+        torch.manual_seed(seed)
+        models = [build_model(cfg, num_classes) for _ in range(count)]
+    return [state_arrays(m) for m in models]
+
+
+def initial_model(cfg: Config) -> dict[str, np.ndarray]:
+    """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
+    return seeded_states(cfg, cfg.data.num_classes(), cfg.seed, 1)[0]
+
+
+def _torchvision_weights(name: str) -> dict[str, torch.Tensor]:
+    """torchvision's default ImageNet weights from torch's cache (`$TORCH_HOME/hub/checkpoints`),
+    downloaded into it when missing and a network is reachable."""
+    return default_weights(name).get_state_dict(progress=False, check_hash=True, weights_only=True)
+
+
+def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
+    """A state dict saved with `torch.save`, read with weights_only=True (tensors, no code)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise WeightsError(f"model.pretrained: {path} does not hold a state dict (a mapping of names to tensors)")
+    return state
+
+
+def _load_pretrained(model: SplitModel, name: str, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load a torchvision state dict (keys as in torchvision's model) or a cfl_mpi one
+    (keys `embedding.*`, `head.*`) into `model`. The embedding must match exactly; the head is
+    taken only when its shapes fit (an ImageNet head has 1000 classes and is left fresh)."""
+    if all(k.startswith(("embedding.", "head.")) for k in state):
+        embedding = {k[len("embedding.") :]: v for k, v in state.items() if k.startswith("embedding.")}
+        head = {k[len("head.") :]: v for k, v in state.items() if k.startswith("head.")}
+    elif name in TORCHVISION_MODELS:
+        embedding = {f"net.{k}": v for k, v in state.items() if not k.startswith(HEAD_PREFIX[name])}
+        head = {}
+    else:
+        raise WeightsError(f"model.pretrained: {source} holds no embedding.* weights for {name}")
+    try:
+        model.embedding.load_state_dict(embedding, strict=True)
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+        detail = (lines[1] if len(lines) > 1 else lines[0])[:200]
+        raise WeightsError(f"model.pretrained: {source} does not fit {name}'s embedding ({detail})") from None
+    own = model.head.state_dict()
+    if head and head.keys() == own.keys() and all(head[k].shape == own[k].shape for k in own):
+        model.head.load_state_dict(head)
+
+
+def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:
+    """The module's state (parameters and buffers) as CPU numpy arrays, in a fixed order."""
+    return {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
+
+
+_THREAD = threading.local()
+
+
+def scratch_copy(module: nn.Module) -> nn.Module:
+    """A module of `module`'s architecture for this thread to load other weights into, made
+    once per thread and architecture: `load_arrays` overwrites every parameter and buffer, and
+    a deep copy per use would cost a good share of an embedding's time (the compute workers
+    embed under thousands of partners' ω)."""
+    state = module.state_dict()
+    key = (type(module), tuple((k, tuple(v.shape), v.dtype, v.device) for k, v in state.items()))
+    copies = _THREAD.__dict__.setdefault("copies", {})
+    if key not in copies:
+        copies[key] = copy.deepcopy(module)
+    return copies[key]
+
+
+def load_arrays(module: nn.Module, arrays: dict[str, np.ndarray]) -> None:
+    """Load received arrays into the module (names and shapes were checked on receipt). Arrays
+    that several silos share are read-only: torch takes those as a copy (it has no read-only
+    tensors), the others as they are."""
+    device = next(module.parameters()).device
+    module.load_state_dict(
+        {k: (torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)).to(device) for k, v in arrays.items()},
+        strict=True,
+    )

@@ -1,0 +1,146 @@
+"""The sections of the config the runtime reads: which silos train in a round
+(participation, late silos) and how the job runs (timeouts, checkpoints, silos per rank,
+devices, injected faults). Light: parsed on every rank before any heavy import."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ..models.params import BATCHABLE_MODELS
+
+
+@dataclass(frozen=True)
+class ParticipationConfig:
+    """Which silos train in a round (EMD-CFL paper, Appendix E.4: sampled at random each round).
+
+    Give `fraction` (of the silos present) or `count`; neither: every silo, every round.
+    The draw depends on (seed, round) only, so a resumed run draws the same silos.
+    """
+
+    # Fraction of the silos present that train in a round (rounded up, at least one).
+    fraction: float | None = None
+    # Number of silos that train in a round (all of those present if fewer).
+    count: int | None = None
+
+    def problems(self, silos: int) -> Iterator[str]:
+        if self.fraction is not None and self.count is not None:
+            yield "participation: give either fraction or count, not both (remove one)"
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            yield f"participation.fraction: must lie in (0, 1], got {self.fraction}"
+        if self.count is not None and not 1 <= self.count <= silos:
+            yield f"participation.count: must lie between 1 and silos ({silos}), got {self.count}"
+
+
+def participant_count(p: ParticipationConfig, present: int) -> int:
+    """How many of the `present` silos train in a round (at least one)."""
+    if p.count is not None:
+        return min(p.count, present)
+    if p.fraction is not None:
+        return max(1, min(present, math.ceil(p.fraction * present)))
+    return present
+
+
+@dataclass(frozen=True)
+class LateSilo:
+    """A silo that is absent until `round`: it trains for the first time then and is
+    clustered on arrival, without moving the silos already clustered."""
+
+    # Index of the late silo (0 to silos - 1).
+    silo: int
+    # The round it first trains in (2 to train.rounds).
+    round: int
+
+
+def late_silo_problems(late_silos: list[LateSilo], silos: int, rounds: int) -> Iterator[str]:
+    """Late silos must be distinct silos arriving in a later round, with one silo left for round 1."""
+    seen: set[int] = set()
+    for i, late in enumerate(late_silos):
+        if not (0 <= late.silo < silos and late.silo not in seen):
+            yield f"late_silos[{i}].silo: must be a distinct silo index in 0..{silos - 1}, got {late.silo}"
+        if not 2 <= late.round <= rounds:
+            yield (
+                f"late_silos[{i}].round: must lie between 2 and train.rounds ({rounds}), got {late.round} "
+                "(a silo present from the start needs no entry)"
+            )
+        seen.add(late.silo)
+    if len(seen) >= silos:
+        yield "late_silos: at least one silo must be present in round 1 (remove one entry)"
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Failure injection, to test that a failing or hostile silo cannot wreck the job. At the
+    start of round `round`, silo `silo` raises (`raise`), exits without a word (`exit`) or
+    stops answering (`hang`); or, from that round on, sends a hostile update: its model change
+    sign-flipped and scaled with a huge sample count (`scaled_update`), finite but huge
+    weights (`huge_weights`), the same update twice (`duplicate_update`), or an update's
+    header whose payload never follows (`header_only`)."""
+
+    # Index of the silo that fails (0 to silos - 1).
+    silo: int
+    # The round it fails in, or from which it sends hostile updates.
+    round: int
+    # What it does: one of the kinds described above.
+    kind: Literal["raise", "exit", "hang", "scaled_update", "huge_weights", "duplicate_update", "header_only"] = "raise"
+
+    def problems(self, silos: int, rounds: int) -> Iterator[str]:
+        if not 0 <= self.silo < silos:
+            yield f"runtime.fault.silo: must lie in 0..{silos - 1}, got {self.silo}"
+        if not 1 <= self.round <= rounds:
+            yield f"runtime.fault.round: must lie between 1 and train.rounds ({rounds}), got {self.round}"
+
+
+# How the MPI job runs: timeouts, checkpoints, silos per rank, devices, injected faults. Not part of the
+# experiment: a resumed run may change it.
+@dataclass(frozen=True)
+class RuntimeConfig:
+    # A peer that stays silent this long is treated as dead: the job fails cleanly. A silo
+    # waits twice as long for the server, so that the server names a silent silo first.
+    message_timeout_s: float = 1800.0
+    # A header's payload follows it at once from an honest peer: one that has not arrived
+    # this long after its header is a protocol error, not a slow peer.
+    payload_timeout_s: float = 15.0
+    # Longest sleep between two polls of a pending receive (back-off cap), so that a
+    # waiting rank uses ~0 % CPU but still reacts within this delay.
+    max_poll_sleep_ms: float = 20.0
+    # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
+    checkpoint: bool = True
+    # A failure to inject, for tests (runtime.fault); null: none.
+    fault: FaultConfig | None = None
+    # Silos hosted by each MPI rank after the server's (they share its device and torch):
+    # the job then needs 1 + ceil(silos / silos_per_rank) ranks. null: one silo per rank,
+    # or as many per rank as `mpirun -n` implies (blocks of consecutive silos).
+    silos_per_rank: int | None = None
+    # Where the silos compute: auto takes a GPU where torch sees one (silo ranks spread over a
+    # node's GPUs by local rank), else the CPU; cpu never uses a GPU, even where one is present;
+    # cuda stops the job before any work where a silo rank has none. The server never uses one.
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # How a process's silos train: batched, as one computation (their parameters stacked, one
+    # forward and backward a step over every silo's own mini-batch: torch.func's vmap), for
+    # models without buffers or dropout (simple_cnn, mlp); one_by_one, one after another;
+    # auto: batched where the silos compute on a GPU, where it is many times faster, one by
+    # one on the CPU, where it is not (benchmarks/silo_batching.py). Each silo keeps its own
+    # shuffle and update; batched weights equal one by one's up to float rounding, not bit
+    # for bit (docs/SMALL_SILOS.md).
+    silo_training: Literal["auto", "batched", "one_by_one"] = "auto"
+
+    def problems(self, silos: int, model: str) -> Iterator[str]:
+        """One config-error line per value the types cannot rule out (`runtime.<key>: …`)."""
+        if self.message_timeout_s <= 0:
+            yield "runtime.message_timeout_s: must be positive"
+        if self.payload_timeout_s <= 0:
+            yield "runtime.payload_timeout_s: must be positive"
+        if self.silos_per_rank is not None and not 1 <= self.silos_per_rank <= silos:
+            yield (
+                f"runtime.silos_per_rank: must lie between 1 and silos ({silos}) or be null, got {self.silos_per_rank}"
+            )
+        if self.max_poll_sleep_ms <= 0:
+            yield "runtime.max_poll_sleep_ms: must be positive"
+        if self.silo_training == "batched" and model not in BATCHABLE_MODELS:
+            yield (
+                f"runtime.silo_training: batched needs a model without buffers or dropout "
+                f"({', '.join(BATCHABLE_MODELS)}); {model} has them (set auto or one_by_one)"
+            )
