@@ -44,6 +44,7 @@ class SiloFiles(DataParams):
     `files` or `manifest`)."""
 
     per_silo_files: ClassVar[bool] = True
+    agreed_fields: ClassVar[tuple[str, ...]] = ("input_shape", "classes")
     name: Literal["silo_files"] = "silo_files"
     # Each silo's data, a path with `{silo}` standing for its index (0-based; `{silo:03d}` pads
     # it): an .npz file, a folder of .npy files or an image-folder tree (`train/<class>/...`).

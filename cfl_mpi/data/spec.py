@@ -54,6 +54,8 @@ class DataParams:
     # what it needs of them (shapes, classes, counts) in the agreement before the first round
     # (data/agreement.py) instead of from the parameters.
     per_silo_files: ClassVar[bool] = False
+    # The fields that agreement fills in where the config leaves them null.
+    agreed_fields: ClassVar[tuple[str, ...]] = ()
 
     def problems(self, facts: DataFacts) -> Iterator[str]:
         """One config-error line per value the types cannot rule out (`data.<key>: …`)."""

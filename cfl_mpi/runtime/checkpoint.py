@@ -324,6 +324,10 @@ def check_resumable(cfg: Config, out: Path) -> None:
     if not isinstance(saved, dict):
         raise ConfigError(f"--resume: {saved_path} does not hold a config (start afresh with --out {out} --overwrite)")
     now = read_yaml(yaml.safe_dump(experiment_dict(cfg), sort_keys=False))
+    for key in cfg.data.agreed_fields:  # learned in the agreement, which the resumed run holds again
+        if isinstance(saved.get("data"), dict) and now["data"].get(key) is None:
+            saved["data"].pop(key, None)
+            now["data"].pop(key, None)
     for section in sorted(set(saved) | set(now)):
         if section in NOT_THE_EXPERIMENT:
             continue

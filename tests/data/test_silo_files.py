@@ -277,6 +277,38 @@ def test_the_exported_quick_start_gives_the_built_in_results_bit_for_bit(tmp_pat
     assert_same_results(_results(tmp_path / "built_in"), _results(tmp_path / "files_run"))
 
 
+def test_a_run_on_silo_files_resumes_with_the_config_it_started_with(tmp_path):
+    """The results folder's config holds what the silos agreed on; a resume checks its config
+    (shape and classes null, as written) before it agrees again: the same experiment, while
+    another one is still refused."""
+    from cfl_mpi.config import experiment_dict
+    from cfl_mpi.runtime.checkpoint import check_resumable
+
+    write_silos(tmp_path, classes=3)
+    path = files_config(tmp_path, {"files": str(tmp_path / "site{silo}.npz")})
+    (tmp_path / "run").mkdir()
+    agreed = agreed_in_process(load_config(path))
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(experiment_dict(agreed), sort_keys=False))
+    check_resumable(load_config(path), tmp_path / "run")
+    with pytest.raises(ConfigError, match="data.classes: differs from the run being resumed"):
+        check_resumable(load_config(path, ["data.classes=4"]), tmp_path / "run")
+
+
+@pytest.mark.job
+def test_the_exported_rotated_mnist_gives_the_built_in_results_bit_for_bit(tmp_path, shared_data):
+    """16 silos of rotated MNIST on both splits (training pool, test split) as files: the same
+    clusters, per-silo accuracies and W as the built-in data set."""
+    sets = [f"data.root={shared_data / 'mnist'}", "data.download=false", "silos=16", "train.rounds=1",
+            "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]
+    built_in = load_config(PROJECT_ROOT / "configs/rotated.yaml", [*sets, f"out={tmp_path / 'built_in'}"])
+    from cfl_mpi.simulate import simulate
+
+    exported = export(built_in, tmp_path / "files")
+    simulate(built_in)
+    simulate(load_config(exported, [f"out={tmp_path / 'files_run'}"]))
+    assert_same_results(_results(tmp_path / "built_in"), _results(tmp_path / "files_run"))
+
+
 @pytest.mark.mpi
 def test_under_mpirun_each_rank_opens_only_its_own_silos_files_and_the_results_match(tmp_path):
     """The exported quick start under `mpirun -n 5` (2 silos a rank), every file open audited:
