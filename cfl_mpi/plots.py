@@ -97,7 +97,7 @@ def rule_view(
 
 def pairwise_heatmap(
     artifacts: Mapping[str, np.ndarray],
-    truth: np.ndarray,
+    truth: np.ndarray | None,
     title: str,
     path: Path,
     *,
@@ -209,7 +209,7 @@ def _cut_ticks(vmin: float, cut: float, vmax: float) -> list[float]:
 
 def distance_heatmap(
     W: np.ndarray,
-    truth: np.ndarray,
+    truth: np.ndarray | None,
     title: str,
     path: Path,
     label: str = W_LABEL,
@@ -229,7 +229,7 @@ def distance_heatmap(
 
 def heatmap_figure(
     W: np.ndarray,
-    truth: np.ndarray,
+    truth: np.ndarray | None,
     title: str,
     label: str = W_LABEL,
     similarity: bool = False,
@@ -245,10 +245,11 @@ def heatmap_figure(
     first divided by `noise` when given: the matrix the rule cuts, in its units; any other
     matrix as it is. Silos are ordered by the `found` clusters, which are outlined (without
     them: by true cluster, with thin lines between true clusters); a colour strip along both
-    axes shows the true clusters. The `cut` (value, label) is marked on the colour bar, the
-    colours step there (blues below, greens and yellows above) and put it in the middle of
-    the bar. Dark is close: low distances, high `similarity`. Values are printed in the cells
-    when there are at most 12 silos; grey: not measured (NaN)."""
+    axes shows the true clusters (the found ones where the data set knows none: `truth` None).
+    The `cut` (value, label) is marked on the colour bar, the colours step there (blues below,
+    greens and yellows above) and put it in the middle of the bar. Dark is close: low
+    distances, high `similarity`. Values are printed in the cells when there are at most 12
+    silos; grey: not measured (NaN)."""
     plt = _pyplot()
     import textwrap
 
@@ -258,7 +259,9 @@ def heatmap_figure(
     from mpl_toolkits.axes_grid1 import make_axes_locatable
 
     W = np.asarray(W, dtype=float)
-    truth = np.asarray(truth)
+    known = truth is not None
+    truth = np.asarray(truth if known else found)
+    word = "true cluster" if known else "cluster found"
     if directed:
         from .clustering.extraction import symmetrised
 
@@ -339,7 +342,7 @@ def heatmap_figure(
     codes = np.array([index[k] for k in truth[order].tolist()])
     for strip, data in ((top, codes[None, :]), (left, codes[:, None])):
         strip.imshow(data, cmap=palette, vmin=-0.5, vmax=len(kinds) - 0.5, aspect="auto", interpolation="nearest")
-        strip.set_label("true clusters")
+        strip.set_label("true clusters" if known else "clusters found")
         for spine in strip.spines.values():
             spine.set_visible(False)
     top.set_xticks([])
@@ -376,7 +379,10 @@ def heatmap_figure(
     notes = []
     if found is not None:
         notes.append(f"boxes: the {n_found} cluster{'s' if n_found != 1 else ''} found")
-    notes.append(f"strip: the {len(kinds)} true cluster{'s' if len(kinds) != 1 else ''}")
+    if known:
+        notes.append(f"strip: the {len(kinds)} true cluster{'s' if len(kinds) != 1 else ''}")
+    else:
+        notes.append("no known groups of silos: the strip repeats the clusters found")
     if cut is not None:
         notes.append("below the cut (line on the colour bar) silos may share a cluster")
     if (~np.isfinite(D) & ~np.eye(size, dtype=bool)).any():
@@ -385,7 +391,7 @@ def heatmap_figure(
         handles = [Patch(color=OKABE_ITO[i % len(OKABE_ITO)], label=str(k)) for i, k in enumerate(kinds)]
         fig.legend(
             handles=handles,
-            title="true cluster",
+            title=word,
             loc="lower center",
             ncol=len(kinds),
             fontsize=8,
@@ -420,24 +426,35 @@ def _round_axis(ax, rounds) -> None:
     ax.set_xlabel("round")
 
 
-def accuracy_curves(rounds: list[int], per_silo: np.ndarray, truth: np.ndarray, title: str, path: Path) -> None:
+def accuracy_curves(
+    rounds: list[int],
+    per_silo: np.ndarray,
+    truth: np.ndarray | None,
+    title: str,
+    path: Path,
+    found: np.ndarray | None = None,
+) -> None:
     """Average and worst silo accuracy per round, each silo faintly: see `accuracy_figure`."""
-    fig = accuracy_figure(rounds, per_silo, truth, title)
+    fig = accuracy_figure(rounds, per_silo, truth, title, found)
     fig.savefig(path, dpi=120)
     _pyplot().close(fig)
 
 
-def accuracy_figure(rounds: list[int], per_silo: np.ndarray, truth: np.ndarray, title: str):
+def accuracy_figure(
+    rounds: list[int], per_silo: np.ndarray, truth: np.ndarray | None, title: str, found: np.ndarray | None = None
+):
     """Average and worst silo accuracy per round (`per_silo`: rounds × silos, fractions; NaN:
-    the silo had not arrived yet), with each silo faintly, coloured by true cluster. Markers on
-    every round and integer round ticks: one round still shows."""
+    the silo had not arrived yet), with each silo faintly, coloured by true cluster (by the
+    cluster `found` where the data set knows none). Markers on every round and integer round
+    ticks: one round still shows."""
     plt = _pyplot()
     import warnings
 
     from matplotlib.lines import Line2D
 
     per_silo = np.asarray(per_silo, dtype=float).reshape(len(rounds), -1)
-    truth = np.asarray(truth)
+    word = "true cluster" if truth is not None else "cluster found"
+    truth = np.asarray(truth if truth is not None else found)
     kinds = sorted(np.unique(truth).tolist())
     index = {k: i for i, k in enumerate(kinds)}
     x = np.asarray(rounds, dtype=float)
@@ -452,12 +469,12 @@ def accuracy_figure(rounds: list[int], per_silo: np.ndarray, truth: np.ndarray, 
     ax.plot(x, 100 * worst, color="black", lw=1.5, ls="--", marker="v", ms=7, mfc="white", label="worst silo")
     _round_axis(ax, rounds)
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"{title}\n(small dots: each silo, coloured by its true cluster)", fontsize=10)
+    ax.set_title(f"{title}\n(small dots: each silo, coloured by its {word})", fontsize=10)
     ax.grid(alpha=0.3)
     handles = ax.get_legend_handles_labels()[0]
     if len(kinds) <= 8:
         handles += [
-            Line2D([], [], color=OKABE_ITO[i % len(OKABE_ITO)], marker="o", ms=3.5, lw=0.8, label=f"true cluster {k}")
+            Line2D([], [], color=OKABE_ITO[i % len(OKABE_ITO)], marker="o", ms=3.5, lw=0.8, label=f"{word} {k}")
             for i, k in enumerate(kinds)
         ]
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)

@@ -91,10 +91,8 @@ class RunRecorder:
             np.savetxt(self.out / f"{name}.csv", np.atleast_2d(array), delimiter=",", fmt="%.6g")
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
         title = f"{self.cfg.name}: {self.cfg.strategy.name}"
-        if truth is None:  # no known groups: the silos are shown in the clusters found
-            truth, title = clusters, f"{title} (no known groups: silos grouped as found)"
         pairwise_heatmap(
             artifacts, truth, title, self.out / "distances.png", found=clusters, strategy=self.cfg.strategy
         )
         per_silo = np.array([[np.nan if a is None else a for a in r["accuracy"]] for r in records])
-        accuracy_curves([r["round"] for r in records], per_silo, truth, title, self.out / "accuracy.png")
+        accuracy_curves([r["round"] for r in records], per_silo, truth, title, self.out / "accuracy.png", clusters)

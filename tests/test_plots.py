@@ -81,6 +81,17 @@ def test_robust_rule_heatmap_is_in_noise_units_ordered_and_outlined_by_found_clu
         assert np.ravel(strip.images[0].get_array()).tolist() == [codes[t] for t in TRUTH[order]]
 
 
+def test_without_known_groups_the_figures_show_the_clusters_found():
+    """Silos that bring their own data without a group: no true clusters to show, so the strips
+    and the accuracy curves' colours are the clusters found, and the figures say so."""
+    fig = plots.heatmap_figure(_w(), None, "t", found=FOUND)
+    strips = [a for a in fig.axes if a.get_label() == "clusters found"]
+    assert len(strips) == 2 and not [a for a in fig.axes if a.get_label() == "true clusters"]
+    assert any("no known groups" in t.get_text() for t in fig.texts)
+    curves = plots.accuracy_figure([1, 2], np.full((2, 6), 0.5), None, "t", FOUND)
+    assert "cluster found" in curves.axes[0].get_title()
+
+
 def test_the_cut_is_on_the_colour_bar_and_the_colours_step_there():
     W = _w()
     fig = plots.heatmap_figure(W, TRUTH, "t", found=FOUND, noise=NOISE, cut=plots.Cut(3.5, "cut 3.5"))
