@@ -157,8 +157,8 @@ VARIANTS: dict[str, Backdoor] = {
 }
 
 
-# A source (MNIST, CIFAR-10) split across 3 groups of silos: group 0 the backdoor's target, the
-# silos of group 1 carry the backdoor feature, group 2 is another distribution (above).
+# A source (MNIST, CIFAR-10) split across 3 groups of silos (the EMD-CFL paper, §4.1 and Appendix C):
+# group 0 the backdoor's target, group 1 carrying the backdoor feature, group 2 another distribution.
 @dataclass(frozen=True)
 class BackdoorData(PooledData):
     SOURCES: ClassVar[dict[str, Source]] = {name: variant.source for name, variant in VARIANTS.items()}

@@ -40,8 +40,7 @@ FINITE_CHUNK = 1 << 22  # values checked for NaN and inf at a time: a memory-map
 
 @dataclass(frozen=True)
 class SiloFiles(DataParams):
-    """Keys of `data` with `data.name: silo_files`: every silo reads its own files (give
-    `files` or `manifest`)."""
+    """Every silo reads its own files, named per silo: give `files` or `manifest`."""
 
     per_silo_files: ClassVar[bool] = True
     agreed_fields: ClassVar[tuple[str, ...]] = ("input_shape", "classes")
