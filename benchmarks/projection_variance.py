@@ -38,6 +38,7 @@ from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import Config, load_config
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.models.build import build_model, initial_model, load_arrays
+from cfl_mpi.runtime.placement import usable_cores
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key
@@ -92,12 +93,15 @@ def trained_silos(cfg: Config) -> list[Silo]:
 
 
 def with_references(cfg: Config, silos: list[Silo]) -> list[Silo]:
-    """Each silo's τ and noise under cfg's clustering settings, from the run's own draws."""
+    """Each silo's τ and noise under cfg's clustering settings, from the run's own draws, with
+    the BLAS threads a simulated run gives each silo (its share of the cores): a threaded
+    product sums in another order, and τ would differ from the run's in its last bit."""
     s, dim_r = cfg.strategy, projected_dim(cfg.strategy, cfg.model.embedding_dim)
-    for silo in silos:
-        rng = np.random.default_rng()
-        rng.bit_generator.state = silo.rng_state
-        silo.tau, silo.noise = reference_distance(silo.z_own, silo.z_val, dim_r, s, rng)
+    with threadpool_limits(max(1, usable_cores() // cfg.silos)):
+        for silo in silos:
+            rng = np.random.default_rng()
+            rng.bit_generator.state = silo.rng_state
+            silo.tau, silo.noise = reference_distance(silo.z_own, silo.z_val, dim_r, s, rng)
     return silos
 
 

@@ -321,11 +321,12 @@ def test_under_mpirun_each_rank_opens_only_its_own_silos_files_and_the_results_m
     simulate(built_in)
     audit = tmp_path / "opens"
     audit.mkdir()
+    silo_file = str(tmp_path / "files" / "silo_")  # the silos' data (config.yaml and the manifest hold none)
     hook = (
         "import os, sys, runpy\n"
         f"log = open(os.path.join({str(audit)!r}, 'rank' + os.environ.get('PMI_RANK', '0')), 'w')\n"
         "def seen(event, args):\n"
-        f"    if event == 'open' and isinstance(args[0], str) and args[0].startswith({str(tmp_path / 'files')!r}):\n"
+        f"    if event == 'open' and isinstance(args[0], str) and args[0].startswith({silo_file!r}):\n"
         "        log.write(args[0] + '\\n'); log.flush()\n"
         "sys.addaudithook(seen)\n"
         "sys.argv = ['cfl_mpi.main', *sys.argv[1:]]\n"
