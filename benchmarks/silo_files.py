@@ -90,7 +90,7 @@ def main() -> None:
         for _ in range(args.repeats):  # interleaved: the machine's drift hits both alike
             for name, (config, sets) in (("built-in", (ROTATED[0], overrides)), ("files", (str(exported), []))):
                 job = run_job(ROOT, config, list(sets), args.ranks)
-                peaks[name].append(job.peaks)
+                peaks[name].append(job.pss_mb)
                 results[name] = (job.records[-1]["clusters"], job.records[-1]["accuracy"])
         same = results["built-in"] == results["files"]
         bad = bad_file_seconds(Path(tmp) / "bad", 3)

@@ -201,7 +201,7 @@ class SiloFiles(DataParams):
                 return {name: archive[name] for name in archive.files}
         if (path / "train").is_dir():
             return self._image_tree(path)
-        npy = {p.stem: np.load(p, mmap_mode="r", allow_pickle=False) for p in sorted(path.glob("*.npy"))}
+        npy = {p.stem: np.load(p, mmap_mode="c", allow_pickle=False) for p in sorted(path.glob("*.npy"))}
         if not npy:
             raise ConfigError("holds no .npy files and no train/ image folder")
         return npy
@@ -302,8 +302,9 @@ class SiloFiles(DataParams):
         """The examples `idx` (None: all) as float32, images NCHW laid out as the built-in data
         sets lay theirs (images.model_layout, whose strides decide torch's kernels: the same
         layout, the same rounding): uint8 pixels scaled to [0, 1], other numbers as they are.
-        Read, converted and checked for NaN and inf a chunk at a time, straight into the one
-        array they end in: a memory-mapped file is never read whole at once, nor copied twice."""
+        Float32 examples already in that layout are taken as they are (a memory map stays one);
+        others are read and converted a chunk at a time straight into the one array they end
+        in. NaN and inf are looked for a chunk at a time."""
         if x.dtype.kind not in "uifb":
             raise ConfigError(f"x_{split} is of dtype {x.dtype}, not numbers")
         if x.ndim not in (2, 3, 4):
@@ -311,6 +312,9 @@ class SiloFiles(DataParams):
                 f"x_{split} has shape {x.shape}: give images (N, H, W), (N, C, H, W), (N, H, W, C) or vectors (N, F)"
             )
         nchw = x.ndim == 4 and not self._channels_last(x.shape)
+        if idx is None and (view := _model_view(x, nchw)) is not None:
+            _check_finite(view, split)
+            return view
         n = len(x) if idx is None else len(idx)
         if x.ndim == 2:
             out = np.empty((n, x.shape[1]), dtype=np.float32)
@@ -327,12 +331,8 @@ class SiloFiles(DataParams):
                 rows = np.moveaxis(rows, 1, 3)
             elif x.ndim == 4 and out.shape[-1] != 1 and not nchw:
                 rows = np.moveaxis(rows, 3, 1)
-            chunk = out[start : start + step]
-            chunk[...] = unit(rows)
-            if not all_finite(chunk):
-                raise ConfigError(
-                    f"x_{split} holds NaN or infinite values (among examples {start} to {start + step - 1})"
-                )
+            out[start : start + step] = unit(rows)
+        _check_finite(out, split)
         return model_layout(out) if out.ndim == 4 and out.shape[-1] == 1 else out
 
     def _channels_last(self, shape: tuple[int, ...]) -> bool:
@@ -351,6 +351,31 @@ class SiloFiles(DataParams):
                 f"(labels run from 0 to {self.classes - 1})"
             )
         return y.astype(np.int64)
+
+
+def _model_view(x: Any, nchw: bool) -> np.ndarray | None:
+    """`x` itself as the model's examples, where it already holds float32 in their layout (no
+    copy: a memory map stays one); None where it must be converted. One-channel images get the
+    strides `images.model_layout` gives them, the channel axis one element wide, which address
+    the same bytes."""
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    if x.ndim == 2 or (x.ndim == 4 and nchw and x.shape[1] != 1):
+        return x
+    one_channel = x.ndim == 3 or (x.ndim == 4 and (x.shape[1] if nchw else x.shape[3]) == 1)
+    if not one_channel:
+        return None
+    h, w = (int(a) for a in (x.shape[1:3] if x.ndim == 3 or not nchw else x.shape[2:]))
+    item = x.itemsize
+    return np.lib.stride_tricks.as_strided(x, (len(x), 1, h, w), (h * w * item, item, w * item, item))
+
+
+def _check_finite(x: np.ndarray, split: str) -> None:
+    """NaN or inf anywhere in `x` is the silo's error; read a chunk at a time (a memory map too)."""
+    step = max(1, FINITE_CHUNK // max(1, math.prod(x.shape[1:])))
+    for start in range(0, len(x), step):
+        if not all_finite(np.asarray(x[start : start + step])):
+            raise ConfigError(f"x_{split} holds NaN or infinite values (among examples {start} to {start + step - 1})")
 
 
 _BUILT: dict[tuple[str, int, DataFacts], SiloData] = {}  # read for the agreement, taken by `build`
