@@ -148,7 +148,7 @@ class SiloFiles(DataParams):
     # ------------------------------------------------------------------ one silo's data
     def build(self, silo: int, facts: DataFacts) -> SiloData:
         """The silo's own data, checked (`problems_of` says what a silo's file may get wrong)."""
-        key = (repr(self), silo, facts)
+        key = self._key(silo, facts)
         with _BUILT_LOCK:
             kept = _BUILT.pop(key, None)
         return kept if kept is not None else self._read(silo, facts)
@@ -157,8 +157,13 @@ class SiloFiles(DataParams):
         """`build`, kept for the silo's `build` in this process: the agreement reads each file once."""
         data = self._read(silo, facts)
         with _BUILT_LOCK:
-            _BUILT[(repr(self), silo, facts)] = data
+            _BUILT[self._key(silo, facts)] = data
         return data
+
+    def _key(self, silo: int, facts: DataFacts) -> tuple[str, int, DataFacts]:
+        """What a silo's read data is kept under: the parameters less what the agreement fills
+        in, so that the agreed config's `build` finds what the agreement read."""
+        return repr(replace(self, input_shape=None, classes=None)), silo, facts
 
     def _read(self, silo: int, facts: DataFacts) -> SiloData:
         path = self.path(silo)

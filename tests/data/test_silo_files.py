@@ -148,6 +148,20 @@ def test_the_agreement_learns_the_shape_and_classes_from_the_silos(tmp_path):
     assert (cfg.sample_shape, cfg.data.num_classes()) == ((1, 8, 8), 3)
 
 
+def test_each_file_is_read_once_the_agreement_hands_its_data_to_the_silo(tmp_path, monkeypatch):
+    from cfl_mpi.data import silo_files
+
+    write_silos(tmp_path)
+    cfg = load_config(files_config(tmp_path, {"files": str(tmp_path / "site{silo}.npz")}))
+    reads = []
+    read = silo_files.SiloFiles._read
+    monkeypatch.setattr(silo_files.SiloFiles, "_read", lambda self, silo, facts: reads.append(silo) or read(self, silo, facts))
+    agreed = agreed_in_process(cfg)
+    for silo in range(4):
+        agreed.data.build(silo, agreed.data_facts())
+    assert reads == [0, 1, 2, 3] and not silo_files._BUILT
+
+
 def test_a_report_frame_reads_back_and_a_hostile_one_is_refused_naming_the_silo():
     report = DataReport(ndim=3, axis0=1, axis1=8, axis2=8, max_label=2, labels_seen=3, n_train=5, n_val=1, n_test=2)
     frames = frame(0, report) + frame(1, report)
