@@ -6,6 +6,8 @@ until `to_model_input` turns them into the model's normalised float32 NCHW array
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 # MNIST's pixel statistics; the upsampled digits are close enough to share them.
@@ -70,6 +72,18 @@ def to_model_input(
     if channels is not None and images01.shape[-1] != channels:
         images01 = np.repeat(images01, channels, axis=-1)
     return model_layout(((images01 - np.asarray(mean)) / np.asarray(std)).astype(np.float32))
+
+
+def read_rgb(path: Path, size: int | None = None) -> np.ndarray:
+    """An image file decoded and converted to RGB, resized (bilinear) to size x size unless
+    `size` is None: (h, w, 3) uint8."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        rgb = img.convert("RGB")
+        if size is not None and rgb.size != (size, size):
+            rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
+        return np.asarray(rgb)
 
 
 def model_layout(nhwc: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 
 from ..settings import ConfigError
-from .images import IMAGENET_MEAN, IMAGENET_STD, to_model_input, unit
+from .images import IMAGENET_MEAN, IMAGENET_STD, read_rgb, to_model_input, unit
 from .partition import dealt_shard, split_shard
 from .pools import PREPARE_HINT, give_root
 from .spec import DataFacts, DataParams, SiloData
@@ -53,15 +53,9 @@ def list_domain(root: Path, domain: str, classes: list[str]) -> tuple[list[Path]
 
 def read_images(paths: list[Path], size: int) -> np.ndarray:
     """Decode, convert to RGB and resize (bilinear) a list of image files: (n, size, size, 3) uint8."""
-    from PIL import Image
-
     out = np.empty((len(paths), size, size, 3), dtype=np.uint8)
     for i, path in enumerate(paths):
-        with Image.open(path) as img:
-            rgb = img.convert("RGB")
-            if rgb.size != (size, size):
-                rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
-            out[i] = np.asarray(rgb)
+        out[i] = read_rgb(path, size)
     return out
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..settings import ConfigError
 from ..wire.messages import all_finite
-from .images import model_layout, unit
+from .images import model_layout, read_rgb, unit
 from .spec import DataFacts, DataParams, SiloData
 
 SPLITS = ("train", "val", "test", "backdoor")
@@ -212,8 +212,6 @@ class SiloFiles(DataParams):
         return npy
 
     def _image_tree(self, root: Path) -> dict[str, Any]:
-        from PIL import Image
-
         out: dict[str, Any] = {}
         for split in ("train", "val", "test"):
             folder = root / split
@@ -226,11 +224,7 @@ class SiloFiles(DataParams):
                 for file in sorted(class_dir.iterdir()):
                     if file.suffix.lower() not in IMAGE_EXTENSIONS:
                         continue
-                    with Image.open(file) as img:
-                        rgb = img.convert("RGB")
-                        if self.image_size is not None and rgb.size != (self.image_size, self.image_size):
-                            rgb = rgb.resize((self.image_size, self.image_size), Image.Resampling.BILINEAR)
-                        pixels = np.asarray(rgb)
+                    pixels = read_rgb(file, self.image_size)
                     if images and pixels.shape != images[0].shape:
                         raise ConfigError(
                             f"{file} is {pixels.shape[1]}x{pixels.shape[0]}, {split}'s first image "
