@@ -14,7 +14,7 @@ from cfl_mpi.cli import find_mpirun
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The markers of the test being run (conftest sets them): a whole job needs one of SLOW, so that
 # `pytest -m "not job and not mpi and not slurm"` stays the quick loop of units.
-SLOW = frozenset({"job", "mpi", "slurm", "cuda"})
+SLOW = frozenset({"job", "mpi", "slurm", "cuda", "nodes"})
 running_marks: frozenset[str] = SLOW
 
 
@@ -61,6 +61,23 @@ def read_results(out: Path) -> tuple[dict, list[dict]]:
     """(summary.json, the records of metrics.jsonl) of a finished run."""
     summary = json.loads((out / "summary.json").read_text())
     return summary, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_results(run: Path) -> dict:
+    """What two runs of one experiment must share bit for bit: each round's clusters, per-silo
+    accuracies and ARI, and the distance matrix W."""
+    import numpy as np
+
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {"clusters": [r["clusters"] for r in records], "accuracy": [r["accuracy"] for r in records],
+            "W": np.load(run / "W.npy"), "ari": [r["ari"] for r in records]}  # fmt: skip
+
+
+def assert_same_results(a: dict, b: dict) -> None:
+    import numpy as np
+
+    assert a["clusters"] == b["clusters"] and a["accuracy"] == b["accuracy"] and a["ari"] == b["ari"]
+    np.testing.assert_array_equal(a["W"], b["W"])
 
 
 def simulate_job(config: str, out: Path, *overrides: str) -> tuple[dict, list[dict]]:

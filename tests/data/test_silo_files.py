@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 import pytest
 import yaml
-from jobs import PROJECT_ROOT, run_mpi
+from jobs import PROJECT_ROOT, assert_same_results, run_mpi, run_results
 from PIL import Image
 
 from cfl_mpi import data as data_sets
@@ -268,17 +268,6 @@ def test_a_new_data_set_is_one_class_and_one_registry_line(tmp_path, monkeypatch
 # --------------------------------------------------------------------------- export
 
 
-def _results(run: Path) -> dict:
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {"clusters": [r["clusters"] for r in records], "accuracy": [r["accuracy"] for r in records],
-            "W": np.load(run / "W.npy"), "ari": [r["ari"] for r in records]}
-
-
-def assert_same_results(a: dict, b: dict) -> None:
-    assert a["clusters"] == b["clusters"] and a["accuracy"] == b["accuracy"] and a["ari"] == b["ari"]
-    np.testing.assert_array_equal(a["W"], b["W"])
-
-
 @pytest.mark.job
 def test_the_exported_quick_start_gives_the_built_in_results_bit_for_bit(tmp_path):
     from cfl_mpi.simulate import simulate
@@ -289,7 +278,7 @@ def test_the_exported_quick_start_gives_the_built_in_results_bit_for_bit(tmp_pat
     assert manifest[0] == "silo,path,group" and manifest[1] == "0,silo_0000.npz,0" and len(manifest) == 9
     simulate(built_in)
     simulate(load_config(exported, [f"out={tmp_path / 'files_run'}"]))
-    assert_same_results(_results(tmp_path / "built_in"), _results(tmp_path / "files_run"))
+    assert_same_results(run_results(tmp_path / "built_in"), run_results(tmp_path / "files_run"))
 
 
 def test_a_run_on_silo_files_resumes_with_the_config_it_started_with(tmp_path):
@@ -321,7 +310,7 @@ def test_the_exported_rotated_mnist_gives_the_built_in_results_bit_for_bit(tmp_p
     exported = export(built_in, tmp_path / "files")
     simulate(built_in)
     simulate(load_config(exported, [f"out={tmp_path / 'files_run'}"]))
-    assert_same_results(_results(tmp_path / "built_in"), _results(tmp_path / "files_run"))
+    assert_same_results(run_results(tmp_path / "built_in"), run_results(tmp_path / "files_run"))
 
 
 @pytest.mark.mpi
@@ -349,7 +338,7 @@ def test_under_mpirun_each_rank_opens_only_its_own_silos_files_and_the_results_m
     )
     result = run_mpi(5, ["-c", hook, str(exported), "--out", str(tmp_path / "mpi"), "--quiet"])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_same_results(_results(tmp_path / "built_in"), _results(tmp_path / "mpi"))
+    assert_same_results(run_results(tmp_path / "built_in"), run_results(tmp_path / "mpi"))
     opened = {r: {Path(p).name for p in (audit / f"rank{r}").read_text().split()} for r in range(5)}
     assert opened[0] == set()
     for rank in range(1, 5):
