@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -146,6 +147,28 @@ def _agreed(comm, layout: RankLayout, cfg: Config) -> Config:
     return cfg
 
 
+def on_lost_peer(cfg: Config, comm, who: str) -> Callable[[str], None]:
+    """What a rank does when its heartbeats say a peer is lost (channel/liveness.py): one line
+    naming the node, its ranks and silos, and what to resume from; failure.txt; the job ends."""
+    from .runtime.checkpoint import checkpoint_round
+
+    def lost(why: str) -> None:
+        out, after = cfg.results_dir(), checkpoint_round(cfg.results_dir())
+        then = (
+            f"the checkpoint after round {after} is intact: continue on the nodes left with --resume {out} "
+            f"(fewer ranks run more silos each)"
+            if after
+            else "no round was checkpointed: start again with --overwrite"
+        )
+        text = f"cfl_mpi: {who}{why}; {then}"
+        print(text, file=sys.stderr, flush=True)
+        record_failure(out, text)
+        time.sleep(ABORT_GRACE_S)
+        comm.Abort(1)
+
+    return lost
+
+
 def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement, device: Any) -> None:
     """This rank's silos, on `device`: in this thread when it hosts one, else a thread each."""
     import torch
@@ -174,9 +197,10 @@ def cli(argv: list[str] | None = None) -> None:
     console.setup(console.level_of(args.quiet, args.verbose))
     from mpi4py import MPI
 
+    from .channel.liveness import Liveness
     from .channel.mpi import MpiChannel, MpiInbox
     from .runtime.faults import InjectedExit
-    from .runtime.placement import describe_devices, gather_devices, place, select_device
+    from .runtime.placement import describe_devices, gather_devices, gather_hosts, place, select_device
 
     mark("mpi_init")
 
@@ -215,8 +239,11 @@ def cli(argv: list[str] | None = None) -> None:
         if rank == 0:
             per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
             announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank) {describe_devices(devices)}")
-        hub, max_sleep_s = LocalHub(), cfg.runtime.max_poll_sleep_ms / 1000
-        with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s) as inbox:
+        rt = cfg.runtime
+        liveness = Liveness(comm, layout, gather_hosts(comm), rt.heartbeat_s, rt.heartbeat_timeout_s)
+        lost = on_lost_peer(cfg, comm, "" if rank == 0 else f"rank {rank} ({role}): ")
+        hub, max_sleep_s = LocalHub(), rt.max_poll_sleep_ms / 1000
+        with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s, liveness, lost) as inbox:
 
             def channel(address: int) -> MpiChannel:
                 return MpiChannel(

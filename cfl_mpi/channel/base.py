@@ -193,6 +193,11 @@ class Channel(ABC):
         """How errors name a party ("silo 3", or with its rank where there are ranks)."""
         return party_name(address)
 
+    def host_of(self, address: int) -> str | None:
+        """The host a party runs on, where the backend knows it (the round's timings name the
+        node of the slowest silo)."""
+        return None
+
     def closed(self) -> bool:
         """Whether another party of this process failed (waiting then raises ChannelClosed)."""
         return False

@@ -21,6 +21,7 @@ none of them blocks.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from mpi4py import MPI
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
 from .base import SERVER, PeerTimeout, Pending
 from .layout import RankLayout
+from .liveness import Liveness
 from .local import (
     INLINE_MAX_BYTES,
     INLINE_MAX_MESSAGE,
@@ -67,6 +69,8 @@ SENDING_MAX_SLEEP_S = 1e-3
 SENDS_TESTED = 64
 ENVELOPE_FIXED = 8  # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
+# How often a busy inbox (messages arriving back to back) still beats and checks its peers.
+LIVENESS_EVERY_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,24 @@ class RemotePayload:
 class MpiInbox:
     """The rank's receiving end: one thread matches every message MPI holds for the rank's
     parties and files it in the hub (headers as bytes, payloads as `RemotePayload`). Use it as
-    a context manager: the thread must stop before MPI is finalized."""
+    a context manager: the thread must stop before MPI is finalized. With `liveness` it also
+    beats to the ranks it watches, and calls `on_lost` with why one of them is lost (which is
+    to end the job: the hub fails too, should it return)."""
 
     def __init__(
-        self, comm: MPI.Comm, layout: RankLayout, hub: LocalHub, mpi_lock: threading.Lock, max_sleep_s: float
+        self,
+        comm: MPI.Comm,
+        layout: RankLayout,
+        hub: LocalHub,
+        mpi_lock: threading.Lock,
+        max_sleep_s: float,
+        liveness: Liveness | None = None,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.comm, self.layout, self.hub, self.mpi_lock = comm, layout, hub, mpi_lock
         self.max_sleep_s = max_sleep_s
+        self.liveness, self.on_lost = liveness, on_lost
+        self._next_beat = 0.0
         self.rank = comm.Get_rank()
         if layout.world_size != comm.Get_size():
             raise ValueError(f"the layout has {layout.world_size} ranks, the communicator {comm.Get_size()}")
@@ -115,6 +130,9 @@ class MpiInbox:
         self._stop.set()
         self._nudged.set()
         self._thread.join()
+        if self.liveness is not None:
+            with self.mpi_lock:
+                self.liveness.goodbye()
 
     def nudge(self) -> None:
         """A party starts waiting for a message from another rank: the inbox polls at its
@@ -152,6 +170,7 @@ class MpiInbox:
         sleep = 5e-5
         try:
             while not self._stop.is_set():
+                self._beat()
                 if self._take_one():
                     sleep = 5e-5
                     continue
@@ -163,6 +182,20 @@ class MpiInbox:
                     sleep = min(sleep * 2, longest)
         except Exception as err:  # noqa: BLE001 - a broken inbox must stop every party of the rank
             self.hub.fail(f"the MPI inbox of rank {self.rank} failed: {type(err).__name__}: {err}")
+
+    def _beat(self) -> None:
+        """Heartbeats (liveness.py), at most every LIVENESS_EVERY_S."""
+        now = time.monotonic()
+        if self.liveness is None or now < self._next_beat:
+            return
+        self._next_beat = now + LIVENESS_EVERY_S
+        with self.mpi_lock:
+            lost = self.liveness.poll(now)
+        if lost is not None:
+            if self.on_lost is not None:
+                self.on_lost(lost)
+            self.hub.fail(lost)
+            self._stop.set()
 
     def _take_one(self) -> bool:
         """File the next message MPI holds for this rank, if any."""
@@ -329,6 +362,10 @@ class MpiChannel(LocalChannel):
 
     def describe(self, address: int) -> str:
         return self.layout.describe(address)
+
+    def host_of(self, address: int) -> str | None:
+        liveness = self.inbox.liveness
+        return None if liveness is None else liveness.hosts[self.layout.rank_of(address)]
 
     def _remote(self, peer: int) -> bool:
         return self.layout.rank_of(peer) != self.rank

@@ -135,6 +135,14 @@ def load_checkpoint(out: Path) -> Checkpoint:
     return Checkpoint(index["round"], models, index["silo_model"], strategy, index["meta"], index["config_sha256"])
 
 
+def checkpoint_round(out: Path) -> int | None:
+    """The round the folder's checkpoint was written after, or None where it holds none that reads."""
+    try:
+        return int(_read_index(out / CHECKPOINT / INDEX)["round"])
+    except CheckpointError:
+        return None
+
+
 def _read_index(path: Path) -> dict[str, Any]:
     if not path.is_file():
         _fail(

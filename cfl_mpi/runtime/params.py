@@ -106,6 +106,12 @@ class RuntimeConfig:
     # Longest sleep between two polls of a pending receive (back-off cap), so that a
     # waiting rank uses ~0 % CPU but still reacts within this delay.
     max_poll_sleep_ms: float = 20.0
+    # Each silo rank and the server beat to each other this often (under MPI), so that a rank
+    # gone with its node, or cut off by its link, is noticed without waiting for a message.
+    heartbeat_s: float = 2.0
+    # A rank silent this long ends the job, naming its node, the node's ranks and their silos
+    # (a silo rank waits twice as long for the server, so that the server names the node).
+    heartbeat_timeout_s: float = 30.0
     # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
     checkpoint: bool = True
     # A failure to inject, for tests (runtime.fault); null: none.
@@ -139,6 +145,13 @@ class RuntimeConfig:
             )
         if self.max_poll_sleep_ms <= 0:
             yield "runtime.max_poll_sleep_ms: must be positive"
+        if self.heartbeat_s <= 0:
+            yield "runtime.heartbeat_s: must be positive"
+        elif self.heartbeat_timeout_s < 3 * self.heartbeat_s:
+            yield (
+                f"runtime.heartbeat_timeout_s: must be at least 3 heartbeats (3 x runtime.heartbeat_s = "
+                f"{3 * self.heartbeat_s:g} s), got {self.heartbeat_timeout_s:g}"
+            )
         if self.silo_training == "batched" and model not in BATCHABLE_MODELS:
             yield (
                 f"runtime.silo_training: batched needs a model without buffers or dropout "

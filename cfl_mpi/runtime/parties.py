@@ -61,3 +61,5 @@ class PartyThreads:
                     break
         if self.failures:
             raise self.failures[0]
+        if self.hub.failure is not None:  # no party's doing: the rank's inbox failed, or a peer is lost
+            raise ChannelClosed(self.hub.failure)

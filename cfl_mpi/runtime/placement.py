@@ -259,3 +259,17 @@ if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`:
         table = np.empty((world.Get_size(), len(fields)), dtype=np.int64)
         world.Gather(row, table, root=0)
         print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))
+
+
+# A host name's fixed width in the gather (longer ones are cut).
+HOST_BYTES = 64
+
+
+def gather_hosts(comm: MPI.Comm) -> list[str]:
+    """Every rank's host name, gathered as fixed-width bytes (no pickle)."""
+    mine = np.zeros(HOST_BYTES, dtype=np.uint8)
+    name = platform.node().encode()[:HOST_BYTES]
+    mine[: len(name)] = np.frombuffer(name, dtype=np.uint8)
+    every = np.empty(HOST_BYTES * comm.Get_size(), dtype=np.uint8)
+    wait_quietly(comm.Iallgather(mine, every))
+    return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in every.reshape(-1, HOST_BYTES)]

@@ -132,7 +132,7 @@ class Server:
         with timed(phases, "clustering"):
             self.strategy.before_training(ctx)
         with timed(phases, "train"):
-            self.receive_updates(ctx)
+            slowest = self.receive_updates(ctx)
         with timed(phases, "clustering"):
             clusters = self.strategy.after_training(ctx)
         with timed(phases, "aggregation"):
@@ -155,6 +155,8 @@ class Server:
                 "seconds": {k: round(v, 4) for k, v in phases.items()},
             }
         )
+        if slowest is not None:
+            record["slowest_update"] = slowest
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
@@ -163,6 +165,9 @@ class Server:
             f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
             + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items())
         )
+        if slowest is not None:
+            where = f" on {slowest['host']}" if "host" in slowest else ""
+            detail(f"round {t}: the last update came from {slowest['from']}{where} after {slowest['seconds']:.2f}s")
         for whose, steps in (("the server's", record.get("server_steps")), ("the silos'", record.get("silo_steps"))):
             if steps:
                 detail(f"round {t}: {whose} steps " + ", ".join(f"{k} {_step(v)}" for k, v in steps.items()))
@@ -193,14 +198,27 @@ class Server:
         wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
         return here, training, first
 
-    def receive_updates(self, ctx: ServerRound) -> None:
+    def receive_updates(self, ctx: ServerRound) -> dict | None:
         """The training silos' weight updates and sample counts into `ctx`, in silo order, not
-        arrival order: the run is a function of the seed."""
+        arrival order: the run is a function of the seed. Returns which silo's update came
+        last, where it runs and after how many seconds (a slow node shows there), if any trained."""
         expect = Update.expect(ctx.round, like=self.theta0)
-        arrived = {msg.sender: Update.of(msg) for msg in self.channel.recv_each(ctx.participants, lambda _: expect)}
+        start, last = time.monotonic(), None
+        arrived = {}
+        for msg in self.channel.recv_each(ctx.participants, lambda _: expect):
+            arrived[msg.sender], last = Update.of(msg), msg.sender
         for c in sorted(arrived):
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
         self.trained |= set(ctx.participants)
+        if last is None:
+            return None
+        host = self.channel.host_of(last)
+        return {
+            "silo": last,
+            "from": self.channel.describe(last),
+            **({"host": host} if host is not None else {}),
+            "seconds": round(time.monotonic() - start, 4),
+        }
 
     def report_decisions(self, t: int, decisions: list[Decision]) -> list[Decision]:
         """The updates the aggregation rule did not accept as sent, each printed with its reason."""

@@ -78,3 +78,103 @@ def test_rotated_mnist_across_three_nodes_gives_one_machines_results_bit_for_bit
             "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]  # fmt: skip
     nodes = emulated_nodes(3)
     assert_bit_for_bit(across_nodes(tmp_path, nodes, "configs/rotated.yaml", sets, 16))
+
+
+# --------------------------------------------------------------------------- a node lost
+# The quick start's data (built in: every node reads it from the shared folder, so the nodes
+# left can resume the lost node's silos), rounds long enough to lose a node in the middle of one.
+LOST = [*QUICK[:1], "train.rounds=3", "train.local_epochs=2", *QUICK[3:]]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    """The run no node is lost from (the simulator's results are every rank layout's)."""
+    from jobs import require_slow_marker
+
+    from cfl_mpi.simulate import simulate
+
+    require_slow_marker("the uninterrupted run")
+    out = tmp_path_factory.mktemp("uninterrupted")
+    simulate(load_config(PROJECT_ROOT / "configs/digits.yaml", [*LOST, f"out={out}"]))
+    return run_results(out)
+
+
+def lose_a_node(tmp_path: Path, nodes: EmulatedNodes, how: str) -> tuple[float, str, Path]:
+    """Start the job across the nodes, lose node3 (`how`: kill or cut) as round 2 starts;
+    (seconds from the loss to the job's end, its stderr, the results folder)."""
+    import time
+
+    out = tmp_path / "run"
+    job = nodes.start(RANKS, ["-m", "cfl_mpi.main", "configs/digits.yaml", "--out", str(out),
+                              *[a for s in LOST for a in ("--set", s)]])  # fmt: skip
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+        time.sleep(0.05)
+    lost_at = time.monotonic()
+    getattr(nodes, how)("node3")
+    try:
+        _, err = job.communicate(timeout=120)
+    finally:
+        nodes.kill("node3")  # a cut node's processes live on: gone with their node
+    return time.monotonic() - lost_at, err, out
+
+
+def resume_on_the_nodes_left(nodes: EmulatedNodes, out: Path) -> dict:
+    """--resume on node1 and node2 only: 3 ranks, 4 silos a rank (the run had 2)."""
+    job = nodes.run({"node1": 2, "node2": 1}, ["-m", "cfl_mpi.main", "configs/digits.yaml", "--resume", str(out),
+                                               "--quiet", *[a for s in LOST for a in ("--set", s)]])  # fmt: skip
+    assert job.returncode == 0, job.stderr[-4000:]
+    return run_results(out)
+
+
+def test_a_node_whose_link_is_cut_ends_the_job_naming_it_and_the_run_resumes_on_the_nodes_left(
+    tmp_path, emulated_nodes, uninterrupted
+):
+    from cfl_mpi.runtime.checkpoint import checkpoint_round
+
+    nodes = emulated_nodes(3)
+    seconds, err, out = lose_a_node(tmp_path, nodes, "cut")
+    print(f"link cut: the job ended {seconds:.1f} s later")
+    failure = (out / "failure.txt").read_text()
+    assert "node node3 lost: rank 4 (silos 6-7) silent for" in failure and "--resume" in failure, failure
+    assert "node node3 lost" in err
+    assert seconds <= 60
+    assert checkpoint_round(out) in (1, 2)
+    (out / "failure.txt").unlink()
+    assert_same_results(uninterrupted, resume_on_the_nodes_left(nodes, out))
+
+
+def test_a_node_whose_processes_are_killed_ends_the_job_at_once_and_the_run_resumes_on_the_nodes_left(
+    tmp_path, emulated_nodes, uninterrupted
+):
+    """Every process of node3 SIGKILLed mid-round: MPICH's launcher ends the job at once (its
+    proxy on the node is gone too); the checkpoint is intact and the nodes left resume."""
+    from cfl_mpi.runtime.checkpoint import checkpoint_round
+
+    nodes = emulated_nodes(3)
+    seconds, err, out = lose_a_node(tmp_path, nodes, "kill")
+    print(f"node killed: the job ended {seconds:.1f} s later")
+    assert seconds <= 30
+    assert checkpoint_round(out) in (1, 2)
+    assert_same_results(uninterrupted, resume_on_the_nodes_left(nodes, out))
+
+
+def test_a_slow_node_finishes_and_the_rounds_timings_name_it(tmp_path, emulated_nodes):
+    """node3's link limited to 5 Mbit/s: the job completes, and the update that came last each
+    round is from node3's silos, at least as late as their bytes take over that link (its two
+    silos' updates, ~0.8 MB, 1.3 s; a round's training takes ~0.7 s here)."""
+    import json
+
+    nodes = emulated_nodes(3)
+    nodes.slow("node3", rate="5mbit")
+    sets = [a for s in [*QUICK[:1], "train.rounds=2", *QUICK[2:]] for a in ("--set", s)]
+    job = nodes.run(RANKS, ["-m", "cfl_mpi.main", "configs/digits.yaml", "--out", str(tmp_path / "run"), *sets])
+    assert job.returncode == 0, job.stderr[-4000:]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    slowest = [r["slowest_update"] for r in records]
+    print(f"slow node: the last updates {slowest}")
+    assert all(s["host"] == "node3" and s["silo"] in (6, 7) for s in slowest), slowest
+    at_link_rate = [2 * r["bytes"]["update"] / 8 / (5e6 / 8) for r in records]  # rank 4's two updates
+    assert all(s["seconds"] >= t for s, t in zip(slowest, at_link_rate)), (slowest, at_link_rate)
