@@ -58,3 +58,14 @@ def level_of(quiet: bool, verbose: bool) -> str:
 def count(n: int, noun: str) -> str:
     """ "1 round", "3 rounds"."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def spans(numbers: list[int]) -> str:
+    """[2, 3, 4, 7] as "2-4, 7"."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -4,7 +4,8 @@ that start it, so nobody miscounts ranks.
 
 The count is 1 (the server) + one rank per silo, or per block of `runtime.silos_per_rank`
 silos sharing that rank's device (`Config.world_size`, as `python -m cfl_mpi.ranks` prints).
-`launch/run.sh` is this command.
+`launch/run.sh` is this command. It watches mpirun (supervise.py): a job the launcher ends
+before any rank could say why still ends with cfl_mpi's line, naming the node lost.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from .cli import NO_MPIRUN, config_error, find_mpirun, run_arguments
 from .config import Config, ConfigError, load_config
 from .srun_mpi import chosen_plugin
+from .supervise import supervise
 
 DESCRIPTION = (
     "Start a config's job under mpirun with the rank count it needs (or print the mpirun, srun and sbatch lines)."
@@ -47,8 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = run_arguments("python -m cfl_mpi.launch", DESCRIPTION)
     parser.add_argument(PRINT, action="store_true", help="print the command lines instead of running mpirun")
     args = parser.parse_args(argv)
+    out = args.resume or args.out
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, [*args.overrides, *([f"out={out}"] if out else [])])
     except ConfigError as err:
         config_error(str(err))
     if show:  # lines to copy: the mpirun of the environment they will run in
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     if not mpirun:
         config_error(f"{NO_MPIRUN}, or set $MPIRUN", prog="cfl_mpi.launch")
     command = [mpirun, "-n", str(cfg.world_size), sys.executable, "-m", "cfl_mpi.main", *run_args]
-    os.execvp(command[0], command)
+    sys.exit(supervise(command, cfg.results_dir()))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from .cli import (
 )
 from .config import Config, ConfigError, check_world
 from .console import count
-from .results import record_failure
+from .results import record_failure, write_nodes
 from .runtime.compute import ComputePool
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import Placement, require_gpu, wait_quietly
@@ -150,17 +150,11 @@ def _agreed(comm, layout: RankLayout, cfg: Config) -> Config:
 def on_lost_peer(cfg: Config, comm, who: str) -> Callable[[str], None]:
     """What a rank does when its heartbeats say a peer is lost (channel/liveness.py): one line
     naming the node, its ranks and silos, and what to resume from; failure.txt; the job ends."""
-    from .runtime.checkpoint import checkpoint_round
+    from .runtime.checkpoint import resume_hint
 
     def lost(why: str) -> None:
-        out, after = cfg.results_dir(), checkpoint_round(cfg.results_dir())
-        then = (
-            f"the checkpoint after round {after} is intact: continue on the nodes left with --resume {out} "
-            f"(fewer ranks run more silos each)"
-            if after
-            else "no round was checkpointed: start again with --overwrite"
-        )
-        text = f"cfl_mpi: {who}{why}; {then}"
+        out = cfg.results_dir()
+        text = f"cfl_mpi: {who}{why}; {resume_hint(out)}"
         print(text, file=sys.stderr, flush=True)
         record_failure(out, text)
         time.sleep(ABORT_GRACE_S)
@@ -239,8 +233,10 @@ def cli(argv: list[str] | None = None) -> None:
         if rank == 0:
             per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
             announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank) {describe_devices(devices)}")
-        rt = cfg.runtime
-        liveness = Liveness(comm, layout, gather_hosts(comm), rt.heartbeat_s, rt.heartbeat_timeout_s)
+        rt, hosts = cfg.runtime, gather_hosts(comm)
+        if rank == 0:
+            write_nodes(cfg.results_dir(), hosts, [list(layout.silos_on(r)) for r in range(comm.Get_size())])
+        liveness = Liveness(comm, layout, hosts, rt.heartbeat_s, rt.heartbeat_timeout_s)
         lost = on_lost_peer(cfg, comm, "" if rank == 0 else f"rank {rank} ({role}): ")
         hub, max_sleep_s = LocalHub(), rt.max_poll_sleep_ms / 1000
         with MpiInbox(comm, layout, hub, threading.Lock(), max_sleep_s, liveness, lost) as inbox:

@@ -20,7 +20,8 @@ from .plots import accuracy_curves, pairwise_heatmap
 # new run starts there. Anything else (a launcher's log.txt) stays.
 RUN_MARKS = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoint")
 FAILURE = "failure.txt"  # why an attempt stopped; a resumed run appends to it
-RUN_FILES = (*RUN_MARKS, "clusters.json", "distances.png", "accuracy.png", FAILURE)
+NODES = "nodes.json"  # where each rank and silo of the latest attempt ran
+RUN_FILES = (*RUN_MARKS, "clusters.json", "distances.png", "accuracy.png", FAILURE, NODES)
 RUN_ARRAYS = ("*.npy", "*.csv")
 
 
@@ -49,6 +50,18 @@ def record_failure(out: Path, text: str) -> None:
                 f.write(text.rstrip() + "\n")
         except OSError:
             pass
+
+
+def write_nodes(out: Path, hosts: list[str], silos_of_rank: list[list[int]]) -> None:
+    """`nodes.json`: the job's hosts in the order of their first rank (the order of MPICH's
+    proxies: supervise.py names a lost node by it), each with its ranks and silos."""
+    nodes: dict[str, dict[str, list[int]]] = {}
+    for rank, (host, silos) in enumerate(zip(hosts, silos_of_rank)):
+        node = nodes.setdefault(host, {"ranks": [], "silos": []})
+        node["ranks"].append(rank)
+        node["silos"].extend(silos)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / NODES).write_text(json.dumps({"nodes": [{"host": h, **n} for h, n in nodes.items()]}, indent=1) + "\n")
 
 
 class RunRecorder:

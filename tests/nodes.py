@@ -54,15 +54,16 @@ class Node:
 class EmulatedNodes:
     """`count` nodes on one bridge; `close` removes every trace (also after a failed test)."""
 
+    made = 0  # in this process: each set's names and subnet its own
+
     def __init__(self, count: int, root: Path) -> None:
-        tag = os.getpid()
+        EmulatedNodes.made += 1
+        tag, net = f"{os.getpid()}{EmulatedNodes.made % 10}", (os.getpid() + EmulatedNodes.made) % 250
         self.root, self.bridge = root, f"cflb{tag}"
         self.local = root / "local"  # where each node sees its own folder
         self.disks = root / "disks"
-        self.head = f"10.213.{tag % 250}.254"
-        self.nodes = [
-            Node(f"node{i}", f"cfl{tag}n{i}", f"10.213.{tag % 250}.{i}", f"cfl{tag}v{i}") for i in range(1, count + 1)
-        ]
+        self.head = f"10.213.{net}.254"
+        self.nodes = [Node(f"node{i}", f"cfl{tag}n{i}", f"10.213.{net}.{i}", f"cfl{tag}v{i}") for i in range(1, count + 1)]
         self.launcher = root / "enter_node.sh"
         self._made: list[Node] = []
         try:
@@ -112,11 +113,21 @@ class EmulatedNodes:
     def env(self) -> dict[str, str]:
         return {**os.environ, **NETWORK_ENV, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
-    def start(self, ranks: dict[str, int], args: list[str]) -> subprocess.Popen:
-        """Start a job across the nodes (output captured as text); the caller waits."""
+    def hydra_env(self, ranks: dict[str, int]) -> dict[str, str]:
+        """What makes a plain `mpirun -n N` (python -m cfl_mpi.launch's) launch across the nodes:
+        Hydra's own variables for its host file, launcher and interface."""
+        hosts = self.root / "hosts"
+        hosts.write_text("".join(f"{host}:{n}\n" for host, n in ranks.items()))
+        return {**self.env(), "HYDRA_HOST_FILE": str(hosts), "HYDRA_LAUNCHER": "rsh",
+                "HYDRA_LAUNCHER_EXEC": str(self.launcher), "HYDRA_IFACE": self.bridge}  # fmt: skip
+
+    def start(self, ranks: dict[str, int], args: list[str], launch: bool = False) -> subprocess.Popen:
+        """Start a job across the nodes (output captured as text); the caller waits. With
+        `launch`, `args` go to `python -m cfl_mpi.launch`, which runs mpirun and watches it."""
         require_slow_marker("a job across emulated nodes")
+        command = [sys.executable, "-m", "cfl_mpi.launch", *args] if launch else self.command(ranks, args)
         return subprocess.Popen(
-            self.command(ranks, args), cwd=PROJECT_ROOT, env=self.env(), stdout=subprocess.PIPE,
+            command, cwd=PROJECT_ROOT, env=self.hydra_env(ranks) if launch else self.env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
 
@@ -174,6 +185,7 @@ class EmulatedNodes:
                     break
                 self.kill(node.host)
                 time.sleep(0.1)
+            _ip("link", "del", node.link, check=False)  # both ends, even while the namespace lingers
             _ip("netns", "del", node.namespace, check=False)
             shutil.rmtree(Path("/etc/netns") / node.namespace, ignore_errors=True)
         self._made = []

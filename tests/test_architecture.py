@@ -30,7 +30,7 @@ LAYERS = (
     ("models", "training", "batched_training", "results", "plots"),
     ("strategies.base", "strategies.*.*"),                          # the strategies' halves
     ("runtime",),                                                   # rounds, silos, placement, checkpoints
-    ("cli", "main", "simulate", "compare", "reproduce", "prepare", "export", "ranks", "launch", "srun_mpi",
+    ("cli", "main", "simulate", "compare", "reproduce", "prepare", "export", "ranks", "launch", "supervise", "srun_mpi",
      "config_reference", "paper_figures"),                          # entry points
 )
 

@@ -22,6 +22,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ..console import spans
 from ..wire.messages import ProtocolError
 from .layout import RankLayout
 
@@ -30,19 +31,8 @@ __all__ = ["Liveness"]
 BEAT, BYE = 1, 2  # a heartbeat's one byte: alive, or done (watch me no more)
 
 
-def _spans(numbers: list[int]) -> str:
-    """[2, 3, 4, 7] as "2-4, 7"."""
-    spans: list[list[int]] = []
-    for n in sorted(numbers):
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
 def _counted(noun: str, numbers: list[int]) -> str:
-    return f"{noun}{'s' if len(numbers) > 1 else ''} {_spans(numbers)}"
+    return f"{noun}{'s' if len(numbers) > 1 else ''} {spans(numbers)}"
 
 
 class Liveness:

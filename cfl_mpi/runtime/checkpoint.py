@@ -143,6 +143,17 @@ def checkpoint_round(out: Path) -> int | None:
         return None
 
 
+def resume_hint(out: Path) -> str:
+    """What to run after a lost node, from the folder's checkpoint."""
+    after = checkpoint_round(out)
+    if not after:
+        return "no round was checkpointed: start again with --overwrite"
+    return (
+        f"the checkpoint after round {after} is intact: continue on the nodes left with --resume {out} "
+        f"(fewer ranks run more silos each)"
+    )
+
+
 def _read_index(path: Path) -> dict[str, Any]:
     if not path.is_file():
         _fail(

@@ -8,13 +8,14 @@ import json
 import pytest
 
 from cfl_mpi.channel import RankLayout
-from cfl_mpi.channel.liveness import Liveness, _spans
+from cfl_mpi.channel.liveness import Liveness
 from cfl_mpi.config import ConfigError, load_config
+from cfl_mpi.console import spans
 from jobs import PROJECT_ROOT, run_mpi
 
 
 def test_spans_of_ranks_and_silos():
-    assert _spans([7, 2, 3, 4]) == "2-4, 7" and _spans([5]) == "5"
+    assert spans([7, 2, 3, 4]) == "2-4, 7" and spans([5]) == "5"
 
 
 def watcher(hosts: list[str], heard: dict[int, float], silos: int = 8) -> Liveness:

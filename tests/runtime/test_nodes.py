@@ -100,13 +100,14 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 
 def lose_a_node(tmp_path: Path, nodes: EmulatedNodes, how: str) -> tuple[float, str, Path]:
-    """Start the job across the nodes, lose node3 (`how`: kill or cut) as round 2 starts;
-    (seconds from the loss to the job's end, its stderr, the results folder)."""
+    """Start the job across the nodes as launch/run.sh does (python -m cfl_mpi.launch: mpirun,
+    watched), lose node3 (`how`: kill or cut) as round 2 starts; (seconds from the loss to the
+    job's end, its output, the results folder)."""
     import time
 
     out = tmp_path / "run"
-    job = nodes.start(RANKS, ["-m", "cfl_mpi.main", "configs/digits.yaml", "--out", str(out),
-                              *[a for s in LOST for a in ("--set", s)]])  # fmt: skip
+    sets = [a for s in [*LOST, "runtime.silos_per_rank=2"] for a in ("--set", s)]
+    job = nodes.start(RANKS, ["configs/digits.yaml", "--out", str(out), *sets], launch=True)
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while not (metrics.exists() and metrics.read_text().strip()):
@@ -115,10 +116,10 @@ def lose_a_node(tmp_path: Path, nodes: EmulatedNodes, how: str) -> tuple[float, 
     lost_at = time.monotonic()
     getattr(nodes, how)("node3")
     try:
-        _, err = job.communicate(timeout=120)
+        said, err = job.communicate(timeout=120)
     finally:
         nodes.kill("node3")  # a cut node's processes live on: gone with their node
-    return time.monotonic() - lost_at, err, out
+    return time.monotonic() - lost_at, said + err, out
 
 
 def resume_on_the_nodes_left(nodes: EmulatedNodes, out: Path) -> dict:
@@ -136,8 +137,8 @@ def test_a_node_whose_link_is_cut_ends_the_job_naming_it_and_the_run_resumes_on_
 
     nodes = emulated_nodes(3)
     seconds, err, out = lose_a_node(tmp_path, nodes, "cut")
-    print(f"link cut: the job ended {seconds:.1f} s later")
     failure = (out / "failure.txt").read_text()
+    print(f"link cut: the job ended {seconds:.1f} s later: {failure}")
     assert "node node3 lost: rank 4 (silos 6-7) silent for" in failure and "--resume" in failure, failure
     assert "node node3 lost" in err
     assert seconds <= 60
@@ -150,13 +151,18 @@ def test_a_node_whose_processes_are_killed_ends_the_job_at_once_and_the_run_resu
     tmp_path, emulated_nodes, uninterrupted
 ):
     """Every process of node3 SIGKILLed mid-round: MPICH's launcher ends the job at once (its
-    proxy on the node is gone too); the checkpoint is intact and the nodes left resume."""
+    proxy on the node is gone too) before a rank can speak; its watch names the node. The
+    checkpoint is intact and the nodes left resume."""
     from cfl_mpi.runtime.checkpoint import checkpoint_round
 
     nodes = emulated_nodes(3)
     seconds, err, out = lose_a_node(tmp_path, nodes, "kill")
-    print(f"node killed: the job ended {seconds:.1f} s later")
+    failure = (out / "failure.txt").read_text()
+    print(f"node killed: the job ended {seconds:.1f} s later: {failure}")
+    assert failure.startswith("cfl_mpi: node node3 lost: its processes ended, ranks 4 (silos 6-7) with them"), failure
+    assert "node node3 lost" in err and f"--resume {out}" in failure
     assert seconds <= 30
+    (out / "failure.txt").unlink()
     assert checkpoint_round(out) in (1, 2)
     assert_same_results(uninterrupted, resume_on_the_nodes_left(nodes, out))
 
