@@ -17,14 +17,14 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
 from ..wire.messages import Expect, Kind, Message, encode_header
 from ..wire.payload import Payload
 
-__all__ = ["SERVER", "Channel", "ChannelClosed", "Pending", "PeerTimeout", "WaitStats", "party_name"]
+__all__ = ["SERVER", "Alternative", "Channel", "ChannelClosed", "Pending", "PeerTimeout", "WaitStats", "party_name"]
 
 SERVER: Final = -1  # the server's address; silos are addressed by their index 0..C-1
 
@@ -47,6 +47,15 @@ class WaitStats:
 
     wall_s: float = 0.0
     cpu_s: float = 0.0
+
+
+class Alternative(NamedTuple):
+    """A message a source may send in place of the one awaited (`recv_each`): its kind, how
+    it is read from a source, and what takes it."""
+
+    kind: Kind
+    expect: Callable[[int], Expect]
+    take: Callable[[Message], None]
 
 
 class Pending(ABC):
@@ -144,7 +153,11 @@ class Channel(ABC):
 
     def recv_any(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Message:
         """Receive the first message to arrive from any of `sources`; `expect(source)` checks it."""
-        sources = list(sources)
+        source = self._await(list(sources))
+        return self._receive(source, expect(source))
+
+    def _await(self, sources: list[int]) -> int:
+        """Wait until one of `sources` has a message waiting; which."""
         found: list[int] = []
 
         def any_ready() -> bool:
@@ -159,15 +172,34 @@ class Channel(ABC):
         self.wait_until(
             any_ready, lambda: f"a message from {names}", self._patience(sources), longest, first_sleep_s=first
         )
-        return self._receive(found[0], expect(found[0]))
+        return found[0]
 
-    def recv_each(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Iterator[Message]:
-        """Yield one message from each source, in the order they arrive."""
+    def recv_each(
+        self, sources: Iterable[int], expect: Callable[[int], Expect], instead: Alternative | None = None
+    ) -> Iterator[Message]:
+        """Yield one message from each source, in the order they arrive. A source may send
+        `instead`'s kind in place of its message: that one goes to `instead.take`, not out."""
         pending = set(sources)
         while pending:
-            message = self.recv_any(sorted(pending), expect)
-            pending.remove(message.sender)
-            yield message
+            source = self._await(sorted(pending))
+            if instead is not None and self._header(source).get("kind") == instead.kind.name:
+                instead.take(self._receive(source, instead.expect(source)))
+            else:
+                yield self._receive(source, expect(source))
+            pending.remove(source)
+
+    def next_kind(self, source: int) -> tuple[str, int]:
+        """Wait for the next message from `source`; the kind and round its header declares (it
+        stays waiting, to be received)."""
+        header = self._header(self._await([source]))
+        kind, round = header.get("kind"), header.get("round")
+        return (kind, round) if isinstance(kind, str) and isinstance(round, int) else ("", -1)
+
+    def take_as_declared(self, source: int) -> Message:
+        """Receive the next message from `source` as its header declares it, whatever its kind:
+        how a silo that left takes what was already on its way to it."""
+        source = self._await([source])
+        return self._receive(source, Expect.as_declared(self._header(source), self.describe(source)))
 
     @abstractmethod
     def ready(self, sources: Iterable[int]) -> int | None:
@@ -218,6 +250,11 @@ class Channel(ABC):
     @abstractmethod
     def _receive(self, source: int, expect: Expect) -> Message:
         """Take the waiting message from `source`, checked against `expect`."""
+
+    @abstractmethod
+    def _header(self, source: int) -> dict[str, Any]:
+        """The header of the message waiting from `source`, read but not taken ({} if it is not
+        a mapping); ProtocolError if it cannot be read."""
 
     def _before_poll(self) -> None:
         """Called before each poll: raise ChannelClosed if the run is failing."""

@@ -12,6 +12,7 @@ import threading
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -273,6 +274,31 @@ class LocalHub:
             self._taken[(src, dest)] += 1
         return frame
 
+    def header(self, src: int, dest: int, who: str) -> dict[str, Any]:
+        """The header of the next frame from `src` to `dest`, read and left in the queue ({} if
+        it is not a mapping); ProtocolError if there is none to read."""
+        with self._lock:
+            frame = self._queues[(src, dest)][0]
+        try:
+            if isinstance(frame, SharedFrame):
+                header = frame.read_header(frame.header)
+            else:
+                data = (
+                    frame
+                    if isinstance(frame, bytes)
+                    else frame[0]
+                    if isinstance(frame, tuple)
+                    else frame.header(who, "a message")
+                    if isinstance(frame, InlineFrame)
+                    else None
+                )
+                if data is None:
+                    raise ProtocolError(f"{who} sent a payload or an oversized header where a header belongs")
+                header = read_header(data)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise ProtocolError(f"{who} sent a header that is not JSON") from None
+        return header if isinstance(header, dict) else {}
+
     def taken(self, src: int, dest: int, number: int) -> bool:
         """Whether `dest` has taken the frame `number` from `src`."""
         return self._taken[(src, dest)] > number
@@ -373,6 +399,9 @@ class LocalChannel(Channel):
 
     def _receive(self, source: int, expect: Expect) -> Message:
         return self.hub.receive(source, self.me, self.describe(source), expect)
+
+    def _header(self, source: int) -> dict[str, Any]:
+        return self.hub.header(source, self.me, self.describe(source))
 
     def closed(self) -> bool:
         return self.hub.failure is not None

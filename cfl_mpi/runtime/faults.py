@@ -50,8 +50,14 @@ class SiloFaults:
     def at_round_start(self, round: int, channel: Channel) -> None:
         """Raise, exit without a word, or hang (alive but silent: the peers' timeout must catch it)."""
         kind = self.kind(round)
-        if kind is None or kind in HOSTILE_UPDATES:
+        if kind is None or kind in HOSTILE_UPDATES or kind == "nan_loss":
             return
+        if kind == "out_of_memory":
+            import torch
+
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory: silo {self.silo} in round {round} tried to allocate 2.00 GiB (runtime.fault)"
+            )
         if kind == "exit":
             raise InjectedExit(f"silo {self.silo} exits without a word in round {round} (runtime.fault)")
         if kind == "hang":
@@ -60,10 +66,21 @@ class SiloFaults:
             return
         raise InjectedFault(f"silo {self.silo} fails in round {round} (runtime.fault)")
 
-    def before_training(self, round: int, arrays: Callable[[], dict[str, np.ndarray]]) -> None:
+    def before_training(
+        self,
+        round: int,
+        arrays: Callable[[], dict[str, np.ndarray]],
+        load: Callable[[dict[str, np.ndarray]], None],
+    ) -> None:
         """Keep the model training starts from (`arrays()`, read only here: a GPU model would be
-        copied to the host), which `scaled_update` reverses the change from."""
-        self._start = {k: v.copy() for k, v in arrays().items()} if self.kind(round) == "scaled_update" else {}
+        copied to the host), which `scaled_update` reverses the change from; for `nan_loss`,
+        `load` NaN weights into it, so that every loss of the round is NaN."""
+        kind = self.kind(round)
+        self._start = {k: v.copy() for k, v in arrays().items()} if kind == "scaled_update" else {}
+        if kind == "nan_loss":
+            load(
+                {k: np.full_like(v, np.nan) if np.issubdtype(v.dtype, np.floating) else v for k, v in arrays().items()}
+            )
 
     def update(self, round: int, arrays: dict[str, np.ndarray], n_samples: int) -> tuple[dict[str, np.ndarray], int]:
         """The trained model and sample count, or what a hostile silo claims instead."""

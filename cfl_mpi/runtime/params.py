@@ -74,7 +74,9 @@ def late_silo_problems(late_silos: list[LateSilo], silos: int, rounds: int) -> I
 class FaultConfig:
     """Failure injection, to test that a failing or hostile silo cannot wreck the job. At the
     start of round `round`, silo `silo` raises (`raise`), exits without a word (`exit`) or
-    stops answering (`hang`); or, from that round on, sends a hostile update: its model change
+    stops answering (`hang`), its training loss turns NaN (`nan_loss`, as damaged data or a
+    diverging model make it) or runs out of memory (`out_of_memory`); or, from that round on,
+    sends a hostile update: its model change
     sign-flipped and scaled with a huge sample count (`scaled_update`), finite but huge
     weights (`huge_weights`), the same update twice (`duplicate_update`), or an update's
     header whose payload never follows (`header_only`)."""
@@ -84,7 +86,17 @@ class FaultConfig:
     # The round it fails in, or from which it sends hostile updates.
     round: int
     # What it does: one of the kinds described above.
-    kind: Literal["raise", "exit", "hang", "scaled_update", "huge_weights", "duplicate_update", "header_only"] = "raise"
+    kind: Literal[
+        "raise",
+        "exit",
+        "hang",
+        "nan_loss",
+        "out_of_memory",
+        "scaled_update",
+        "huge_weights",
+        "duplicate_update",
+        "header_only",
+    ] = "raise"
 
     def problems(self, silos: int, rounds: int) -> Iterator[str]:
         if not 0 <= self.silo < silos:
@@ -114,6 +126,14 @@ class RuntimeConfig:
     heartbeat_timeout_s: float = 30.0
     # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
     checkpoint: bool = True
+    # What a silo whose own computation fails does (an exception in its data, training or
+    # evaluation: a file gone, a NaN or inf loss, out of memory): abort ends the job, naming it;
+    # drop lets it leave the federation (console, failure.txt and metrics.jsonl's `dropped`
+    # name it, the round and why), and its rank and the other silos go on without it.
+    on_silo_failure: Literal["abort", "drop"] = "abort"
+    # With drop: the job stops after the round (checkpoint written, exit code 1) once more than
+    # this fraction of the silos has left.
+    max_dropped: float = 0.25
     # A failure to inject, for tests (runtime.fault); null: none.
     fault: FaultConfig | None = None
     # Silos hosted by each MPI rank after the server's (they share its device and torch):
@@ -145,6 +165,8 @@ class RuntimeConfig:
             )
         if self.max_poll_sleep_ms <= 0:
             yield "runtime.max_poll_sleep_ms: must be positive"
+        if not 0 <= self.max_dropped < 1:
+            yield f"runtime.max_dropped: must lie in [0, 1) (a fraction of the silos), got {self.max_dropped:g}"
         if self.heartbeat_s <= 0:
             yield "runtime.heartbeat_s: must be positive"
         elif self.heartbeat_timeout_s < 3 * self.heartbeat_s:

@@ -14,12 +14,25 @@ import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
 from ..aggregation import Decision
-from ..channel import Channel, Pending, wait_all
+from ..channel import Alternative, Channel, Pending, wait_all
 from ..config import Config, config_digest
 from ..console import detail, say, warn
-from ..results import RunRecorder
+from ..results import RunRecorder, record_failure
 from ..strategies.base import Model, ServerRound, timed
-from ..wire.round import EVALUATE, STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel, Update
+from ..wire.messages import Message
+from ..wire.round import (
+    EVALUATE,
+    STOP,
+    TRAIN,
+    WAIT,
+    BackdoorEvaluation,
+    Control,
+    Evaluation,
+    Hello,
+    Leave,
+    StartModel,
+    Update,
+)
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import participants, present
 from .halves import halves, server_half
@@ -59,6 +72,10 @@ class Server:
         self.next_round = 1
         self.resumed_after: int | None = None
         self.records: list[dict] = []  # metrics of the rounds done, including those before a resume
+        # silos that left the federation (runtime.on_silo_failure: drop): when and why
+        self.dropped: dict[int, dict] = {}
+        self.round_now = 0
+        self.leave = Alternative(Leave.KIND, lambda c: Leave.expect(self.round_now), self._left)
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self) -> None:
@@ -124,6 +141,7 @@ class Server:
     def round(self, t: int, needs_model: set[int]) -> dict:
         """Round t: tell each silo what to do, let the strategy cluster around the silos'
         training, aggregate, hand out the next start models, gather the evaluations."""
+        self.round_now = t
         here, training, first = self.announce(t, needs_model)
         ctx = ServerRound(
             t, self.channel, training, {}, {}, self.start_models, first, self.first_counts, cores=self.cores
@@ -133,6 +151,7 @@ class Server:
             self.strategy.before_training(ctx)
         with timed(phases, "train"):
             slowest = self.receive_updates(ctx)
+        here = [c for c in here if c not in self.dropped]
         with timed(phases, "clustering"):
             clusters = self.strategy.after_training(ctx)
         with timed(phases, "aggregation"):
@@ -145,6 +164,7 @@ class Server:
             # model; receiving first turns that deadlock into a ProtocolError naming it.
             record = self.evaluations(t, here)
             wait_all(sends)
+        here = [c for c in here if c not in self.dropped]
         record.update(
             {
                 "participants": training,
@@ -157,6 +177,14 @@ class Server:
         )
         if slowest is not None:
             record["slowest_update"] = slowest
+        left = [{"silo": c, **d} for c, d in self.dropped.items() if d["round"] == t]
+        if self.cfg.runtime.on_silo_failure == "drop":
+            record["dropped"] = left
+        if len(self.dropped) > self.cfg.runtime.max_dropped * self.cfg.silos:
+            self.stop.fail(
+                f"{len(self.dropped)} of {self.cfg.silos} silos left, over runtime.max_dropped "
+                f"({self.cfg.runtime.max_dropped:g})"
+            )
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
@@ -178,7 +206,8 @@ class Server:
         comes, whether it trains for the first time) and send the models that must come;
         (the silos present, those training, those training for the first time)."""
         cfg = self.cfg
-        here, training = present(cfg, t), participants(cfg, t)
+        here = [c for c in present(cfg, t) if c not in self.dropped]
+        training = [c for c in participants(cfg, t) if c not in self.dropped]
         needs_model |= {c for c in here if cfg.join_round(c) == t}  # arriving now
         first = {c for c in training if c not in self.trained}
         wait_all(
@@ -205,10 +234,11 @@ class Server:
         expect = Update.expect(ctx.round, like=self.theta0)
         start, last = time.monotonic(), None
         arrived = {}
-        for msg in self.channel.recv_each(ctx.participants, lambda _: expect):
+        for msg in self.channel.recv_each(ctx.participants, lambda _: expect, self._leaving()):
             arrived[msg.sender], last = Update.of(msg), msg.sender
         for c in sorted(arrived):
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
+        ctx.participants[:] = [c for c in ctx.participants if c not in self.dropped]  # its cluster trains without it
         self.trained |= set(ctx.participants)
         if last is None:
             return None
@@ -219,6 +249,18 @@ class Server:
             **({"host": host} if host is not None else {}),
             "seconds": round(time.monotonic() - start, 4),
         }
+
+    def _leaving(self) -> Alternative | None:
+        """With runtime.on_silo_failure: drop, a silo may send `Leave` where its message is awaited."""
+        return self.leave if self.cfg.runtime.on_silo_failure == "drop" else None
+
+    def _left(self, msg: Message) -> None:
+        """Silo `msg.sender` left the federation: it is awaited no more, and said why."""
+        why, who = Leave.of(msg).why, self.channel.describe(msg.sender)
+        self.dropped[msg.sender] = {"round": msg.round, "from": who, "why": why}
+        text = f"round {msg.round}: dropped {who}, which left the federation: {why}"
+        warn(text)
+        record_failure(self.out, f"cfl_mpi: {text}")
 
     def report_decisions(self, t: int, decisions: list[Decision]) -> list[Decision]:
         """The updates the aggregation rule did not accept as sent, each printed with its reason."""
@@ -252,7 +294,7 @@ class Server:
             return BackdoorEvaluation if targets[silo] else Evaluation
 
         for msg in self.channel.recv_each(
-            here, lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps))
+            here, lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps)), self._leaving()
         ):
             silo, report = msg.sender, declared(msg.sender).of(msg)
             if steps:
@@ -305,6 +347,7 @@ class Server:
             "seconds": {k: round(sum(r["seconds"][k] for r in self.records), 3) for k in record["seconds"]},
             "bytes": {k: sum(r["bytes"][k] for r in self.records) for k in record["bytes"]},
             **self.strategy.report(),
+            **({"dropped": {str(c): d for c, d in self.dropped.items()}} if self.dropped else {}),
             **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc") if k in record},
         }
         recorder.finish(summary, self.records, clusters, self.truth, self.strategy.artifacts)

@@ -10,11 +10,23 @@ from typing import Any
 
 import numpy as np
 
-from ..channel import SERVER, Channel
+from ..channel import SERVER, Channel, ChannelClosed, PeerTimeout
 from ..config import Config
 from ..data import SiloData
 from ..strategies.base import SiloRound
-from ..wire.round import HUGE_LOSS, STOP, TRAIN, WAIT, BackdoorEvaluation, Control, Evaluation, Hello, StartModel
+from ..wire.messages import ProtocolError, all_finite
+from ..wire.round import (
+    HUGE_LOSS,
+    STOP,
+    TRAIN,
+    WAIT,
+    BackdoorEvaluation,
+    Control,
+    Evaluation,
+    Hello,
+    Leave,
+    StartModel,
+)
 from .compute import ComputePool
 from .faults import SiloFaults
 from .halves import halves, silo_half
@@ -63,14 +75,14 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
         weights = StartModel.of(channel.recv(SERVER, StartModel.expect(round, like=template))).weights
         compute(load_arrays, model, protocol.decode_model(weights, round))
 
-    t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
-    mark("hello")
+    def diverged(arrays: dict[str, np.ndarray]) -> bool:
+        return not all(all_finite(a) for a in arrays.values() if np.issubdtype(a.dtype, np.floating))
+
     reported: Counter[str] = Counter()
-    while True:
-        control = Control.of(channel.recv(SERVER, Control.expect(t)))
+
+    def play(t: int, control: Control) -> None:
+        """Round t as `control` says: train (with the strategy's exchanges) and evaluate."""
         action = control.action
-        if action == STOP:
-            return
         if action != WAIT:
             faults.at_round_start(t, channel)
             if control.model:
@@ -81,19 +93,54 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             )
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
-            faults.before_training(t, lambda: state_arrays(model))
+            faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
             train(torch.Generator().manual_seed(seed))
             trained, n_samples = faults.update(t, state_arrays(model), len(data.y_train))
+            if leaving and diverged(trained):
+                raise FloatingPointError(
+                    f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)"
+                )
             faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
             protocol.after_training(ctx)
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}
             receive_model(t)
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
-            reported = Counter(channel.sent_bytes)
+            reported.clear()
+            reported.update(channel.sent_bytes)
             timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
             channel.send(SERVER, evaluation.report(model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t)
+
+    leaving = cfg.runtime.on_silo_failure == "drop"
+    t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
+    mark("hello")
+    while True:
+        control = Control.of(channel.recv(SERVER, Control.expect(t)))
+        if control.action == STOP:
+            return
+        try:
+            play(t, control)
+        except (ChannelClosed, PeerTimeout, ProtocolError):
+            raise  # the federation's trouble, not this silo's own
+        except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
+            if not leaving:
+                raise
+            leave(channel, t, err)
+            return
         t += 1
+
+
+def leave(channel: Channel, round: int, err: Exception) -> None:
+    """Tell the server why this silo leaves the federation (`Leave`, in place of what the
+    server awaits from it), then take what was already on its way to it and the server's
+    control each round (it now waits), until STOP."""
+    channel.send(SERVER, Leave(f"{type(err).__name__}: {err}"[:200]), round)
+    while True:
+        kind, t = channel.next_kind(SERVER)
+        if kind != Control.KIND.name:
+            channel.take_as_declared(SERVER)
+        elif Control.of(channel.recv(SERVER, Control.expect(t))).action == STOP:
+            return
 
 
 class SiloEvaluation:

@@ -22,6 +22,7 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130: the shell's code for a command en
 class StopRequest:
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.failed = False  # the run itself asked to stop (too many silos left): exit code 1
 
     @property
     def requested(self) -> bool:
@@ -29,8 +30,13 @@ class StopRequest:
 
     @property
     def exit_code(self) -> int:
-        """0 after a stop SLURM asked for (the job ends well, to be requeued); 130 after Ctrl-C."""
-        return EXIT_INTERRUPTED if self.reason == signal.SIGINT.name else 0
+        """0 after a stop SLURM asked for (the job ends well, to be requeued); 130 after Ctrl-C;
+        1 after the run's own stop."""
+        return EXIT_INTERRUPTED if self.reason == signal.SIGINT.name else 1 if self.failed else 0
+
+    def fail(self, reason: str) -> None:
+        """Stop after this round, as a failed run (the checkpoint is written)."""
+        self.reason, self.failed = self.reason or reason, True
 
     def install(self) -> None:
         """Server: remember the signal, finish the round, checkpoint, stop."""

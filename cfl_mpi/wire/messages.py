@@ -60,6 +60,11 @@ def message_kind(name: str) -> Kind:
     return _DECLARED[name]
 
 
+def declared_kind(name: object) -> Kind | None:
+    """The kind declared under `name`, if any."""
+    return _DECLARED.get(name) if isinstance(name, str) else None
+
+
 class ProtocolError(RuntimeError):
     """A peer sent something the protocol does not allow; names sender, kind and round."""
 
@@ -112,6 +117,20 @@ class Expect:
         """Expect exactly the names, dtypes and shapes of `arrays` (e.g. a model's state)."""
         specs = ArraySpec.each_of(arrays)
         return Expect(kind, round, specs, meta or {}, bounds=bounds or {})
+
+    @staticmethod
+    def as_declared(header: Any, who: str) -> Expect:
+        """Whatever a read header declares (a declared kind, arrays of any shape of their
+        declared rank): how a silo that left the federation takes, and discards, what was
+        already on its way to it. ProtocolError if it declares no such thing."""
+        fields: dict[str, Any] = header if isinstance(header, dict) else {}
+        kind, round, arrays = declared_kind(fields.get("kind")), fields.get("round"), fields.get("arrays")
+        if kind is None or not isinstance(round, int) or not _is_int(round) or not isinstance(arrays, list):
+            raise ProtocolError(f"{who} sent a message that declares no known kind, round and arrays")
+        if not all(isinstance(e, list) and len(e) == 3 and isinstance(e[2], list) for e in arrays):
+            raise ProtocolError(f"{who} sent a {kind} whose arrays are not [name, dtype, shape] entries")
+        specs = tuple(ArraySpec(e[0], e[1], (None,) * len(e[2])) for e in arrays)
+        return Expect(kind, round, specs)
 
 
 @dataclass

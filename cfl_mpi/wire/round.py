@@ -83,4 +83,12 @@ class BackdoorEvaluation(Evaluation, kind=Evaluation.KIND):
     backdoor_acc: float = scalar(float, 0.0, 1.0)
 
 
+class Leave(Payload, kind="leave"):
+    """silo → server, in place of the message the server awaits from it
+    (`runtime.on_silo_failure: drop`): its own computation failed in this round, and why; it
+    leaves the federation."""
+
+    why: str = scalar(str)
+
+
 ROUND_KINDS: tuple[Kind, ...] = (StartModel.KIND, Update.KIND, Evaluation.KIND, Hello.KIND)

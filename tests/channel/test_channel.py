@@ -216,3 +216,37 @@ def test_an_inline_message_whose_bytes_do_not_fit_its_header_is_refused():
     with pytest.raises(ProtocolError, match="silo 0 sent a payload of test_ping .round 4. that does not fit its "
                                             "header: 20 bytes, header declared 24"):
         server.recv(0, EXPECT)
+
+
+def test_a_silo_may_send_leave_in_place_of_the_awaited_message_and_it_is_handed_over_not_yielded():
+    from cfl_mpi.channel import Alternative
+    from cfl_mpi.wire.round import Leave, Update
+
+    hub = LocalHub()
+    server = LocalChannel(SERVER, hub, 5.0, 0.02)
+    silos = [LocalChannel(c, hub, 5.0, 0.02) for c in range(3)]
+    model = {"w": np.ones((2, 2), np.float32)}
+    silos[0].send(SERVER, Update(model, 10), 2)
+    silos[1].send(SERVER, Leave("OutOfMemoryError: CUDA out of memory"), 2)
+    silos[2].send(SERVER, Update(model, 30), 2)
+    left: list = []
+    instead = Alternative(Leave.KIND, lambda c: Leave.expect(2), left.append)
+    got = [m.sender for m in server.recv_each([0, 1, 2], lambda c: Update.expect(2, like=model), instead)]
+    assert sorted(got) == [0, 2]
+    assert [(m.sender, Leave.of(m).why) for m in left] == [(1, "OutOfMemoryError: CUDA out of memory")]
+    silos[1].send(SERVER, Leave("late"), 3)
+    with pytest.raises(ProtocolError, match="unexpected message of kind 'leave'"):  # not where it is not allowed
+        server.recv(1, Update.expect(3, like=model))
+
+
+def test_a_silo_that_left_takes_what_was_on_its_way_as_declared():
+    from cfl_mpi.wire.round import STOP, Control, StartModel
+
+    hub, server, silo = pair()
+    server.send(0, StartModel({"w": np.ones(3, np.float32)}, 1), 2)
+    server.send(0, Control(STOP, 0, 0), 3)
+    assert silo.next_kind(SERVER) == ("model", 2)
+    taken = silo.take_as_declared(SERVER)
+    assert taken.kind.name == "model" and taken.arrays["w"].tolist() == [1, 1, 1]
+    assert silo.next_kind(SERVER) == ("control", 3)
+    assert Control.of(silo.recv(SERVER, Control.expect(3))).action == STOP

@@ -1,0 +1,92 @@
+"""`runtime.on_silo_failure: drop`: a silo whose own computation fails (an exception, a NaN
+loss, out of memory) leaves the federation and the others go on; the console, failure.txt and
+metrics.jsonl name it, the round and why. Its cluster trains without it; the job stops with a
+checkpoint once more than `runtime.max_dropped` of the silos are gone."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from jobs import PROJECT_ROOT, assert_same_results, run_job, run_results, simulate_job
+
+CONFIG = "configs/digits.yaml"
+# 8 silos in two rotation clusters of 4, trained far enough that a cluster that lost one of
+# its four silos in round 2 is compared near its plateau (each silo tests on 90 images: one
+# image is 1.1 points; measured: the same final accuracies as the clean run's).
+SMALL = ["silos=8", "data.rotations=[0, 90]", "train.rounds=5", "train.local_epochs=3", "model.channels=[16, 32]",
+         "strategy.pair_keys=seeded"]  # fmt: skip
+SILO, ROUND = 3, 2
+
+
+def failing(kind: str) -> list[str]:
+    return ["runtime.on_silo_failure=drop", f"runtime.fault.silo={SILO}", f"runtime.fault.round={ROUND}",
+            f"runtime.fault.kind={kind}"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> list[dict]:
+    from jobs import require_slow_marker
+
+    require_slow_marker("the clean run")
+    return simulate_job(CONFIG, tmp_path_factory.mktemp("clean"), *SMALL)[1]
+
+
+@pytest.mark.job
+@pytest.mark.parametrize(
+    "kind,why",
+    [
+        ("raise", "InjectedFault: silo 3 fails in round 2 (runtime.fault)"),
+        ("nan_loss", "FloatingPointError: training diverged in round 2: its weights hold NaN or inf"),
+        ("out_of_memory", "OutOfMemoryError: CUDA out of memory: silo 3 in round 2"),
+    ],
+)
+def test_with_drop_a_silo_whose_computation_fails_leaves_and_the_others_go_on(tmp_path, clean, kind, why):
+    summary, records = simulate_job(CONFIG, tmp_path, *SMALL, *failing(kind))
+    assert len(records) == 5 and summary["rounds"] == 5
+    (left,) = records[ROUND - 1]["dropped"]
+    assert (left["silo"], left["round"], left["from"]) == (SILO, ROUND, "silo 3") and left["why"].startswith(why)
+    assert [r["dropped"] for r in records] == [[], [left], [], [], []]
+    assert all(r["accuracy"][SILO] is None for r in records[ROUND - 1 :])
+    assert summary["dropped"] == {str(SILO): {k: v for k, v in left.items() if k != "silo"}}
+    assert f"cfl_mpi: round 2: dropped silo 3, which left the federation: {why}" in (tmp_path / "failure.txt").read_text()
+    # the clusters as in the clean run (found in round 1); its cluster trains on without it
+    assert [r["clusters"] for r in records] == [r["clusters"] for r in clean]
+    others = [c for c in range(8) if c != SILO]
+    gap = max(abs(records[-1]["accuracy"][c] - clean[-1]["accuracy"][c]) for c in others)
+    print(f"{kind}: the other silos' final accuracy within {100 * gap:.1f} points of the clean run's")
+    assert gap <= 0.025  # two test images
+
+
+@pytest.mark.mpi
+def test_under_mpirun_the_failing_silos_rank_mate_goes_on_and_the_results_are_the_simulators(tmp_path):
+    """mpirun -n 5: silo 3 shares rank 2 with silo 2, which trains on; the run equals the
+    simulator's, bit for bit."""
+    simulate_job(CONFIG, tmp_path / "one_process", *SMALL, *failing("out_of_memory"))
+    run_job(CONFIG, tmp_path / "mpi", *SMALL, *failing("out_of_memory"), n=5)
+    assert_same_results(run_results(tmp_path / "one_process"), run_results(tmp_path / "mpi"))
+    assert "dropped silo 3 (rank 2), which left the federation: OutOfMemoryError" in (
+        tmp_path / "mpi" / "failure.txt"
+    ).read_text()
+
+
+@pytest.mark.job
+def test_once_more_than_max_dropped_have_left_the_job_stops_with_a_checkpoint_and_exit_1(tmp_path):
+    out = tmp_path / "run"
+    sets = [a for s in [*SMALL, *failing("raise"), "runtime.max_dropped=0"] for a in ("--set", s)]
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", CONFIG, "--out", str(out), *sets],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "stopped after round 2 (1 of 8 silos left, over runtime.max_dropped (0))" in proc.stdout + proc.stderr
+    from cfl_mpi.runtime.checkpoint import checkpoint_round
+
+    assert checkpoint_round(out) == 2 and not (out / "summary.json").exists()
+
+
+def test_abort_stays_the_default():
+    from cfl_mpi.config import load_config
+
+    assert load_config(PROJECT_ROOT / CONFIG).runtime.on_silo_failure == "abort"
+
+
