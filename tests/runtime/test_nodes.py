@@ -4,6 +4,7 @@ bit for bit, with each node's silos reading their files from that node's folder 
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def spread(exported: Path, nodes: EmulatedNodes, ranks: dict[str, int], silos: i
 
 def across_nodes(tmp_path: Path, nodes: EmulatedNodes, config: str, sets: list[str], silos: int) -> dict:
     """The built-in config in the simulator, and its export run across the nodes from their
-    own folders: both runs' results, and the bytes over each node's link."""
+    own folders: both runs' results, the bytes over each node's link, and the metrics."""
     from cfl_mpi.simulate import simulate
 
     built_in = load_config(PROJECT_ROOT / config, [*sets, f"out={tmp_path / 'one_machine'}"])
@@ -58,7 +59,9 @@ def across_nodes(tmp_path: Path, nodes: EmulatedNodes, config: str, sets: list[s
     print(f"{config}: bytes over each node's link {crossed}")
     for host, files in placed.items():  # each node's folder holds its own silos' files, and only those
         assert {p.name for p in nodes.folder(host).iterdir()} == files
-    return {"one": run_results(tmp_path / "one_machine"), "nodes": run_results(tmp_path / "nodes"), "bytes": crossed}
+    metrics = [json.loads(line) for line in (tmp_path / "nodes" / "metrics.jsonl").read_text().splitlines()]
+    return {"one": run_results(tmp_path / "one_machine"), "nodes": run_results(tmp_path / "nodes"), "bytes": crossed,
+            "metrics": metrics}  # fmt: skip
 
 
 def assert_bit_for_bit(run: dict) -> None:
@@ -66,9 +69,21 @@ def assert_bit_for_bit(run: dict) -> None:
     assert all(n > 1_000_000 for n in run["bytes"].values()), run["bytes"]  # MPI on the links, every node's
 
 
-def test_the_quick_start_across_three_nodes_gives_one_machines_results_bit_for_bit(tmp_path, emulated_nodes):
+def test_the_quick_start_across_three_nodes_one_of_them_slow_gives_one_machines_results_bit_for_bit(
+    tmp_path, emulated_nodes
+):
+    """node3's link limited to 5 Mbit/s: the same results, and the update that came last each
+    round is from node3's silos, at least as late as their bytes take over that link (its two
+    silos' updates, ~0.8 MB: 1.3 s; a round's training takes ~0.7 s here)."""
     nodes = emulated_nodes(3)
-    assert_bit_for_bit(across_nodes(tmp_path, nodes, "configs/digits.yaml", QUICK, 8))
+    nodes.slow("node3", rate="5mbit")
+    run = across_nodes(tmp_path, nodes, "configs/digits.yaml", QUICK, 8)
+    assert_bit_for_bit(run)
+    slowest = [r["slowest_update"] for r in run["metrics"]]
+    print(f"slow node: the last updates {slowest}")
+    assert all(s["host"] == "node3" and s["silo"] in (6, 7) for s in slowest), slowest
+    at_link_rate = [2 * r["bytes"]["update"] / 8 / (5e6 / 8) for r in run["metrics"]]  # rank 4's two updates
+    assert all(s["seconds"] >= t for s, t in zip(slowest, at_link_rate)), (slowest, at_link_rate)
 
 
 def test_rotated_mnist_across_three_nodes_gives_one_machines_results_bit_for_bit(
@@ -84,6 +99,9 @@ def test_rotated_mnist_across_three_nodes_gives_one_machines_results_bit_for_bit
 # The quick start's data (built in: every node reads it from the shared folder, so the nodes
 # left can resume the lost node's silos), rounds long enough to lose a node in the middle of one.
 LOST = [*QUICK[:1], "train.rounds=3", "train.local_epochs=2", *QUICK[3:]]
+# The cut is noticed after runtime.heartbeat_timeout_s (30 s by default: the job ended 30.2 s
+# after the cut); the tests take 15 s.
+HEARTBEAT_TIMEOUT_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +124,8 @@ def lose_a_node(tmp_path: Path, nodes: EmulatedNodes, how: str) -> tuple[float, 
     import time
 
     out = tmp_path / "run"
-    sets = [a for s in [*LOST, "runtime.silos_per_rank=2"] for a in ("--set", s)]
+    sets = [a for s in [*LOST, "runtime.silos_per_rank=2", f"runtime.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}"]
+            for a in ("--set", s)]  # fmt: skip
     job = nodes.start(RANKS, ["configs/digits.yaml", "--out", str(out), *sets], launch=True)
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 300
@@ -141,7 +160,7 @@ def test_a_node_whose_link_is_cut_ends_the_job_naming_it_and_the_run_resumes_on_
     print(f"link cut: the job ended {seconds:.1f} s later: {failure}")
     assert "node node3 lost: rank 4 (silos 6-7) silent for" in failure and "--resume" in failure, failure
     assert "node node3 lost" in err
-    assert seconds <= 60
+    assert seconds <= HEARTBEAT_TIMEOUT_S + 15
     assert checkpoint_round(out) in (1, 2)
     (out / "failure.txt").unlink()
     assert_same_results(uninterrupted, resume_on_the_nodes_left(nodes, out))
@@ -166,21 +185,3 @@ def test_a_node_whose_processes_are_killed_ends_the_job_at_once_and_the_run_resu
     assert checkpoint_round(out) in (1, 2)
     assert_same_results(uninterrupted, resume_on_the_nodes_left(nodes, out))
 
-
-def test_a_slow_node_finishes_and_the_rounds_timings_name_it(tmp_path, emulated_nodes):
-    """node3's link limited to 5 Mbit/s: the job completes, and the update that came last each
-    round is from node3's silos, at least as late as their bytes take over that link (its two
-    silos' updates, ~0.8 MB, 1.3 s; a round's training takes ~0.7 s here)."""
-    import json
-
-    nodes = emulated_nodes(3)
-    nodes.slow("node3", rate="5mbit")
-    sets = [a for s in [*QUICK[:1], "train.rounds=2", *QUICK[2:]] for a in ("--set", s)]
-    job = nodes.run(RANKS, ["-m", "cfl_mpi.main", "configs/digits.yaml", "--out", str(tmp_path / "run"), *sets])
-    assert job.returncode == 0, job.stderr[-4000:]
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    slowest = [r["slowest_update"] for r in records]
-    print(f"slow node: the last updates {slowest}")
-    assert all(s["host"] == "node3" and s["silo"] in (6, 7) for s in slowest), slowest
-    at_link_rate = [2 * r["bytes"]["update"] / 8 / (5e6 / 8) for r in records]  # rank 4's two updates
-    assert all(s["seconds"] >= t for s, t in zip(slowest, at_link_rate)), (slowest, at_link_rate)
