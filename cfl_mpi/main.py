@@ -194,7 +194,14 @@ def cli(argv: list[str] | None = None) -> None:
     from .channel.liveness import Liveness
     from .channel.mpi import MpiChannel, MpiInbox
     from .runtime.faults import InjectedExit
-    from .runtime.placement import describe_devices, gather_devices, gather_hosts, place, select_device
+    from .runtime.placement import (
+        describe_devices,
+        gather_devices,
+        gather_hosts,
+        gather_pids,
+        place,
+        select_device,
+    )
 
     mark("mpi_init")
 
@@ -233,9 +240,9 @@ def cli(argv: list[str] | None = None) -> None:
         if rank == 0:
             per_rank = "one" if layout.slots == 1 else f"up to {layout.slots}"
             announce(cfg, f"on {count(layout.silo_ranks, 'rank')} ({per_rank} per rank) {describe_devices(devices)}")
-        rt, hosts = cfg.runtime, gather_hosts(comm)
+        rt, hosts, pids = cfg.runtime, gather_hosts(comm), gather_pids(comm)
         if rank == 0:
-            write_nodes(cfg.results_dir(), hosts, [list(layout.silos_on(r)) for r in range(comm.Get_size())])
+            write_nodes(cfg.results_dir(), hosts, pids, [list(layout.silos_on(r)) for r in range(comm.Get_size())])
         liveness = Liveness(comm, layout, hosts, rt.heartbeat_s, rt.heartbeat_timeout_s)
         lost = on_lost_peer(cfg, comm, "" if rank == 0 else f"rank {rank} ({role}): ")
         hub, max_sleep_s = LocalHub(), rt.max_poll_sleep_ms / 1000

@@ -52,16 +52,15 @@ def record_failure(out: Path, text: str) -> None:
             pass
 
 
-def write_nodes(out: Path, hosts: list[str], silos_of_rank: list[list[int]]) -> None:
+def write_nodes(out: Path, hosts: list[str], pids: list[int], silos_of_rank: list[list[int]]) -> None:
     """`nodes.json`: the job's hosts in the order of their first rank (the order of MPICH's
-    proxies: supervise.py names a lost node by it), each with its ranks and silos."""
-    nodes: dict[str, dict[str, list[int]]] = {}
-    for rank, (host, silos) in enumerate(zip(hosts, silos_of_rank)):
-        node = nodes.setdefault(host, {"ranks": [], "silos": []})
-        node["ranks"].append(rank)
-        node["silos"].extend(silos)
+    proxies: supervise.py names a lost node by it), each with its ranks: their process ids and
+    silos."""
+    nodes: dict[str, list[dict]] = {}
+    for rank, (host, pid, silos) in enumerate(zip(hosts, pids, silos_of_rank)):
+        nodes.setdefault(host, []).append({"rank": rank, "pid": pid, "silos": silos})
     out.mkdir(parents=True, exist_ok=True)
-    (out / NODES).write_text(json.dumps({"nodes": [{"host": h, **n} for h, n in nodes.items()]}, indent=1) + "\n")
+    (out / NODES).write_text(json.dumps({"nodes": [{"host": h, "ranks": r} for h, r in nodes.items()]}) + "\n")
 
 
 class RunRecorder:

@@ -265,6 +265,13 @@ if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`:
 HOST_BYTES = 64
 
 
+def gather_pids(comm: MPI.Comm) -> list[int]:
+    """Every rank's process id (a launcher that reports a process by its id names a rank)."""
+    every = np.empty(comm.Get_size(), dtype=np.int64)
+    wait_quietly(comm.Iallgather(np.array([os.getpid()], dtype=np.int64), every))
+    return [int(p) for p in every]
+
+
 def gather_hosts(comm: MPI.Comm) -> list[str]:
     """Every rank's host name, gathered as fixed-width bytes (no pickle)."""
     mine = np.zeros(HOST_BYTES, dtype=np.uint8)

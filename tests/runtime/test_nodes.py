@@ -178,7 +178,7 @@ def test_a_node_whose_processes_are_killed_ends_the_job_at_once_and_the_run_resu
     seconds, err, out = lose_a_node(tmp_path, nodes, "kill")
     failure = (out / "failure.txt").read_text()
     print(f"node killed: the job ended {seconds:.1f} s later: {failure}")
-    assert failure.startswith("cfl_mpi: node node3 lost: its processes ended, ranks 4 (silos 6-7) with them"), failure
+    assert failure.startswith("cfl_mpi: node node3 lost: its processes ended, rank 4 (silos 6-7) with them"), failure
     assert "node node3 lost" in err and f"--resume {out}" in failure
     assert seconds <= 30
     (out / "failure.txt").unlink()
