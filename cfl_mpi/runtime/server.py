@@ -255,8 +255,10 @@ class Server:
         return self.leave if self.cfg.runtime.on_silo_failure == "drop" else None
 
     def _left(self, msg: Message) -> None:
-        """Silo `msg.sender` left the federation: it is awaited no more, and said why."""
-        why, who = Leave.of(msg).why, self.channel.describe(msg.sender)
+        """Silo `msg.sender` left the federation: it is awaited no more, and said why (printed
+        as text: a control character from a peer never reaches the console)."""
+        why = "".join(c if c.isprintable() else "?" for c in Leave.of(msg).why)
+        who = self.channel.describe(msg.sender)
         self.dropped[msg.sender] = {"round": msg.round, "from": who, "why": why}
         text = f"round {msg.round}: dropped {who}, which left the federation: {why}"
         warn(text)

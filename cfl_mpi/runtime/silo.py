@@ -36,7 +36,9 @@ __all__ = ["run_silo"]
 
 
 def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool) -> None:
-    """The silo's rounds until the server says stop; it computes on `compute` (compute.py)."""
+    """The silo's rounds until the server says stop; it computes on `compute` (compute.py).
+    With `runtime.on_silo_failure: drop` a failure of its own (an exception of its data,
+    training or evaluation, or weights that diverged) makes it `leave` instead of raising."""
     import torch
 
     from ..batched_training import LocalTraining, batches_silos, train_together

@@ -97,3 +97,21 @@ def test_abort_stays_the_default():
     assert load_config(PROJECT_ROOT / CONFIG).runtime.on_silo_failure == "abort"
 
 
+
+
+def test_why_a_silo_left_reaches_the_console_and_failure_txt_as_printable_text_only(tmp_path):
+    from types import SimpleNamespace
+
+    from cfl_mpi.channel import LocalChannel, LocalHub
+    from cfl_mpi.runtime.server import Server
+    from cfl_mpi.wire.round import Leave
+
+    hub = LocalHub()
+    LocalChannel(2, hub, 5.0, 0.02).send(-1, Leave("out of memory\x1b[2J\x07 again"), 4)
+    server = LocalChannel(-1, hub, 5.0, 0.02)
+    state = SimpleNamespace(channel=server, dropped={}, out=tmp_path)
+    Server._left(state, server.recv(2, Leave.expect(4)))
+    assert state.dropped == {2: {"round": 4, "from": "silo 2", "why": "out of memory?[2J? again"}}
+    assert (tmp_path / "failure.txt").read_text() == (
+        "cfl_mpi: round 4: dropped silo 2, which left the federation: out of memory?[2J? again\n"
+    )
