@@ -201,11 +201,22 @@ def can_make_nodes() -> str | None:
     for tool in ("ip", "unshare", "tc"):
         if shutil.which(tool) is None:
             return f"emulated nodes need {tool} (iproute2, util-linux)"
-    probe = f"cflprobe{os.getpid()}"
-    made = _ip("netns", "add", probe, check=False)
-    if made.returncode != 0:
-        return f"cannot make a network namespace here: {made.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
+    probe, link = f"cflprobe{os.getpid()}", f"cflpv{os.getpid()}"
+    steps = [
+        ["ip", "netns", "add", probe],
+        ["ip", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", probe],
+        ["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "5mbit",
+         "burst", "64kb", "latency", "1s"],
+        ["ip", "netns", "exec", probe, "unshare", "--uts", "--mount", "true"],
+    ]  # fmt: skip
+    try:
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode != 0:
+                return f"cannot make an emulated node here ({' '.join(step[:4])} ...: {done.stderr.strip()[:120]})"
+    finally:
+        _ip("link", "del", link, check=False)
+        _ip("netns", "del", probe, check=False)
     return None
 
 
