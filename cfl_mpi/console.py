@@ -69,3 +69,10 @@ def spans(numbers: list[int]) -> str:
         else:
             runs.append([n, n])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def numbered(noun: str, numbers: list[int]) -> str:
+    """("silo", [2, 3, 4]) as "silos 2-4", ("rank", [4]) as "rank 4", ("silo", []) as "no silo"."""
+    if not numbers:
+        return f"no {noun}"
+    return f"{noun}{'s' if len(numbers) > 1 else ''} {spans(numbers)}"

@@ -22,12 +22,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import IO
 
 from .cli import EXIT_CONFIG
-from .console import spans
+from .console import numbered
 from .results import FAILURE, NODES, record_failure
 from .runtime.checkpoint import resume_hint
 from .runtime.stop import EXIT_INTERRUPTED
@@ -51,8 +50,7 @@ class ProxyWatch(threading.Thread):
     def __init__(self, pid: int) -> None:
         super().__init__(name="proxy-watch", daemon=True)
         self.pid = pid
-        self.ended: list[tuple[int, float]] = []  # (proxy id, time.monotonic()) as each ended
-        self.proxies: set[int] = set()  # every proxy id seen
+        self.ended: list[int] = []  # proxy ids, in the order their processes ended
         self._watched: dict[int, int] = {}  # pidfd -> proxy id, of those still running
         self._seen: set[int] = set()  # their pids
         self._stop_event = threading.Event()
@@ -73,16 +71,14 @@ class ProxyWatch(threading.Thread):
                 os.close(fd)
                 continue
             self._watched[fd] = int(found.group(1))
-            self.proxies.add(int(found.group(1)))
 
     def run(self) -> None:
         try:
             while not self._stop_event.is_set():
                 self._look()
                 ready, _, _ = select.select(list(self._watched), [], [], LOOK_S)
-                now = time.monotonic()
                 for fd in ready:
-                    self.ended.append((self._watched.pop(fd), now))
+                    self.ended.append(self._watched.pop(fd))
                     os.close(fd)
         finally:
             for fd in self._watched:
@@ -146,7 +142,7 @@ def supervise(command: list[str], out: Path) -> int:
     spoke = code in SPOKEN or (failure.exists() and failure.stat().st_size > said)
     if code != 0 and out.is_dir() and not spoke:
         bad = next((s.bad_termination for s in streams if s.bad_termination), None)
-        gone = watch.ended[0][0] if any(s.proxy_gone for s in streams) and watch.ended else None
+        gone = watch.ended[0] if any(s.proxy_gone for s in streams) and watch.ended else None
         text = f"cfl_mpi: {_what_ended(out, code, bad, gone)}; {resume_hint(out)}"
         print(text, flush=True)
         record_failure(out, text)
@@ -167,14 +163,9 @@ def _what_ended(out: Path, code: int, bad: tuple[int, str] | None, proxy: int | 
         if (host, pid) not in ranks:
             return f"a process on {host} (pid {pid}) ended without a word, and {ended}"
         rank, silos = ranks[(host, pid)]
-        return f"rank {rank} ({_silos(silos)}) on {host} ended without a word, and {ended}"
+        return f"rank {rank} ({numbered('silo', silos)}) on {host} ended without a word, and {ended}"
     if proxy is not None and 0 <= proxy < len(nodes):
         host, rs = nodes[proxy]
-        there = [r["rank"] for r in rs]
-        named = f"rank{'s' if len(there) > 1 else ''} {spans(there)} ({_silos([s for r in rs for s in r['silos']])})"
+        named = f"{numbered('rank', [r['rank'] for r in rs])} ({numbered('silo', [s for r in rs for s in r['silos']])})"
         return f"node {host} lost: its processes ended, {named} with them, and {ended}"
     return f"{ended} (a rank killed, or a node lost: the launcher's lines above say more)"
-
-
-def _silos(silos: list[int]) -> str:
-    return "no silo" if not silos else f"silo {silos[0]}" if len(silos) == 1 else f"silos {spans(silos)}"

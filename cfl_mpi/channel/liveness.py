@@ -22,17 +22,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..console import spans
+from ..console import numbered
 from ..wire.messages import ProtocolError
 from .layout import RankLayout
 
 __all__ = ["Liveness"]
 
 BEAT, BYE = 1, 2  # a heartbeat's one byte: alive, or done (watch me no more)
-
-
-def _counted(noun: str, numbers: list[int]) -> str:
-    return f"{noun}{'s' if len(numbers) > 1 else ''} {spans(numbers)}"
 
 
 class Liveness:
@@ -87,7 +83,7 @@ class Liveness:
         on_host = [r for r in self.heard if self.hosts[r] == host]
         silent = [r for r in on_host if now - self.heard[r] > 2 * self.interval_s]
         silos = [s for r in silent for s in self.layout.silos_on(r)]
-        ranks = f"{_counted('rank', silent)} ({_counted('silo', silos)})"
+        ranks = f"{numbered('rank', silent)} ({numbered('silo', silos)})"
         if len(silent) == len(on_host):
             return f"node {host} lost: {ranks} silent for {silent_s:.0f} s (its processes died, or its link is down)"
         return f"{ranks} on {host} silent for {silent_s:.0f} s while its node's other ranks beat (hung or died)"

@@ -282,19 +282,14 @@ class LocalHub:
         try:
             if isinstance(frame, SharedFrame):
                 header = frame.read_header(frame.header)
+            elif isinstance(frame, bytes):
+                header = read_header(frame)
+            elif isinstance(frame, tuple):
+                header = read_header(frame[0])
+            elif isinstance(frame, InlineFrame):
+                header = read_header(frame.header(who, "a message"))
             else:
-                data = (
-                    frame
-                    if isinstance(frame, bytes)
-                    else frame[0]
-                    if isinstance(frame, tuple)
-                    else frame.header(who, "a message")
-                    if isinstance(frame, InlineFrame)
-                    else None
-                )
-                if data is None:
-                    raise ProtocolError(f"{who} sent a payload or an oversized header where a header belongs")
-                header = read_header(data)
+                raise ProtocolError(f"{who} sent a payload or an oversized header where a header belongs")
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise ProtocolError(f"{who} sent a header that is not JSON") from None
         return header if isinstance(header, dict) else {}

@@ -74,8 +74,6 @@ class Server:
         self.records: list[dict] = []  # metrics of the rounds done, including those before a resume
         # silos that left the federation (runtime.on_silo_failure: drop): when and why
         self.dropped: dict[int, dict] = {}
-        self.round_now = 0
-        self.leave = Alternative(Leave.KIND, lambda c: Leave.expect(self.round_now), self._left)
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self) -> None:
@@ -141,7 +139,6 @@ class Server:
     def round(self, t: int, needs_model: set[int]) -> dict:
         """Round t: tell each silo what to do, let the strategy cluster around the silos'
         training, aggregate, hand out the next start models, gather the evaluations."""
-        self.round_now = t
         here, training, first = self.announce(t, needs_model)
         ctx = ServerRound(
             t, self.channel, training, {}, {}, self.start_models, first, self.first_counts, cores=self.cores
@@ -234,7 +231,7 @@ class Server:
         expect = Update.expect(ctx.round, like=self.theta0)
         start, last = time.monotonic(), None
         arrived = {}
-        for msg in self.channel.recv_each(ctx.participants, lambda _: expect, self._leaving()):
+        for msg in self.channel.recv_each(ctx.participants, lambda _: expect, self._leaving(ctx.round)):
             arrived[msg.sender], last = Update.of(msg), msg.sender
         for c in sorted(arrived):
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
@@ -250,9 +247,12 @@ class Server:
             "seconds": round(time.monotonic() - start, 4),
         }
 
-    def _leaving(self) -> Alternative | None:
-        """With runtime.on_silo_failure: drop, a silo may send `Leave` where its message is awaited."""
-        return self.leave if self.cfg.runtime.on_silo_failure == "drop" else None
+    def _leaving(self, t: int) -> Alternative | None:
+        """With runtime.on_silo_failure: drop, a silo may send `Leave` where its message of round
+        t is awaited."""
+        if self.cfg.runtime.on_silo_failure != "drop":
+            return None
+        return Alternative(Leave.KIND, lambda _: Leave.expect(t), self._left)
 
     def _left(self, msg: Message) -> None:
         """Silo `msg.sender` left the federation: it is awaited no more, and said why (printed
@@ -296,7 +296,7 @@ class Server:
             return BackdoorEvaluation if targets[silo] else Evaluation
 
         for msg in self.channel.recv_each(
-            here, lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps)), self._leaving()
+            here, lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps)), self._leaving(t)
         ):
             silo, report = msg.sender, declared(msg.sender).of(msg)
             if steps:

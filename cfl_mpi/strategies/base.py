@@ -1,5 +1,5 @@
 """The strategy interface: strategies decide *what* is computed and exchanged, a channel
-decides *how* it travels (STYLE.md: Flower's Strategy, pfl-research's algorithm/backend).
+decides *how* it travels (as Flower's Strategy, and pfl-research's algorithm and backend).
 
 A strategy has a server half (`Strategy`) and, when it needs silos to do more than train,
 a silo half (`SiloProtocol`). Each receives its own frozen parameters (the strategy's
