@@ -8,6 +8,10 @@
 #                                      (root with apt-get only), starts the daemons, waits until
 #                                      both nodes are idle; then: export SLURM_CONF=DIR/slurm.conf
 #   slurm/local_cluster.sh stop DIR    cancels the cluster's jobs, stops its daemons
+#   CFL_SLURM_NODES="NAME:NETNS:ADDR ..." (with CFL_SLURM_HEAD=ADDR, the controller's address
+#   as the nodes reach it): one slurmd per node inside network namespace NETNS (made
+#   beforehand, e.g. by the test suite's emulated nodes) with its own host name NAME, so that
+#   a job's ranks on different nodes talk over a network; default: cfl1 and cfl2 on 127.0.0.1.
 # Exit 3 with one line when this machine cannot host it (not root, no apt, install failed).
 #   CFL_SLURM_CPUS (default 192), CFL_SLURM_GPUS (default 48): what each node declares:
 #   declared, not real (SlurmdParameters=config_overrides, no binding). The default fits the
@@ -37,13 +41,17 @@ install_slurm() {  # slurm-wlm (slurmctld, slurmd, sbatch, srun with pmi2/pmix) 
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-write_config() {  # nodes cfl1 and cfl2: both this machine (slurmd -N), each on its own port
-    local dir=$1 cpus=${CFL_SLURM_CPUS:-192} gpus=${CFL_SLURM_GPUS:-48} node
+NODES=${CFL_SLURM_NODES:-cfl1:-:127.0.0.1 cfl2:-:127.0.0.1}
+HEAD=${CFL_SLURM_HEAD:-127.0.0.1}
+node_names() { for node in $NODES; do printf '%s\n' "${node%%:*}"; done; }
+
+write_config() {  # one NodeName per entry of NODES, each slurmd on its own port
+    local dir=$1 cpus=${CFL_SLURM_CPUS:-192} gpus=${CFL_SLURM_GPUS:-48} node name addr names
     mkdir -p "$dir/ctld" "$dir/munge" "$dir/gpu"
     cat > "$dir/slurm.conf" <<EOF
 ClusterName=cfllocal
 FirstJobId=$(( $(date +%s) % 50000000 + 1000 ))
-SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldHost=$(hostname -s)($HEAD)
 SlurmctldPort=$(free_port)
 SlurmUser=root
 SlurmdUser=root
@@ -70,14 +78,16 @@ MpiDefault=none
 ReturnToService=2
 GresTypes=gpu
 EOF
-    for node in cfl1 cfl2; do
-        echo "NodeName=$node NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=2000000 Gres=gpu:$gpus State=UNKNOWN" \
+    for node in $NODES; do
+        name=${node%%:*} addr=${node##*:}
+        echo "NodeName=$name NodeAddr=$addr Port=$(free_port) CPUs=$cpus RealMemory=2000000 Gres=gpu:$gpus State=UNKNOWN" \
             >> "$dir/slurm.conf"
     done
-    echo "PartitionName=local Nodes=cfl[1-2] Default=YES MaxTime=INFINITE State=UP" >> "$dir/slurm.conf"
+    names=$(node_names | paste -sd,)
+    echo "PartitionName=local Nodes=$names Default=YES MaxTime=INFINITE State=UP" >> "$dir/slurm.conf"
     # slurmd drops GPUs without device files: plain files stand in for them
     for i in $(seq 0 $((gpus - 1))); do : > "$dir/gpu/gpu$i"; done
-    echo "NodeName=cfl[1-2] Name=gpu File=$dir/gpu/gpu[0-$((gpus - 1))]" > "$dir/gres.conf"
+    echo "NodeName=$names Name=gpu File=$dir/gpu/gpu[0-$((gpus - 1))]" > "$dir/gres.conf"
 }
 
 start() {
@@ -94,10 +104,21 @@ start() {
         --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed"
     export SLURM_CONF=$dir/slurm.conf
     slurmctld -f "$SLURM_CONF"
-    slurmd -f "$SLURM_CONF" -N cfl1
-    slurmd -f "$SLURM_CONF" -N cfl2
+    local node name netns count=0
+    for node in $NODES; do
+        name=${node%%:*} netns=${node#*:} netns=${netns%%:*}
+        if [ "$netns" = - ]; then
+            slurmd -f "$SLURM_CONF" -N "$name"
+        else  # the node's own network, host name and hosts file (`ip netns exec` would also hide
+            # /sys/fs/cgroup, which slurmd needs); slurmd daemonizes inside them
+            nsenter --net="/run/netns/$netns" unshare --uts --mount bash -c '
+                hostname "$0" && { [ ! -f "$2" ] || mount --bind "$2" /etc/hosts; } && exec slurmd -f "$1" -N "$0"' \
+                "$name" "$SLURM_CONF" "/etc/netns/$netns/hosts"
+        fi
+        count=$((count + 1))
+    done
     for _ in $(seq 100); do  # the nodes register within a few seconds
-        if [ "$(sinfo -h -N -o %T 2> /dev/null | grep -cx idle)" = 2 ]; then
+        if [ "$(sinfo -h -N -o %T 2> /dev/null | grep -cx idle)" = "$count" ]; then
             echo "export SLURM_CONF=$SLURM_CONF"
             return
         fi
@@ -127,8 +148,7 @@ stop() {
             sleep 0.2
         done
     fi
-    stop_daemon "$dir/slurmd-cfl1.pid"
-    stop_daemon "$dir/slurmd-cfl2.pid"
+    for name in $(node_names); do stop_daemon "$dir/slurmd-$name.pid"; done
     stop_daemon "$dir/slurmctld.pid"
     stop_daemon "$dir/munged.pid"
 }

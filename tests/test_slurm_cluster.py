@@ -2,11 +2,17 @@
 (slurm/local_cluster.sh, installed with apt where sbatch is missing), jobs submitted as the
 README tells users, and the results folders they wrote checked.
 
+Where emulated nodes can be made (tests/nodes.py: root, network namespaces), each slurmd runs
+in a node of its own, its host name its NodeName, the controller reached over the nodes'
+bridge: a job's ranks on two nodes talk over the network. Elsewhere both slurmd share this
+machine's network (the heterogeneous job, which needs two nodes, then skips).
+
 Skips with the reason where the cluster cannot run (not root, no apt-get, not Linux), or
 with CFL_TEST_SLURM=0. The daemons run for this module only and are stopped at its end.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from jobs import PROJECT_ROOT, read_results
+from nodes import NETWORK_ENV, EmulatedNodes, can_make_nodes
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slurm]
 
@@ -38,10 +45,6 @@ SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.
 ROUNDS = 120
 WARN_AFTER_ROUND = 1
 LONG = [*SMALL, f"train.rounds={ROUNDS}"]
-# A job whose start-up slurmstepd broke (see the het test) is cancelled this long after the
-# daemons' error, if it has not ended by itself, and submitted again, up to ATTEMPTS times.
-PMI_GRACE_S = 60
-ATTEMPTS = 3
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
@@ -49,6 +52,7 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 class Cluster:
     env: dict[str, str]
     logs: Path
+    nodes: EmulatedNodes | None  # the nodes the slurmd run in, or None: all on this machine's network
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=self.env, capture_output=True, text=True, timeout=120)
@@ -69,26 +73,13 @@ class Cluster:
         line = self.run("scontrol", "show", "job", "-o", job_id).stdout.splitlines()[0]
         return dict(field.split("=", 1) for field in line.split() if "=" in field)
 
-    def wait(self, job_id: str, timeout: float = 1500, pmi_errors_before: int | None = None) -> dict[str, str] | None:
-        """The job's final `scontrol` fields. With `pmi_errors_before`: None instead once slurmd
-        has logged more PMI requests it could not parse and the job has not ended PMI_GRACE_S
-        later (its ranks may wait in MPI_Init for an answer that never comes); it is cancelled."""
-        deadline, broke = time.monotonic() + timeout, None
+    def wait(self, job_id: str, timeout: float = 1500) -> dict[str, str]:
+        """The job's final `scontrol` fields."""
+        deadline = time.monotonic() + timeout
         while (info := self.job(job_id))["JobState"] not in FINAL:
             assert time.monotonic() < deadline, f"job {job_id} still {info['JobState']} after {timeout} s"
-            if pmi_errors_before is not None and broke is None and self.pmi_errors() > pmi_errors_before:
-                broke = time.monotonic()
-            if broke is not None and time.monotonic() - broke > PMI_GRACE_S:
-                self.run("scancel", job_id)
-                self.wait(job_id, timeout=120)
-                return None
             time.sleep(1)
         return info
-
-    def pmi_errors(self) -> int:
-        """How many PMI requests the daemons could not parse so far ('error: mpi/pmi2' in slurmd's logs)."""
-        logs = self.logs.parent.glob("slurmd-*.log")
-        return sum(p.read_text(errors="replace").count("error: mpi/pmi2") for p in logs)
 
     def log(self, name: str) -> str:
         """A job's output; bytes that are not UTF-8 replaced (slurmstepd may echo a malformed
@@ -114,20 +105,29 @@ def cluster():
     if not sys.platform.startswith("linux"):
         pytest.skip("the local SLURM needs Linux")
     state = Path(tempfile.mkdtemp(prefix="cfl_slurm_"))  # short: munge's socket path; not pytest's rotating tmp
+    nodes, daemons = None, {}
+    if can_make_nodes() is None:
+        nodes = EmulatedNodes(2, state / "nodes")
+        daemons = {"CFL_SLURM_NODES": " ".join(f"{n.host}:{n.namespace}:{n.address}" for n in nodes.nodes),
+                   "CFL_SLURM_HEAD": nodes.head}
     started = time.monotonic()
-    proc = subprocess.run(["bash", str(CLUSTER), "start", str(state)], capture_output=True, text=True, timeout=900)
-    if proc.returncode == 3:
-        pytest.skip(proc.stderr.strip())
-    assert proc.returncode == 0, proc.stderr
-    print(f"local SLURM up in {time.monotonic() - started:.1f} s")
-    logs = state / "logs"
-    logs.mkdir()
-    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf"), "OMP_NUM_THREADS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     try:
-        yield Cluster(env, logs)
+        proc = subprocess.run(["bash", str(CLUSTER), "start", str(state)], capture_output=True, text=True,
+                              timeout=900, env={**os.environ, **daemons})
+        if proc.returncode == 3:
+            pytest.skip(proc.stderr.strip())
+        assert proc.returncode == 0, proc.stderr
+        print(f"local SLURM up in {time.monotonic() - started:.1f} s, "
+              f"{'each slurmd in an emulated node' if nodes else 'both slurmd on this machine'}")
+        logs = state / "logs"
+        logs.mkdir()
+        env = {**os.environ, **daemons, "SLURM_CONF": str(state / "slurm.conf"), "OMP_NUM_THREADS": "1",
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        yield Cluster(env, logs, nodes)
     finally:
-        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=120)
+        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=120, env={**os.environ, **daemons})
+        if nodes:
+            nodes.close()
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -235,36 +235,28 @@ def test_multi_node_gpu_script_is_accepted_as_shipped(cluster):
 
 
 def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_rank(cluster):
-    """Both components for real, on the two nodes (a heterogeneous job needs distinct nodes);
-    the silo component's ranks each host two silos. MPICH's OFI netmod over TCP: with its UCX
-    netmod, UCX's shared-memory transports fail between two 'nodes' on one machine, and with
-    UCX_TLS=tcp,self its addresses make long PMI values that slurmstepd's pmi2 plugin rejected
-    in part ("value not properly terminated"), MPI_Init aborting or hanging (6 of 6 jobs from
-    a cluster this module started; 0 of 9 from one started in a shell). Not needed on real nodes."""
+    """Both components for real, on two nodes of their own (a heterogeneous job needs distinct
+    nodes), MPI over the network between them; the silo component's ranks host two silos each."""
+    if cluster.nodes is None:
+        pytest.skip(f"a heterogeneous job needs two nodes: {can_make_nodes()}")
     name = f"t{os.getpid()}het"
     sets = [a for s in [*SMALL, "train.rounds=2", "runtime.silos_per_rank=2"] for a in ("--set", s)]
-    out = PROJECT_ROOT / "runs" / name
+    before = cluster.nodes.link_bytes()
+    job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets,
+                            env=NETWORK_ENV)
+    out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
     try:
-        for attempt in range(ATTEMPTS):
-            before = cluster.pmi_errors()
-            job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG,
-                                    *sets, env={"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"})
-            out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
-            info = cluster.wait(job_id, timeout=600, pmi_errors_before=before)
-            done = info is not None and (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0")
-            if done or attempt == ATTEMPTS - 1 or (info is not None and not mpi_layer_failed(cluster.log(name), out)):
-                break
-            # Should slurmstepd's pmi2 plugin still reject part of a PMI request while the ranks
-            # start, MPI ends the job (CI, stop 29: exit 15) or its ranks wait in MPI_Init for
-            # ever (stop 31): before MPI_Init returns, not cfl_mpi's doing. (MPICH's PMI-2 wire,
-            # MPIR_CVAR_PMI_VERSION=2, is no way out: this plugin then fails every MPI_Init.)
-            print(f"het job {job_id}: slurmstepd broke MPI's start-up, submitted again\n{cluster.why(name, out)}")
-            shutil.rmtree(out, ignore_errors=True)
-        assert info is not None, f"slurmstepd broke MPI's start-up {ATTEMPTS} times\n{cluster.why(name, out)}"
+        info = cluster.wait(job_id, timeout=600)
         assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.why(name, out)
         summary, records = read_results(out)
         assert summary["ari"] == 1.0 and len(records) == 2
         assert "4 silos on 2 ranks" in cluster.log(name)
+        placed = json.loads((out / "nodes.json").read_text())["nodes"]
+        ranks_of = {n["host"]: [r["rank"] for r in n["ranks"]] for n in placed}
+        assert sorted(ranks_of) == ["node1", "node2"] and sorted(ranks_of.values()) == [[0], [1, 2]], ranks_of
+        crossed = {host: n - before[host] for host, n in cluster.nodes.link_bytes().items()}
+        assert all(n > 100_000 for n in crossed.values()), crossed  # the models and updates, both ways
+        print(f"het job across two nodes: {crossed} bytes over the links")
         wrong = cluster.sbatch(f"{name}wrong", "--ntasks=1", ":", "--ntasks=4", "slurm/multi_node_gpu.sbatch",
                                CONFIG, *sets)
         assert cluster.wait(wrong, timeout=300)["ExitCode"] == "2:0"
@@ -272,13 +264,6 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
             in cluster.log(f"{name}wrong")
     finally:
         shutil.rmtree(out, ignore_errors=True)
-
-
-def mpi_layer_failed(log: str, out: Path) -> bool:
-    """Whether MPI itself ended a job (MPICH's "Fatal error in ..." abort, or a PMI request
-    slurmstepd could not parse), not cfl_mpi: no rank recorded or printed a failure of its own."""
-    return ("Fatal error in" in log or "error: mpi/" in log) and "cfl_mpi: rank" not in log \
-        and not (out / "failure.txt").exists()
 
 
 def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
