@@ -14,7 +14,7 @@ from cfl_mpi.strategies.ifca.halves import CandidateLoss, ClusterModel, Losses
 from cfl_mpi.strategies.pacfl.halves import PrincipalVectors
 from cfl_mpi.wire.messages import Expect
 from cfl_mpi.wire.payload import Payload, StateField
-from cfl_mpi.wire.round import BackdoorEvaluation, Control, Evaluation, Hello, Leave, StartModel, Update
+from cfl_mpi.wire.round import BackdoorEvaluation, Control, Dropped, Evaluation, Hello, Leave, StartModel, Update
 
 for _spec in REGISTRY.values():  # each strategy's halves declare its messages
     importlib.import_module(_spec.halves)
@@ -31,6 +31,7 @@ VALID: dict[type[Payload], Payload] = {cls: example for example in [
     StartModel({k: v + 2 for k, v in MODEL.items()}, -1),
     Update({k: v + 3 for k, v in MODEL.items()}, 90),
     Leave("OutOfMemoryError: CUDA out of memory"),
+    Dropped("silo 3 sent a bad message (expected update of round 2)"),
     Evaluation(np.array([10, 0, 300], np.int64), np.zeros(0), 0.75, 0.5, 30, 1.5, 0.01),
     BackdoorEvaluation(np.array([10, 0, 300], np.int64), np.array([0.5, 0.25]), 0.75, 0.5, 30, 1.5, 0.01, 0.125),
     Plan(np.array([3, 1], np.int64), np.array([1, 3], np.uint8), 1),

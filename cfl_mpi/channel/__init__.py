@@ -1,6 +1,17 @@
 """How messages travel: one `Channel` per party, in-process or over MPI (see base.py)."""
 
-from .base import SERVER, Alternative, Channel, ChannelClosed, PeerTimeout, Pending, WaitStats, party_name, wait_all
+from .base import (
+    SERVER,
+    Alternative,
+    Channel,
+    ChannelClosed,
+    Farewell,
+    PeerTimeout,
+    Pending,
+    WaitStats,
+    party_name,
+    wait_all,
+)
 from .layout import RankLayout
 from .local import LocalChannel, LocalHub
 
@@ -9,6 +20,7 @@ __all__ = [
     "Alternative",
     "Channel",
     "ChannelClosed",
+    "Farewell",
     "LocalChannel",
     "LocalHub",
     "Pending",

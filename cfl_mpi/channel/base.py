@@ -17,14 +17,24 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, NoReturn
 
 import numpy as np
 
-from ..wire.messages import Expect, Kind, Message, encode_header
+from ..wire.messages import Expect, Kind, Message, ProtocolError, encode_header
 from ..wire.payload import Payload
 
-__all__ = ["SERVER", "Alternative", "Channel", "ChannelClosed", "Pending", "PeerTimeout", "WaitStats", "party_name"]
+__all__ = [
+    "SERVER",
+    "Alternative",
+    "Channel",
+    "ChannelClosed",
+    "Farewell",
+    "Pending",
+    "PeerTimeout",
+    "WaitStats",
+    "party_name",
+]
 
 SERVER: Final = -1  # the server's address; silos are addressed by their index 0..C-1
 
@@ -58,6 +68,14 @@ class Alternative(NamedTuple):
     take: Callable[[Message], None]
 
 
+class Farewell(NamedTuple):
+    """A message the server may send a silo in place of any other, its last one to it: a silo's
+    receive from the server checks for it first; `take` gets it and ends the silo (raises)."""
+
+    expect: Expect
+    take: Callable[[Message], NoReturn]
+
+
 class Pending(ABC):
     """A message on its way; its arrays must not be modified until `wait` returns."""
 
@@ -86,6 +104,7 @@ class Channel(ABC):
         self.max_sleep_s = max_sleep_s
         self.sent_bytes: Counter[str] = Counter()
         self.waits = WaitStats()
+        self.farewell: Farewell | None = None  # a silo's: see Farewell
 
     # ------------------------------------------------------------------ the protocol
     def isend(
@@ -154,6 +173,9 @@ class Channel(ABC):
     def recv_any(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Message:
         """Receive the first message to arrive from any of `sources`; `expect(source)` checks it."""
         source = self._await(list(sources))
+        farewell = self.farewell
+        if source == SERVER and farewell is not None and self._header(source).get("kind") == farewell.expect.kind.name:
+            farewell.take(self._receive(source, farewell.expect))
         return self._receive(source, expect(source))
 
     def _await(self, sources: list[int]) -> int:
@@ -175,18 +197,36 @@ class Channel(ABC):
         return found[0]
 
     def recv_each(
-        self, sources: Iterable[int], expect: Callable[[int], Expect], instead: Alternative | None = None
+        self,
+        sources: Iterable[int],
+        expect: Callable[[int], Expect],
+        instead: Alternative | None = None,
+        refused: Callable[[int, ProtocolError], None] | None = None,
     ) -> Iterator[Message]:
         """Yield one message from each source, in the order they arrive. A source may send
-        `instead`'s kind in place of its message: that one goes to `instead.take`, not out."""
+        `instead`'s kind in place of its message: that one goes to `instead.take`, not out.
+        With `refused`, a message that breaks the protocol goes to `refused(source, error)`
+        instead of raising, and its source is awaited no more."""
         pending = set(sources)
         while pending:
             source = self._await(sorted(pending))
-            if instead is not None and self._header(source).get("kind") == instead.kind.name:
-                instead.take(self._receive(source, instead.expect(source)))
-            else:
-                yield self._receive(source, expect(source))
             pending.remove(source)
+            try:
+                if instead is not None and self._header(source).get("kind") == instead.kind.name:
+                    instead.take(self._receive(source, instead.expect(source)))
+                    continue
+                message = self._receive(source, expect(source))
+            except ProtocolError as err:
+                if refused is None:
+                    raise
+                refused(source, err)
+                continue
+            yield message
+
+    def disown(self, source: int) -> None:
+        """Take nothing from `source` any more: what waits from it and whatever it sends later
+        is dropped unread (its payloads received and discarded, so that its sends complete)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot disown a peer")
 
     def next_kind(self, source: int) -> tuple[str, int]:
         """Wait for the next message from `source`; the kind and round its header declares (it

@@ -228,6 +228,7 @@ class LocalHub:
         self._taken: Counter[tuple[int, int]] = Counter()  # frames taken by the receiver
         self._senders: dict[int, set[int]] = defaultdict(set)  # per receiver: whose queues hold frames
         self._bells: dict[int, threading.Event] = {}
+        self._disowned: dict[tuple[int, int], Callable[[Frame], None]] = {}  # (src, dest): what drops their frames
         self.failure: str | None = None
 
     def bell(self, address: int) -> threading.Event:
@@ -243,14 +244,34 @@ class LocalHub:
         return self.deliver(src, dest, (header, tuple(np.array(a, copy=True) for a in arrays)))
 
     def deliver(self, src: int, dest: int, frame: Frame) -> int:
-        """Queue a frame for `dest` and ring its bell; the frame's number (see `taken`)."""
+        """Queue a frame for `dest` and ring its bell (or drop it, from a sender `dest`
+        disowned); the frame's number (see `taken`)."""
         with self._lock:
-            self._queues[(src, dest)].append(frame)
-            self._senders[dest].add(src)
             number = self._posted[(src, dest)]
             self._posted[(src, dest)] += 1
-        self.bell(dest).set()
+            discard = self._disowned.get((src, dest))
+            if discard is None:
+                self._queues[(src, dest)].append(frame)
+                self._senders[dest].add(src)
+            else:
+                self._taken[(src, dest)] += 1
+        if discard is not None:
+            discard(frame)
+        else:
+            self.bell(dest).set()
         return number
+
+    def disown(self, src: int, dest: int, discard: Callable[[Frame], None]) -> None:
+        """`dest` takes nothing from `src` any more: each frame waiting from it, and each that
+        comes later, goes to `discard` instead (a silo the server dropped for breaking the
+        protocol: its messages are never read, and never in the way)."""
+        with self._lock:
+            self._disowned[(src, dest)] = discard
+            frames = list(self._queues.pop((src, dest), ()))
+            self._senders[dest].discard(src)
+            self._taken[(src, dest)] += len(frames)
+        for frame in frames:
+            discard(frame)
 
     def first_waiting(self, dest: int, sources: Iterable[int]) -> int | None:
         """The first of `sources` whose frames wait for `dest`."""
@@ -397,6 +418,9 @@ class LocalChannel(Channel):
 
     def _header(self, source: int) -> dict[str, Any]:
         return self.hub.header(source, self.me, self.describe(source))
+
+    def disown(self, source: int) -> None:
+        self.hub.disown(source, self.me, lambda frame: None)  # in-process frames hold nothing else
 
     def closed(self) -> bool:
         return self.hub.failure is not None

@@ -71,6 +71,9 @@ ENVELOPE_FIXED = 8  # a multicast envelope's receiver count and payload count (u
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
 # How often a busy inbox (messages arriving back to back) still beats and checks its peers.
 LIVENESS_EVERY_S = 0.1
+# A disowned peer's payloads are received and dropped so that its sends complete; one larger
+# than this (no model's state dict is) stays unreceived, and only that peer's send waits.
+DISCARD_MAX_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -357,6 +360,7 @@ class MpiChannel(LocalChannel):
         self.inbox, self.comm, self.layout, self.mpi_lock = inbox, inbox.comm, inbox.layout, inbox.mpi_lock
         self.payload_timeout_s = payload_timeout_s
         self.rank = inbox.rank
+        self._discarding: list[tuple[MPI.Request, np.ndarray]] = []  # a disowned peer's payloads in flight
         if self.layout.rank_of(me) != self.rank:
             raise ValueError(f"{self.layout.describe(me)} cannot live on rank {self.rank}")
 
@@ -369,6 +373,20 @@ class MpiChannel(LocalChannel):
 
     def _remote(self, peer: int) -> bool:
         return self.layout.rank_of(peer) != self.rank
+
+    def disown(self, source: int) -> None:
+        self.hub.disown(source, self.me, self._discard)
+
+    def _discard(self, frame: object) -> None:
+        """Drop a disowned peer's frame: a payload still in MPI is received into a scratch
+        buffer first (up to DISCARD_MAX_BYTES), which lives until the receive completes."""
+        if not isinstance(frame, RemotePayload) or frame.size > DISCARD_MAX_BYTES:
+            return
+        scratch = np.empty(frame.size, dtype=np.uint8)
+        with self.mpi_lock:
+            request = frame.handle.Irecv([scratch, MPI.BYTE])
+            self.inbox.track([request])  # the inbox's tests complete it (and null it in place)
+            self._discarding = [(r, b) for r, b in self._discarding if r] + [(request, scratch)]
 
     def tag_of(self, src: int, dest: int) -> int:
         return self.inbox.tag_of(src, dest)

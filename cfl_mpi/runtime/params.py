@@ -129,7 +129,8 @@ class RuntimeConfig:
     # What a silo whose own computation fails does (an exception in its data, training or
     # evaluation: a file gone, a NaN or inf loss, out of memory): abort ends the job, naming it;
     # drop lets it leave the federation (console, failure.txt and metrics.jsonl's `dropped`
-    # name it, the round and why), and its rank and the other silos go on without it.
+    # name it, the round and why), and its rank and the other silos go on without it; with
+    # drop, a silo whose update or evaluation breaks the protocol is dropped too.
     on_silo_failure: Literal["abort", "drop"] = "abort"
     # With drop: the job stops after the round (checkpoint written, exit code 1) once more than
     # this fraction of the silos has left.

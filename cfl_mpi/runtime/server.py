@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +20,16 @@ from ..config import Config, config_digest
 from ..console import detail, say, warn
 from ..results import RunRecorder, record_failure
 from ..strategies.base import Model, ServerRound, timed
-from ..wire.messages import Message
+from ..wire.messages import Message, ProtocolError
 from ..wire.round import (
     EVALUATE,
+    MAX_WHY,
     STOP,
     TRAIN,
     WAIT,
     BackdoorEvaluation,
     Control,
+    Dropped,
     Evaluation,
     Hello,
     Leave,
@@ -74,6 +77,8 @@ class Server:
         self.records: list[dict] = []  # metrics of the rounds done, including those before a resume
         # silos that left the federation (runtime.on_silo_failure: drop): when and why
         self.dropped: dict[int, dict] = {}
+        self.expelled: set[int] = set()  # those dropped for breaking the protocol: sent nothing more
+        self.farewells: list[Pending] = []  # the `Dropped` messages to them
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self) -> None:
@@ -129,7 +134,8 @@ class Server:
                 size, seconds = self.checkpoint(t)
                 record["checkpoint"] = {"bytes": size, "seconds": round(seconds, 4)}
             recorder.write(record)
-        wait_all([self.channel.isend(c, Control(STOP, 0, 0), t + 1) for c in range(self.cfg.silos)])
+        wait_all([self.channel.isend(c, Control(STOP, 0, 0), t + 1) for c in self.reachable()])
+        wait_all(self.farewells)
         if t < self.cfg.train.rounds:
             then = f"continue with --resume {self.out}" if t else "nothing to resume: start again with --overwrite"
             warn(f"stopped after round {t} ({self.stop.reason}); {then}")
@@ -218,11 +224,15 @@ class Server:
                     ),
                     t,
                 )
-                for c in range(cfg.silos)
+                for c in self.reachable()
             ]
         )
         wait_all(self.send_models(t - 1, sorted(needs_model), np.full(cfg.silos, -1)))
         return here, training, first
+
+    def reachable(self) -> list[int]:
+        """The silos the server still talks to: all but those it dropped for breaking the protocol."""
+        return [c for c in range(self.cfg.silos) if c not in self.expelled]
 
     def receive_updates(self, ctx: ServerRound) -> dict | None:
         """The training silos' weight updates and sample counts into `ctx`, in silo order, not
@@ -231,7 +241,9 @@ class Server:
         expect = Update.expect(ctx.round, like=self.theta0)
         start, last = time.monotonic(), None
         arrived = {}
-        for msg in self.channel.recv_each(ctx.participants, lambda _: expect, self._leaving(ctx.round)):
+        for msg in self.channel.recv_each(
+            ctx.participants, lambda _: expect, self._leaving(ctx.round), self._refused(ctx.round)
+        ):
             arrived[msg.sender], last = Update.of(msg), msg.sender
         for c in sorted(arrived):
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
@@ -261,6 +273,25 @@ class Server:
         who = self.channel.describe(msg.sender)
         self.dropped[msg.sender] = {"round": msg.round, "from": who, "why": why}
         text = f"round {msg.round}: dropped {who}, which left the federation: {why}"
+        warn(text)
+        record_failure(self.out, f"cfl_mpi: {text}")
+
+    def _refused(self, t: int) -> Callable[[int, ProtocolError], None] | None:
+        """With runtime.on_silo_failure: drop, a silo whose message of round t breaks the
+        protocol is dropped (`_expel`) instead of ending the job."""
+        if self.cfg.runtime.on_silo_failure != "drop":
+            return None
+        return lambda silo, err: self._expel(t, silo, err)
+
+    def _expel(self, t: int, silo: int, err: ProtocolError) -> None:
+        """Drop `silo`, whose message broke the protocol: nothing of it is read any more (its
+        cluster trains without it), and it is told so (`Dropped`) and then sent nothing."""
+        self.channel.disown(silo)
+        why = "".join(c if c.isprintable() else "?" for c in str(err))  # names the sender, kind and round
+        self.dropped[silo] = {"round": t, "from": self.channel.describe(silo), "why": why}
+        self.expelled.add(silo)
+        self.farewells.append(self.channel.isend(silo, Dropped(why[:MAX_WHY]), 0))
+        text = f"round {t}: dropped {self.channel.describe(silo)}, which broke the protocol: {why}"
         warn(text)
         record_failure(self.out, f"cfl_mpi: {text}")
 
@@ -296,7 +327,10 @@ class Server:
             return BackdoorEvaluation if targets[silo] else Evaluation
 
         for msg in self.channel.recv_each(
-            here, lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps)), self._leaving(t)
+            here,
+            lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps)),
+            self._leaving(t),
+            self._refused(t),
         ):
             silo, report = msg.sender, declared(msg.sender).of(msg)
             if steps:

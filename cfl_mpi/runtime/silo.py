@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from ..channel import SERVER, Channel, ChannelClosed, PeerTimeout
+from ..channel import SERVER, Channel, ChannelClosed, Farewell, PeerTimeout
 from ..config import Config
 from ..data import SiloData
 from ..strategies.base import SiloRound
-from ..wire.messages import ProtocolError, all_finite
+from ..wire.messages import Message, ProtocolError, all_finite
 from ..wire.round import (
     HUGE_LOSS,
+    MAX_WHY,
     STOP,
     TRAIN,
     WAIT,
     BackdoorEvaluation,
     Control,
+    Dropped,
     Evaluation,
     Hello,
     Leave,
@@ -114,29 +116,42 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             channel.send(SERVER, evaluation.report(model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t)
 
     leaving = cfg.runtime.on_silo_failure == "drop"
-    t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
-    mark("hello")
-    while True:
-        control = Control.of(channel.recv(SERVER, Control.expect(t)))
-        if control.action == STOP:
-            return
-        try:
-            play(t, control)
-        except (ChannelClosed, PeerTimeout, ProtocolError):
-            raise  # the federation's trouble, not this silo's own
-        except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
-            if not leaving:
-                raise
-            leave(channel, t, err)
-            return
-        t += 1
+    if leaving:  # the server may drop this silo, should a message of its break the protocol
+        channel.farewell = Farewell(Dropped.expect(0), dropped)
+    try:
+        t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
+        mark("hello")
+        while True:
+            control = Control.of(channel.recv(SERVER, Control.expect(t)))
+            if control.action == STOP:
+                return
+            try:
+                play(t, control)
+            except (ChannelClosed, PeerTimeout, ProtocolError, Expelled):
+                raise  # the federation's trouble, not this silo's own
+            except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
+                if not leaving:
+                    raise
+                leave(channel, t, err)
+                return
+            t += 1
+    except Expelled:
+        return  # the server named it and why; the rank's other silos go on
+
+
+class Expelled(Exception):
+    """The server dropped this silo (`Dropped`): it stops."""
+
+
+def dropped(msg: Message) -> NoReturn:
+    raise Expelled(Dropped.of(msg).why)
 
 
 def leave(channel: Channel, round: int, err: Exception) -> None:
     """Tell the server why this silo leaves the federation (`Leave`, in place of what the
     server awaits from it), then take what was already on its way to it and the server's
     control each round (it now waits), until STOP."""
-    channel.send(SERVER, Leave(f"{type(err).__name__}: {err}"[:200]), round)
+    channel.send(SERVER, Leave(f"{type(err).__name__}: {err}"[:MAX_WHY]), round)
     while True:
         kind, t = channel.next_kind(SERVER)
         if kind != Control.KIND.name:

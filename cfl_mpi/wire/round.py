@@ -18,6 +18,7 @@ WAIT = "wait"  # not arrived yet (late silo)
 STOP = "stop"  # the run is over (or was stopped): exit cleanly
 ACTIONS = (TRAIN, EVALUATE, WAIT, STOP)
 MAX_SAMPLES = 1 << 31  # no silo holds more examples than this: a larger count is a lie
+MAX_WHY = 200  # characters of a reason (`Leave`, `Dropped`): a header's text holds up to 256
 HUGE_LOSS = float(np.finfo(np.float64).max)  # a diverged model's loss, as the header takes it (no inf or NaN)
 
 
@@ -87,6 +88,15 @@ class Leave(Payload, kind="leave"):
     """silo → server, in place of the message the server awaits from it
     (`runtime.on_silo_failure: drop`): its own computation failed in this round, and why; it
     leaves the federation."""
+
+    why: str = scalar(str)
+
+
+class Dropped(Payload, kind="dropped"):
+    """server → silo, in place of whatever the silo awaits from the server, and the server's
+    last message to it (`runtime.on_silo_failure: drop`): a message of the silo's broke the
+    protocol, so the server takes none of its messages any more; why. The silo stops; the
+    other silos of its rank go on. Round 0: it may come in any round."""
 
     why: str = scalar(str)
 

@@ -250,3 +250,49 @@ def test_a_silo_that_left_takes_what_was_on_its_way_as_declared():
     assert taken.kind.name == "model" and taken.arrays["w"].tolist() == [1, 1, 1]
     assert silo.next_kind(SERVER) == ("control", 3)
     assert Control.of(silo.recv(SERVER, Control.expect(3))).action == STOP
+
+
+def test_a_message_that_breaks_the_protocol_is_refused_and_its_sender_disowned_while_the_others_arrive():
+    from cfl_mpi.wire.round import Update
+
+    hub = LocalHub()
+    server = LocalChannel(SERVER, hub, 5.0, 0.02)
+    silos = [LocalChannel(c, hub, 5.0, 0.02) for c in range(3)]
+    model = {"w": np.ones((2, 2), np.float32)}
+    silos[0].send(SERVER, Update(model, 10), 2)
+    silos[1].send(SERVER, Update({"w": np.ones(3, np.float32)}, 20), 2)  # not the model's shape
+    silos[2].send(SERVER, Update(model, 30), 2)
+    refused: list = []
+
+    def refuse(silo: int, err: ProtocolError) -> None:
+        refused.append((silo, str(err)))
+        server.disown(silo)
+
+    got = [m.sender for m in server.recv_each([0, 1, 2], lambda c: Update.expect(2, like=model), refused=refuse)]
+    assert sorted(got) == [0, 2] and [s for s, _ in refused] == [1]
+    assert "silo 1 sent a bad message (expected update of round 2)" in refused[0][1]
+    late = silos[1].isend(SERVER, Update(model, 20), 3)  # disowned: dropped unread, its send done
+    assert late.done() and server.ready([1]) is None
+    with pytest.raises(ProtocolError):  # without `refused`, as before
+        silos[0].send(SERVER, Update({"w": np.ones(3, np.float32)}, 10), 3)
+        server.recv_each([0], lambda c: Update.expect(3, like=model)).__next__()
+
+
+def test_a_silo_receiving_the_servers_farewell_in_place_of_any_message_is_ended_by_it():
+    from cfl_mpi.channel import Farewell
+    from cfl_mpi.wire.round import Control, Dropped, StartModel
+
+    hub, server, silo = pair()
+    ended: list = []
+
+    def end(msg):
+        ended.append(Dropped.of(msg).why)
+        raise EOFError
+
+    silo.farewell = Farewell(Dropped.expect(0), end)
+    server.send(0, Control("train", 0, 0), 2)
+    assert Control.of(silo.recv(SERVER, Control.expect(2))).action == "train"  # the others arrive as ever
+    server.send(0, Dropped("silo 0 sent a bad message"), 0)
+    with pytest.raises(EOFError):
+        silo.recv(SERVER, StartModel.expect(2, like={"w": np.ones(3, np.float32)}))
+    assert ended == ["silo 0 sent a bad message"]
