@@ -47,10 +47,15 @@ class SiloFaults:
             return None
         return f.kind if f.round == round or (f.kind in HOSTILE_UPDATES and f.round < round) else None
 
+    def at_start_up(self) -> None:
+        """`unreadable_data`: raise where the silo reads its data, as a file gone or damaged would."""
+        if self.fault is not None and self.fault.kind == "unreadable_data":
+            raise OSError(f"silo {self.silo} cannot read its data (runtime.fault)")
+
     def at_round_start(self, round: int, channel: Channel) -> None:
         """Raise, exit without a word, or hang (alive but silent: the peers' timeout must catch it)."""
         kind = self.kind(round)
-        if kind is None or kind in HOSTILE_UPDATES or kind == "nan_loss":
+        if kind is None or kind in HOSTILE_UPDATES or kind in ("nan_loss", "unreadable_data"):
             return
         if kind == "out_of_memory":
             import torch

@@ -79,7 +79,8 @@ class FaultConfig:
     sends a hostile update: its model change
     sign-flipped and scaled with a huge sample count (`scaled_update`), finite but huge
     weights (`huge_weights`), the same update twice (`duplicate_update`), or an update's
-    header whose payload never follows (`header_only`)."""
+    header whose payload never follows (`header_only`). `unreadable_data`: its data cannot be
+    read when its process starts (a file gone or damaged), whatever `round` says."""
 
     # Index of the silo that fails (0 to silos - 1).
     silo: int
@@ -96,6 +97,7 @@ class FaultConfig:
         "huge_weights",
         "duplicate_update",
         "header_only",
+        "unreadable_data",
     ] = "raise"
 
     def problems(self, silos: int, rounds: int) -> Iterator[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import numpy as np
@@ -30,6 +31,7 @@ from ..wire.round import (
     StartModel,
 )
 from .compute import ComputePool
+from .control import newcomers
 from .faults import SiloFaults
 from .halves import halves, silo_half
 from .timeline import mark
@@ -47,16 +49,31 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     from ..models.build import build_model, load_arrays, state_arrays
     from ..training import to_device, train_local
 
-    data = cfg.data.build(silo, cfg.data_facts())
-    mark("data")
-    # weights come from the server; torch runs on the compute workers only (compute.py)
-    model = compute(lambda: build_model(cfg, cfg.data.num_classes(), load_weights=False).to(device))
-    # the sets training and evaluation use every round, on the device once (where they fit)
-    x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
+    leaving = cfg.runtime.on_silo_failure == "drop"
+    if leaving:  # the server may drop this silo, should a message of its break the protocol
+        channel.farewell = Farewell(Dropped.expect(0), dropped)
+    faults = SiloFaults(cfg.runtime.fault, silo)
+
+    def may_leave(t: int) -> bool:
+        """Whether a failure in round t can be left on: not where silos meet their peers."""
+        return leaving and not (halves(cfg).silo.meets_peers and newcomers(cfg, t))
+
+    try:
+        faults.at_start_up()
+        data = cfg.data.build(silo, cfg.data_facts())
+        mark("data")
+        # weights come from the server; torch runs on the compute workers only (compute.py)
+        model = compute(lambda: build_model(cfg, cfg.data.num_classes(), load_weights=False).to(device))
+        # the sets training and evaluation use every round, on the device once (where they fit)
+        x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
+    except Exception as err:  # noqa: BLE001 - its data or model failed: with drop, it leaves
+        if not leaving:
+            raise
+        leave_at_start(channel, err, may_leave)
+        return
     together = batches_silos(cfg, device)
     evaluation = SiloEvaluation(data, device, compute, cfg.silos if together else 0)
     mark("model")
-    faults = SiloFaults(cfg.runtime.fault, silo)
     protocol = silo_half(cfg)
     mark("strategy")
     kinds = halves(cfg).all_kinds
@@ -115,9 +132,6 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
             channel.send(SERVER, evaluation.report(model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t)
 
-    leaving = cfg.runtime.on_silo_failure == "drop"
-    if leaving:  # the server may drop this silo, should a message of its break the protocol
-        channel.farewell = Farewell(Dropped.expect(0), dropped)
     try:
         t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
         mark("hello")
@@ -130,7 +144,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             except (ChannelClosed, PeerTimeout, ProtocolError, Expelled):
                 raise  # the federation's trouble, not this silo's own
             except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
-                if not leaving:
+                if not may_leave(t):
                     raise
                 leave(channel, t, err)
                 return
@@ -145,6 +159,19 @@ class Expelled(Exception):
 
 def dropped(msg: Message) -> NoReturn:
     raise Expelled(Dropped.of(msg).why)
+
+
+def leave_at_start(channel: Channel, err: Exception, may_leave: Callable[[int], bool]) -> None:
+    """A silo that could not start (its data unreadable, say) leaves in the first round the
+    server asks anything of it, or fails there where it cannot leave."""
+    t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
+    while (action := Control.of(channel.recv(SERVER, Control.expect(t))).action) == WAIT:
+        t += 1
+    if action == STOP:
+        return
+    if not may_leave(t):
+        raise err
+    leave(channel, t, err)
 
 
 def leave(channel: Channel, round: int, err: Exception) -> None:

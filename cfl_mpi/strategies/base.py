@@ -199,6 +199,9 @@ class SiloProtocol(Generic[P]):
 
     # Timed steps of `after_training` (SiloRound.step_seconds), in the order the silo reports them.
     steps: tuple[str, ...] = ()
+    # Whether a round in which silos train for the first time has silos exchange with each other
+    # (EMD-CFL's pairs): a silo that fails in such a round cannot leave, its partners would wait.
+    meets_peers: bool = False
 
     def __init__(self, params: P, run: RunFacts) -> None:
         self.params = params

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -89,6 +90,31 @@ def test_once_more_than_max_dropped_have_left_the_job_stops_with_a_checkpoint_an
     from cfl_mpi.runtime.checkpoint import checkpoint_round
 
     assert checkpoint_round(out) == 2 and not (out / "summary.json").exists()
+
+
+@pytest.mark.job
+def test_with_drop_a_silo_whose_data_cannot_be_read_at_start_leaves_in_its_first_round(tmp_path):
+    summary, records = simulate_job(CONFIG, tmp_path, *SMALL, "strategy.name=fedavg", "train.rounds=2",
+                                    *failing("unreadable_data"))  # fmt: skip
+    (left,) = records[0]["dropped"]
+    assert (left["silo"], left["why"]) == (SILO, "OSError: silo 3 cannot read its data (runtime.fault)")
+    assert records[0]["accuracy"][SILO] is None and records[1]["dropped"] == [] and summary["rounds"] == 2
+
+
+@pytest.mark.job
+@pytest.mark.parametrize("kind,words", [("raise", "InjectedFault: silo 3 fails in round 1"),
+                                        ("unreadable_data", "OSError: silo 3 cannot read its data")])  # fmt: skip
+def test_with_drop_a_silo_failing_where_silos_meet_their_peers_still_ends_the_job_at_once(tmp_path, kind, words):
+    """EMD-CFL's first round pairs the silos: one that left would keep its partners waiting
+    (for runtime.message_timeout_s), so its failure ends the job as under abort."""
+    out = tmp_path / "run"
+    sets = [a for s in [*SMALL, "runtime.on_silo_failure=drop", f"runtime.fault.silo={SILO}",
+                        "runtime.fault.round=1", f"runtime.fault.kind={kind}"] for a in ("--set", s)]  # fmt: skip
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", CONFIG, "--out", str(out), *sets],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode != 0 and f"cfl_mpi: silo 3 failed: {words}" in (out / "failure.txt").read_text()
+    assert time.monotonic() - start < 120  # not the 30 minutes of runtime.message_timeout_s
 
 
 def test_abort_stays_the_default():

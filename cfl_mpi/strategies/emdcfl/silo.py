@@ -110,6 +110,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
     """Silo half: handshake, ω swaps and projected embeddings for each planned partner."""
 
     steps = ("plan", "embedding", "noise", "handshake", "swap", "send")
+    meets_peers = True
 
     def __init__(self, params: EmdCflConfig, run: RunFacts) -> None:
         super().__init__(params, run)
