@@ -301,9 +301,11 @@ def test_a_run_on_silo_files_resumes_with_the_config_it_started_with(tmp_path):
 @pytest.mark.job
 def test_the_exported_rotated_mnist_gives_the_built_in_results_bit_for_bit(tmp_path, shared_data):
     """16 silos of rotated MNIST on both splits (training pool, test split) as files: the same
-    clusters, per-silo accuracies and W as the built-in data set."""
-    sets = [f"data.root={shared_data / 'mnist'}", "data.download=false", "silos=16", "train.rounds=1",
-            "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]
+    clusters, per-silo accuracies and W as the built-in data set. 300 training-pool images a
+    silo (data.silo_images) are enough to compare, bit for bit: the silos still fall into two
+    clusters (ARI 0.44), so the clusters compared are not all one."""
+    sets = [f"data.root={shared_data / 'mnist'}", "data.download=false", "silos=16", "data.silo_images=300",
+            "train.rounds=1", "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]
     built_in = load_config(PROJECT_ROOT / "configs/rotated.yaml", [*sets, f"out={tmp_path / 'built_in'}"])
     from cfl_mpi.simulate import simulate
 
