@@ -269,7 +269,7 @@ class Server:
     def _left(self, msg: Message) -> None:
         """Silo `msg.sender` left the federation: it is awaited no more, and said why (printed
         as text: a control character from a peer never reaches the console)."""
-        why = "".join(c if c.isprintable() else "?" for c in Leave.of(msg).why)
+        why = _printable(Leave.of(msg).why)
         who = self.channel.describe(msg.sender)
         self.dropped[msg.sender] = {"round": msg.round, "from": who, "why": why}
         text = f"round {msg.round}: dropped {who}, which left the federation: {why}"
@@ -287,7 +287,7 @@ class Server:
         """Drop `silo`, whose message broke the protocol: nothing of it is read any more (its
         cluster trains without it), and it is told so (`Dropped`) and then sent nothing."""
         self.channel.disown(silo)
-        why = "".join(c if c.isprintable() else "?" for c in str(err))  # names the sender, kind and round
+        why = _printable(str(err))  # names the sender, kind and round
         self.dropped[silo] = {"round": t, "from": self.channel.describe(silo), "why": why}
         self.expelled.add(silo)
         self.farewells.append(self.channel.isend(silo, Dropped(why[:MAX_WHY]), 0))
@@ -433,6 +433,11 @@ def _backdoor_record(accuracy: np.ndarray, backdoor_acc: np.ndarray, targets: np
         "target_clean_acc": float(np.nanmean(accuracy[targets])),
         "target_backdoor_acc": float(np.nanmean(backdoor_acc[targets])),
     }
+
+
+def _printable(text: str) -> str:
+    """A peer's words as printable text only: a control character never reaches the console."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _ari(ari: float | None) -> str:
