@@ -8,7 +8,7 @@ import numpy as np
 
 from cfl_mpi.data.agreement import DataReport
 from cfl_mpi.strategies import REGISTRY
-from cfl_mpi.strategies.emdcfl.messages import EmbeddingModel, Embeddings, Handshake, Plan, ReferenceReport
+from cfl_mpi.strategies.emdcfl.messages import EmbeddingModel, Embeddings, Handshake, PartnerLeft, Plan, ReferenceReport
 from cfl_mpi.strategies.fedwad.exchange import FedWaDDistance, FedWaDMeasure, FedWaDRequest
 from cfl_mpi.strategies.ifca.halves import CandidateLoss, ClusterModel, Losses
 from cfl_mpi.strategies.pacfl.halves import PrincipalVectors
@@ -37,7 +37,9 @@ VALID: dict[type[Payload], Payload] = {cls: example for example in [
     Plan(np.array([3, 1], np.int64), np.array([1, 3], np.uint8), 1),
     Handshake(np.arange(32, dtype=np.uint8)),
     EmbeddingModel({k: v + 1 for k, v in MODEL.items()}),
-    Embeddings(np.array([4], np.int64), _CLOUD[:1], np.array([0.25]), np.array([7, 2], np.int64), _CLOUD, 0.5),
+    Embeddings(np.array([4], np.int64), _CLOUD[:1], np.array([0.25]), np.array([7, 2], np.int64), _CLOUD, 0.5,
+               np.array([5], np.int64)),
+    PartnerLeft(5),
     ReferenceReport(0.1, 0.02, 40),
     FedWaDRequest(_RNG.normal(size=(3, 5)), np.full(3, 1 / 3), "interpolate", "0>1", 1, 0.4),
     FedWaDMeasure(_RNG.normal(size=(3, 5)), np.array([0.5, 0.25, 0.25]), "0>1", 1),

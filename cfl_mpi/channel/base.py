@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, NoReturn
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -29,7 +29,7 @@ __all__ = [
     "Alternative",
     "Channel",
     "ChannelClosed",
-    "Farewell",
+    "Notice",
     "Pending",
     "PeerTimeout",
     "WaitStats",
@@ -68,12 +68,15 @@ class Alternative(NamedTuple):
     take: Callable[[Message], None]
 
 
-class Farewell(NamedTuple):
-    """A message the server may send a silo in place of any other, its last one to it: a silo's
-    receive from the server checks for it first; `take` gets it and ends the silo (raises)."""
+class Notice(NamedTuple):
+    """A message the server may send a silo ahead of any other (`Channel.notices`, by kind): a
+    silo's receive that may take a message from the server takes the notices waiting first,
+    each by `take`, then goes on waiting for what it expects. A `take` may raise to end the
+    wait: the server's farewell (`Dropped`) ends the silo; a partner's leaving ends a wait for
+    that partner (EMD-CFL)."""
 
     expect: Expect
-    take: Callable[[Message], NoReturn]
+    take: Callable[[Message], None]
 
 
 class Pending(ABC):
@@ -104,7 +107,7 @@ class Channel(ABC):
         self.max_sleep_s = max_sleep_s
         self.sent_bytes: Counter[str] = Counter()
         self.waits = WaitStats()
-        self.farewell: Farewell | None = None  # a silo's: see Farewell
+        self.notices: dict[str, Notice] = {}  # a silo's, by kind: see Notice
 
     # ------------------------------------------------------------------ the protocol
     def isend(
@@ -171,12 +174,32 @@ class Channel(ABC):
         return self.recv_any([source], lambda _: expect)
 
     def recv_any(self, sources: Iterable[int], expect: Callable[[int], Expect]) -> Message:
-        """Receive the first message to arrive from any of `sources`; `expect(source)` checks it."""
+        """Receive the first message to arrive from any of `sources`; `expect(source)` checks it.
+        The server's notices are taken on the way (`Notice`)."""
+        sources = list(sources)
+        while True:
+            source = self._await(sources)
+            notice = self.notices.get(self._header(source).get("kind", "")) if source == SERVER else None
+            if notice is None:
+                return self._receive(source, expect(source))
+            notice.take(self._receive(source, notice.expect))
+
+    def recv_any_or(
+        self, sources: Iterable[int], expect: Callable[[int], Expect], instead: Alternative
+    ) -> Message | None:
+        """As `recv_any`, where a source may send `instead`'s kind in place of its message: that
+        one goes to `instead.take`, and None comes back."""
         source = self._await(list(sources))
-        farewell = self.farewell
-        if source == SERVER and farewell is not None and self._header(source).get("kind") == farewell.expect.kind.name:
-            farewell.take(self._receive(source, farewell.expect))
+        if self._took_instead(source, instead):
+            return None
         return self._receive(source, expect(source))
+
+    def _took_instead(self, source: int, instead: Alternative | None) -> bool:
+        """Whether the message waiting from `source` was `instead`'s kind, and went to its take."""
+        if instead is None or self._header(source).get("kind") != instead.kind.name:
+            return False
+        instead.take(self._receive(source, instead.expect(source)))
+        return True
 
     def _await(self, sources: list[int]) -> int:
         """Wait until one of `sources` has a message waiting; which."""
@@ -212,8 +235,7 @@ class Channel(ABC):
             source = self._await(sorted(pending))
             pending.remove(source)
             try:
-                if instead is not None and self._header(source).get("kind") == instead.kind.name:
-                    instead.take(self._receive(source, instead.expect(source)))
+                if self._took_instead(source, instead):
                     continue
                 message = self._receive(source, expect(source))
             except ProtocolError as err:

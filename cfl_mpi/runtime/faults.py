@@ -1,6 +1,6 @@
 """`runtime.fault`: a silo that fails or turns hostile on purpose, so that tests can show a
-failing or hostile silo cannot wreck the job. The silo loop asks this seam at three points
-(the round's start, the trained update, the update's send); for every silo that is not the
+failing or hostile silo cannot wreck the job. The silo loop asks this seam at four points
+(the round's start, the trained update, the update's send, after it); for every silo that is not the
 configured one each answer is the honest one."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class SiloFaults:
     def at_round_start(self, round: int, channel: Channel) -> None:
         """Raise, exit without a word, or hang (alive but silent: the peers' timeout must catch it)."""
         kind = self.kind(round)
-        if kind is None or kind in HOSTILE_UPDATES or kind in ("nan_loss", "unreadable_data"):
+        if kind is None or kind in HOSTILE_UPDATES or kind in ("nan_loss", "unreadable_data", "raise_after_update"):
             return
         if kind == "out_of_memory":
             import torch
@@ -86,6 +86,11 @@ class SiloFaults:
             load(
                 {k: np.full_like(v, np.nan) if np.issubdtype(v.dtype, np.floating) else v for k, v in arrays().items()}
             )
+
+    def after_update(self, round: int) -> None:
+        """`raise_after_update`: raise once the update has left, before the strategy's exchanges."""
+        if self.kind(round) == "raise_after_update":
+            raise InjectedFault(f"silo {self.silo} fails after its update of round {round} (runtime.fault)")
 
     def update(self, round: int, arrays: dict[str, np.ndarray], n_samples: int) -> tuple[dict[str, np.ndarray], int]:
         """The trained model and sample count, or what a hostile silo claims instead."""

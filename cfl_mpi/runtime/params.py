@@ -80,7 +80,9 @@ class FaultConfig:
     sign-flipped and scaled with a huge sample count (`scaled_update`), finite but huge
     weights (`huge_weights`), the same update twice (`duplicate_update`), or an update's
     header whose payload never follows (`header_only`). `unreadable_data`: its data cannot be
-    read when its process starts (a file gone or damaged), whatever `round` says."""
+    read when its process starts (a file gone or damaged), whatever `round` says.
+    `raise_after_update`: it raises once its update of round `round` has left, where its
+    strategy's exchanges begin (an embedding pass out of memory, say)."""
 
     # Index of the silo that fails (0 to silos - 1).
     silo: int
@@ -98,6 +100,7 @@ class FaultConfig:
         "duplicate_update",
         "header_only",
         "unreadable_data",
+        "raise_after_update",
     ] = "raise"
 
     def problems(self, silos: int, rounds: int) -> Iterator[str]:

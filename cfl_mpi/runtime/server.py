@@ -147,16 +147,25 @@ class Server:
         training, aggregate, hand out the next start models, gather the evaluations."""
         here, training, first = self.announce(t, needs_model)
         ctx = ServerRound(
-            t, self.channel, training, {}, {}, self.start_models, first, self.first_counts, cores=self.cores
+            t,
+            self.channel,
+            training,
+            {},
+            {},
+            self.start_models,
+            first,
+            self.first_counts,
+            cores=self.cores,
         )
+        ctx.leaving = self._leaving(t, ctx.participants)
         phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
         with timed(phases, "clustering"):
             self.strategy.before_training(ctx)
         with timed(phases, "train"):
             slowest = self.receive_updates(ctx)
-        here = [c for c in here if c not in self.dropped]
         with timed(phases, "clustering"):
             clusters = self.strategy.after_training(ctx)
+        here = [c for c in here if c not in self.dropped]  # a silo may leave in training or clustering
         with timed(phases, "aggregation"):
             self.start_models = self.strategy.aggregate(ctx)
             flagged = self.report_decisions(t, ctx.decisions)
@@ -259,12 +268,18 @@ class Server:
             "seconds": round(time.monotonic() - start, 4),
         }
 
-    def _leaving(self, t: int) -> Alternative | None:
+    def _leaving(self, t: int, training: list[int] | None = None) -> Alternative | None:
         """With runtime.on_silo_failure: drop, a silo may send `Leave` where its message of round
-        t is awaited."""
+        t is awaited; it then leaves `training` (the round's participants) too."""
         if self.cfg.runtime.on_silo_failure != "drop":
             return None
-        return Alternative(Leave.KIND, lambda _: Leave.expect(t), self._left)
+
+        def take(msg: Message) -> None:
+            self._left(msg)
+            if training is not None and msg.sender in training:
+                training.remove(msg.sender)
+
+        return Alternative(Leave.KIND, lambda _: Leave.expect(t), take)
 
     def _left(self, msg: Message) -> None:
         """Silo `msg.sender` left the federation: it is awaited no more, and said why (printed

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..channel import SERVER, Channel, ChannelClosed, Farewell, PeerTimeout
+from ..channel import SERVER, Channel, ChannelClosed, Notice, PeerTimeout
 from ..config import Config
 from ..data import SiloData
 from ..strategies.base import SiloRound
@@ -51,12 +51,12 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
 
     leaving = cfg.runtime.on_silo_failure == "drop"
     if leaving:  # the server may drop this silo, should a message of its break the protocol
-        channel.farewell = Farewell(Dropped.expect(0), dropped)
+        channel.notices[Dropped.KIND.name] = Notice(Dropped.expect(0), dropped)
     faults = SiloFaults(cfg.runtime.fault, silo)
 
     def may_leave(t: int) -> bool:
-        """Whether a failure in round t can be left on: not where silos meet their peers."""
-        return leaving and not (halves(cfg).silo.meets_peers and newcomers(cfg, t))
+        """Whether a failure in round t can be left on: not in a round whose exchanges need every silo."""
+        return leaving and not (halves(cfg).silo.needs_every_peer(cfg.strategy) and newcomers(cfg, t))
 
     try:
         faults.at_start_up()
@@ -122,6 +122,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
                     f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)"
                 )
             faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
+            faults.after_update(t)
             protocol.after_training(ctx)
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}

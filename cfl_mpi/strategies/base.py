@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from ..aggregation import AggregationConfig, Decision, cluster_averages
-from ..channel import Channel
+from ..channel import Alternative, Channel
 from ..wire.messages import Kind
 from ..wire.round import ROUND_KINDS
 from .spec import StrategyParams
@@ -91,6 +91,9 @@ class ServerRound:
     facts: dict[str, Any] = field(
         default_factory=dict
     )  # JSON facts of the strategy's round, recorded (e.g. a pair plan)
+    # With runtime.on_silo_failure: drop, a silo may send `Leave` in place of a message the
+    # strategy awaits: its kind, and the runtime's take, which drops the silo (None: abort)
+    leaving: Alternative | None = None
 
 
 class InlineCompute:
@@ -199,13 +202,17 @@ class SiloProtocol(Generic[P]):
 
     # Timed steps of `after_training` (SiloRound.step_seconds), in the order the silo reports them.
     steps: tuple[str, ...] = ()
-    # Whether a round in which silos train for the first time has silos exchange with each other
-    # (EMD-CFL's pairs): a silo that fails in such a round cannot leave, its partners would wait.
-    meets_peers: bool = False
 
     def __init__(self, params: P, run: RunFacts) -> None:
         self.params = params
         self.run = run
+
+    @classmethod
+    def needs_every_peer(cls, params: P) -> bool:
+        """Whether the exchanges of a round in which silos train for the first time cannot go on
+        without any one of them (EMD-CFL's staged plans and FedWaD): a silo that fails in such
+        a round cannot leave under `runtime.on_silo_failure: drop`; the job ends as under abort."""
+        return False
 
     def modules(self) -> tuple[str, ...]:
         """As `Strategy.modules`: what this half calls into in its rounds, loaded at the start."""

@@ -1,5 +1,6 @@
 """The in-process channel and the rank layout: every message checked as on MPI, waiting that
 does not spin, timeouts and failures that end a wait promptly, and silo → rank blocks."""
+
 import threading
 import time
 
@@ -96,10 +97,18 @@ def bad_frames():
     return [
         ("wrong_kind", encode_header(PONG, 4, 0, GOOD, {"n_samples": 10}), [w], "kind 'test_pong'"),
         ("wrong_round", encode_header(PING, 3, 0, GOOD, {"n_samples": 10}), [w], "for round 3"),
-        ("wrong_shape", encode_header(PING, 4, 0, {"w": np.ones((3, 2), np.float32)}, {"n_samples": 10}),
-         [np.ones((3, 2), np.float32)], "shape (3, 2)"),
-        ("wrong_dtype", encode_header(PING, 4, 0, {"w": np.ones((2, 3))}, {"n_samples": 10}),
-         [np.ones((2, 3))], "dtype float64"),
+        (
+            "wrong_shape",
+            encode_header(PING, 4, 0, {"w": np.ones((3, 2), np.float32)}, {"n_samples": 10}),
+            [np.ones((3, 2), np.float32)],
+            "shape (3, 2)",
+        ),
+        (
+            "wrong_dtype",
+            encode_header(PING, 4, 0, {"w": np.ones((2, 3))}, {"n_samples": 10}),
+            [np.ones((2, 3))],
+            "dtype float64",
+        ),
         ("non_finite", header, [np.full((2, 3), np.nan, np.float32)], "non-finite"),
         ("missing_meta", encode_header(PING, 4, 0, GOOD, {}), [w], "meta 'n_samples'"),
         ("short_payload", header, [np.ones(4, np.float32)], "does not fit its header"),
@@ -192,13 +201,19 @@ def test_rank_layout_names_parties_with_their_rank():
         RankLayout(4, 5)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["uint8", "int64", "float32", "float64"]),
-                          st.lists(st.integers(0, 4), max_size=3)), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["uint8", "int64", "float32", "float64"]), st.lists(st.integers(0, 4), max_size=3)),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_a_small_message_from_another_rank_arrives_whole_and_writeable(specs):
     """An inline message (MPI: header and arrays in one buffer) gives back the arrays it was
     made of, whatever their dtypes' alignment, as arrays the receiver may write to."""
-    arrays = {f"a{i}": np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
-              for i, (dtype, shape) in enumerate(specs)}
+    arrays = {
+        f"a{i}": np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape) for i, (dtype, shape) in enumerate(specs)
+    }
     hub, server, _ = pair()
     header = encode_header(PING, 4, 0, arrays, {})
     hub.deliver(0, SERVER, InlineFrame(bytearray(inline_buffer(header, list(arrays.values())).tobytes())))
@@ -213,8 +228,10 @@ def test_an_inline_message_whose_bytes_do_not_fit_its_header_is_refused():
     header = encode_header(PING, 4, 0, GOOD, {"n_samples": 10})
     short = inline_buffer(header, [GOOD["w"]])[:-4]
     hub.deliver(0, SERVER, InlineFrame(bytearray(short.tobytes())))
-    with pytest.raises(ProtocolError, match="silo 0 sent a payload of test_ping .round 4. that does not fit its "
-                                            "header: 20 bytes, header declared 24"):
+    with pytest.raises(
+        ProtocolError,
+        match="silo 0 sent a payload of test_ping .round 4. that does not fit its header: 20 bytes, header declared 24",
+    ):
         server.recv(0, EXPECT)
 
 
@@ -279,7 +296,7 @@ def test_a_message_that_breaks_the_protocol_is_refused_and_its_sender_disowned_w
 
 
 def test_a_silo_receiving_the_servers_farewell_in_place_of_any_message_is_ended_by_it():
-    from cfl_mpi.channel import Farewell
+    from cfl_mpi.channel import Notice
     from cfl_mpi.wire.round import Control, Dropped, StartModel
 
     hub, server, silo = pair()
@@ -289,7 +306,7 @@ def test_a_silo_receiving_the_servers_farewell_in_place_of_any_message_is_ended_
         ended.append(Dropped.of(msg).why)
         raise EOFError
 
-    silo.farewell = Farewell(Dropped.expect(0), end)
+    silo.notices[Dropped.KIND.name] = Notice(Dropped.expect(0), end)
     server.send(0, Control("train", 0, 0), 2)
     assert Control.of(silo.recv(SERVER, Control.expect(2))).action == "train"  # the others arrive as ever
     server.send(0, Dropped("silo 0 sent a bad message"), 0)

@@ -1,5 +1,7 @@
 import itertools
 
+import numpy as np
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,3 +74,31 @@ def test_a_one_way_pair_gives_the_model_owner_serve_and_the_other_measure():
     assert dict(partners[0]) == {1: SERVE, 2: SERVE | MEASURE}
     assert partners[1] == [(0, MEASURE)]
     assert partners[2] == [(0, SERVE | MEASURE)]
+
+
+def test_a_partner_the_server_says_left_ends_the_wait_for_it_and_no_other():
+    """A silo waiting for its partners' keys takes the server's `PartnerLeft` on the way: it
+    stops waiting for that partner and still takes the others'; a notice naming a silo that is
+    not its partner is the server's protocol error."""
+    import threading
+
+    from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
+    from cfl_mpi.strategies.emdcfl.messages import Handshake, PartnerLeft
+    from cfl_mpi.strategies.emdcfl.silo import PartnerWaits
+    from cfl_mpi.wire.messages import ProtocolError
+
+    hub = LocalHub()
+    server, silo = LocalChannel(SERVER, hub, 5.0, 0.01), LocalChannel(0, hub, 5.0, 0.01)
+    partners = {p: LocalChannel(p, hub, 5.0, 0.01) for p in (1, 2, 3)}
+    waits = PartnerWaits(silo, 4)
+    waits.partners.update([1, 2, 3])
+    partners[1].send(0, Handshake(np.ones(32, np.uint8)), 4)
+    later = threading.Timer(0.2, lambda: (server.send(0, PartnerLeft(2), 4),
+                                          partners[3].send(0, Handshake(np.full(32, 3, np.uint8)), 4)))
+    later.start()
+    got = [msg.sender for msg in waits.each([1, 2, 3], Handshake.expect(4))]
+    later.join()
+    assert sorted(got) == [1, 3] and waits.left == {2}
+    server.send(0, PartnerLeft(7), 4)
+    with pytest.raises(ProtocolError, match="said silo 7 left in round 4: not a partner of this silo"):
+        silo.recv(SERVER, Handshake.expect(5))

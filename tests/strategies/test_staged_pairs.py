@@ -381,13 +381,13 @@ def server_with_plan(directions: list[tuple[int, int]]):
     return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}
 
 
-def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=()) -> dict[str, np.ndarray]:
+def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=(), skipped=()) -> dict[str, np.ndarray]:
     """The arrays of one embeddings message (a silo's batch of pairs)."""
     def clouds(arrays):
         return np.stack(arrays).astype(np.float32) if len(arrays) else np.zeros((0, 0, dim), np.float32)
 
     return {"served": np.asarray(served, np.int64), "own": clouds(own), "tau": np.asarray(tau, np.float64),
-            "measured": np.asarray(measured, np.int64), "cross": clouds(cross)}
+            "measured": np.asarray(measured, np.int64), "cross": clouds(cross), "skipped": np.asarray(skipped, np.int64)}
 
 
 def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
@@ -434,7 +434,8 @@ def test_a_silo_that_states_a_noise_where_it_only_measures_is_named():
 @pytest.mark.parametrize("case, words", [
     ("own cloud", "partners served \\[0\\]: one it does not serve"),
     ("cross twice", "partners measured \\[0\\]: one it does not measure with or sent already"),
-    ("no cloud", "no cloud \\(at least one\\)"),
+    ("no cloud", "no cloud and no partner skipped \\(at least one\\)"),
+    ("skips one not gone", "partners skipped \\[0\\]: one it was not told left"),
     ("one row", "clouds of \\[1\\] rows"),
     ("two sizes", "clouds of \\[6\\] rows, expected 5"),
     ("no τ", "'tau' of 0 along 'served' where 'served' has 1"),
@@ -453,6 +454,7 @@ def test_a_batch_its_plan_did_not_ask_for_is_named(case, words):
         "own cloud": (1, [batch(dim, [0], [ones], [0.0])]),
         "cross twice": (1, [batch(dim, measured=[0], cross=[ones])] * 2),  # its own cloud still due
         "no cloud": (1, [batch(dim)]),
+        "skips one not gone": (1, [batch(dim, skipped=[0])]),  # silo 0 did not leave
         "one row": (1, [batch(dim, measured=[0], cross=[ones[:1]])]),
         # silo 0 serves and measures silo 1: its second batch's cloud is larger than its first's
         "two sizes": (0, [batch(dim, [1], [ones[:5]], [0.1]), batch(dim, measured=[1], cross=[ones])]),

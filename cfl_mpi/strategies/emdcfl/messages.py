@@ -37,6 +37,14 @@ class Handshake(Payload, kind="handshake"):
     public_key: np.ndarray = array("uint8", PUBLIC_KEY_BYTES)
 
 
+class PartnerLeft(Payload, kind="partner_left"):
+    """server → silo, ahead of anything else it awaits (a notice: channel/base.py): a partner
+    of the round left the federation (`runtime.on_silo_failure: drop`), so the silo waits for
+    nothing more from it and skips the pairs with it it has not sent."""
+
+    silo: int = scalar(int, 0, math.inf)
+
+
 class EmbeddingModel(Payload, kind="embedding_model"):
     """silo ↔ silo: the embedding part ω of a silo's model, to a partner it serves."""
 
@@ -67,10 +75,12 @@ class Embeddings(Payload, kind="embeddings"):
     measured: np.ndarray = array("int64", "measured")
     cross: np.ndarray = array("float32", "measured", None, "dim_r")
     noise: float = scalar(float, 0.0, math.inf)
+    skipped: np.ndarray = array("int64", "skipped")  # partners that left: their pairs not sent, never will be
 
     @staticmethod
-    def batch(ready: list[Projected], dim_r: int) -> Embeddings:
-        """The message of the pairs `ready`."""
+    def batch(ready: list[Projected], dim_r: int, skipped: list[int] | None = None) -> Embeddings:
+        """The message of the pairs `ready`, and of the partners whose pairs the silo skips
+        because they left (`PartnerLeft`)."""
         served = [p for p in ready if p.own is not None]
         measured = [p for p in ready if p.cross is not None]
 
@@ -84,11 +94,16 @@ class Embeddings(Payload, kind="embeddings"):
             np.asarray([p.partner for p in measured], dtype=np.int64),
             clouds([p.cross for p in measured if p.cross is not None]),
             next((p.noise for p in served), 0.0),
+            np.asarray(skipped or [], dtype=np.int64),
         )
 
     def problem(self) -> str | None:
-        if not (len(self.served) or len(self.measured)):
-            return "no cloud (at least one)"
+        if not (len(self.served) or len(self.measured) or len(self.skipped)):
+            return "no cloud and no partner skipped (at least one)"
+        if len(set(self.skipped.tolist())) != len(self.skipped) or set(self.skipped.tolist()) & set(
+            self.served.tolist() + self.measured.tolist()
+        ):
+            return f"partners skipped {self.skipped[:8].tolist()}: repeated, or also sent"
         if (self.tau < 0).any():
             return f"τ {self.tau[:8].tolist()} (at least 0)"
         if not len(self.served) and self.noise != 0.0:
@@ -105,4 +120,12 @@ class ReferenceReport(Payload, kind="reference"):
     n_samples: int = scalar(int, 2, math.inf)  # the server bounds it by max_rows too
 
 
-KINDS = (Plan.KIND, Handshake.KIND, EmbeddingModel.KIND, Embeddings.KIND, ReferenceReport.KIND, *FEDWAD_KINDS)
+KINDS = (
+    Plan.KIND,
+    Handshake.KIND,
+    EmbeddingModel.KIND,
+    Embeddings.KIND,
+    ReferenceReport.KIND,
+    *FEDWAD_KINDS,
+    PartnerLeft.KIND,
+)

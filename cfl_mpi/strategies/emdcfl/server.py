@@ -15,13 +15,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from ...channel import wait_all
+from ...channel import Alternative, Pending, wait_all
 from ...clustering.extraction import extract_clusters
 from ...wire.messages import Expect, Message, ProtocolError
 from ..base import RunFacts, ServerRound, Strategy, timed
 from . import EmdCflConfig, fedwad
 from .distances import pair_distances, projected_dim, solver_modules
-from .messages import Embeddings, Plan, ReferenceReport
+from .messages import Embeddings, PartnerLeft, Plan, ReferenceReport
 from .pairs import MEASURE, SERVE, Pair, partner_roles
 from .plans import pair_plan
 
@@ -121,10 +121,11 @@ class EmdCfl(Strategy[EmdCflConfig]):
         # server's cores, while later embeddings are still arriving (the assignment solver
         # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
         solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]] = []
+        left = {c for c in todo if c not in ctx.participants}  # silos that left in training
         with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
             try:
                 with timed(ctx.step_seconds, "receive"):
-                    self._receive_pairs(ctx, todo, dim_r, pool, solves)
+                    self._receive_pairs(ctx, todo, left, dim_r, pool, solves)
             except BaseException:  # a bad message ends the round: drop the solves not started
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
@@ -132,6 +133,8 @@ class EmdCfl(Strategy[EmdCflConfig]):
                 for directions, solve in solves:
                     values, seconds, cpu_seconds = solve.result()
                     for (c, partner), value in zip(directions, values.tolist()):
+                        if c in left or partner in left:  # a pair of a silo that left stays unmeasured
+                            continue
                         self.W[c, partner] = value - self.tau[(c, partner) if self.tau.ndim == 2 else c]
                     for step, spent in (("w1_solves", seconds), ("w1_solves_cpu", cpu_seconds)):
                         ctx.step_seconds[step] = ctx.step_seconds.get(step, 0.0) + spent
@@ -141,6 +144,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self,
         ctx: ServerRound,
         todo: dict[int, dict[int, int]],
+        left: set[int],
         dim_r: int,
         pool: ThreadPoolExecutor,
         solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]],
@@ -151,27 +155,57 @@ class EmdCfl(Strategy[EmdCflConfig]):
         cloud for partners it serves (`served`, `own`, `tau`) and its cross cloud for partners
         it measures with (`measured`, `cross`), as its plan gave it the roles; a silo sends what
         is ready whenever it would otherwise wait (with many silos: one message a silo and
-        stage, not one a pair, for the server to take)."""
+        stage, not one a pair, for the server to take).
+
+        A silo that `left` (before this, or with a `Leave` in place of its embeddings) is
+        awaited no more; each partner still owing its pairs with it is told (`PartnerLeft`)
+        and then sends them, or names them skipped where it never had its key or ω; the pairs
+        of a silo that left stay unmeasured."""
         # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
         owns: dict[Pair, np.ndarray] = {}
         crosses: dict[Pair, np.ndarray] = {}
         per_pair = self.tau.ndim == 2
         rows: dict[int, int] = {}  # each silo's cloud size, the same in all its clouds of the round
+        told: dict[int, set[int]] = defaultdict(set)  # the partners each silo was told left
+        notices: list[Pending] = []
 
         def expect(c: int) -> Expect:  # at most a cloud of each role per planned partner
             return Embeddings.expect(
                 ctx.round, dim_r=dim_r, max_elements=max(1, len(todo[c])) * self.params.max_rows * dim_r
             )
 
+        def partner_left(x: int) -> None:
+            left.add(x)
+            todo.pop(x, None)
+            for c, roles in todo.items():
+                if x in roles and x not in told[c]:
+                    told[c].add(x)
+                    notices.append(ctx.channel.isend(c, PartnerLeft(x), ctx.round))
+
+        def take_leave(msg: Message) -> None:
+            assert ctx.leaving is not None
+            ctx.leaving.take(msg)
+            partner_left(msg.sender)
+
+        instead = None if ctx.leaving is None else Alternative(ctx.leaving.kind, ctx.leaving.expect, take_leave)
+        for x in sorted(left):
+            partner_left(x)
         while todo:
-            msg = ctx.channel.recv_any(list(todo), expect)
+            if instead is None:
+                msg = ctx.channel.recv_any(list(todo), expect)
+            elif (maybe := ctx.channel.recv_any_or(list(todo), expect, instead)) is None:
+                continue
+            else:
+                msg = maybe
             c, clouds = msg.sender, Embeddings.of(msg)
             served, measured = clouds.served.tolist(), clouds.measured.tolist()
-            self._check_batch(ctx, msg, todo[c], rows, clouds)
+            self._check_batch(ctx, msg, todo[c], rows, clouds, told[c])
             for p in served:
                 todo[c][p] &= ~SERVE
             for p in measured:
                 todo[c][p] &= ~MEASURE
+            for p in clouds.skipped.tolist():
+                todo[c][p] = 0
             todo[c] = {p: role for p, role in todo[c].items() if role}
             if not todo[c]:
                 del todo[c]
@@ -179,9 +213,11 @@ class EmdCfl(Strategy[EmdCflConfig]):
                 self.noise[c] = clouds.noise
             for p, own, tau in zip(served, clouds.own, clouds.tau.tolist()):
                 self.tau[(c, p) if per_pair else c] = tau
-                owns[(c, p)] = own
+                if p not in left:
+                    owns[(c, p)] = own
             for p, cross in zip(measured, clouds.cross):
-                crosses[(p, c)] = cross
+                if p not in left:
+                    crosses[(p, c)] = cross
             # W[r][c] compares r's data and c's data, both under r's model.
             done = [d for d in [(c, p) for p in served] + [(p, c) for p in measured] if d in owns and d in crosses]
             size = max(1, -(-len(done) // max(1, ctx.cores)))
@@ -194,14 +230,22 @@ class EmdCfl(Strategy[EmdCflConfig]):
                         ),
                     )
                 )
+        wait_all(notices)
 
     def _check_batch(
-        self, ctx: ServerRound, msg: Message, roles: dict[int, int], rows: dict[int, int], batch: Embeddings
+        self,
+        ctx: ServerRound,
+        msg: Message,
+        roles: dict[int, int],
+        rows: dict[int, int],
+        batch: Embeddings,
+        told: set[int],
     ) -> None:
         """A batch from silo c (well-formed: its declaration) must hold clouds its plan asks
         for (`roles`: partner → roles not received yet), each of one size (at least 2 rows) in
-        all its clouds of the round; where it serves, the one noise, and the one τ unless τ is
-        per pair, it states in all its messages of the round."""
+        all its clouds of the round, and skip only partners it was `told` left; where it
+        serves, the one noise, and the one τ unless τ is per pair, it states in all its
+        messages of the round."""
         c, served, measured = msg.sender, batch.served.tolist(), batch.measured.tolist()
         per_pair = self.tau.ndim == 2
 
@@ -215,7 +259,12 @@ class EmdCfl(Strategy[EmdCflConfig]):
             raise refuse(f"partners served {served[:8]}: one it does not serve or sent already")
         if len(set(measured)) != len(measured) or not all(roles.get(p, 0) & MEASURE for p in measured):
             raise refuse(f"partners measured {measured[:8]}: one it does not measure with or sent already")
+        skipped = batch.skipped.tolist()
+        if not all(p in told and p in roles for p in skipped):
+            raise refuse(f"partners skipped {skipped[:8]}: one it was not told left, or sent already")
         sizes = {cloud.shape[1] for cloud in (batch.own, batch.cross) if len(cloud)}
+        if not sizes:  # it only skips
+            return
         size = rows.setdefault(c, min(sizes))
         if sizes != {size} or size < 2:
             raise refuse(f"clouds of {sorted(sizes)} rows, expected {size} (one size, at least 2, in all of the round)")

@@ -10,18 +10,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...channel import SERVER, Channel, Pending, wait_all
+from ...channel import SERVER, Channel, Notice, Pending, wait_all
 from ...privacy.handshake import new_private_key, pair_seed, projection_matrix, public_bytes
-from ...wire.messages import ProtocolError
+from ...wire.messages import Expect, Message, ProtocolError
 from ..base import RunFacts, SiloProtocol, SiloRound, timed
 from . import EmdCflConfig, fedwad
 from .distances import pair_reference, projected_dim, reference_distance, sample_size, solver_modules
-from .messages import EmbeddingModel, Embeddings, Handshake, Plan, Projected
+from .messages import EmbeddingModel, Embeddings, Handshake, PartnerLeft, Plan, Projected
 from .pairs import MEASURE, SERVE
 
 if TYPE_CHECKING:
@@ -48,20 +47,67 @@ def pair_context(seed: int, round: int) -> bytes:
     return f"seed={seed}|round={round}".encode()
 
 
+class PartnerGone(Exception):
+    """A partner this silo waits for left the federation (`PartnerLeft`): the wait ends."""
+
+
+class PartnerWaits:
+    """A silo's waits for its partners in a round, which a partner's leaving ends: the server
+    tells each partner of a silo that left (`runtime.on_silo_failure: drop`) in a notice
+    (`PartnerLeft`, taken whenever the silo waits for the server too: channel/base.py), and
+    the silo then skips the pairs with it it has not sent."""
+
+    def __init__(self, channel: Channel, round: int) -> None:
+        self.channel, self.round = channel, round
+        self.partners: set[int] = set()  # of the round's plans so far
+        self.left: set[int] = set()  # those the server said left
+        self.awaited: set[int] = set()  # those a wait is on now
+        channel.notices[PartnerLeft.KIND.name] = Notice(PartnerLeft.expect(round), self._left)
+
+    def _left(self, msg: Message) -> None:
+        silo = PartnerLeft.of(msg).silo
+        if silo not in self.partners:
+            raise ProtocolError(f"{msg.who} said silo {silo} left in round {self.round}: not a partner of this silo")
+        self.left.add(silo)
+        if silo in self.awaited:
+            raise PartnerGone(silo)
+
+    def first(self, sources: list[int], expect: Expect) -> Message | None:
+        """The first message to arrive from any of `sources` the server has not said left;
+        None where one of them left meanwhile (or all had)."""
+        waiting = [p for p in sources if p not in self.left]
+        if not waiting:
+            return None
+        self.awaited = set(waiting)
+        try:  # the server too: its notices come while the partners' messages are awaited
+            return self.channel.recv_any([*waiting, SERVER], lambda _: expect)
+        except PartnerGone:
+            return None
+        finally:
+            self.awaited = set()
+
+    def each(self, sources: list[int], expect: Expect) -> Iterator[Message]:
+        """One message from each of `sources` but those that left, in the order they arrive."""
+        pending = list(sources)
+        while pending := [p for p in pending if p not in self.left]:
+            if (msg := self.first(pending, expect)) is not None:
+                pending.remove(msg.sender)
+                yield msg
+
+
 class OmegaSwaps:
     """A silo's ω swaps of a stage: its ω to every partner it serves as one message, which
     travels once per rank and is held there once (`Channel.isend_all`); theirs taken from the
-    partners it measures with in the order they arrive, one at a time. Every send is posted
-    before the first take, so no silo waits on another's taking."""
+    partners it measures with in the order they arrive, one at a time (none from a partner
+    that left). Every send is posted before the first take, so no silo waits on another's
+    taking."""
 
-    def __init__(
-        self, channel: Channel, round: int, partners: list[tuple[int, int]], omega: dict[str, np.ndarray]
-    ) -> None:
-        self.channel, self.round = channel, round
+    def __init__(self, waits: PartnerWaits, partners: list[tuple[int, int]], omega: dict[str, np.ndarray]) -> None:
+        self.waits, self.channel = waits, waits.channel
         served = [p for p, role in partners if role & SERVE]
-        self.sent = channel.isend_all(served, EmbeddingModel(omega), round) if served else None
+        self.sent = self.channel.isend_all(served, EmbeddingModel(omega), waits.round) if served else None
         self.awaiting = [p for p, role in partners if role & MEASURE]  # their ω not taken yet
-        self.expect = EmbeddingModel.expect(round, like=omega)
+        self.expect = EmbeddingModel.expect(waits.round, like=omega)
 
     def here(self) -> bool:
         """Whether a partner's ω is here for `take`, which then does not wait."""
@@ -69,14 +115,16 @@ class OmegaSwaps:
 
     def take(self) -> tuple[int, dict[str, np.ndarray]] | None:
         """(partner, its ω, read-only) of the first partner measured with whose ω is here; None
-        when all are taken and ours has left."""
-        if not self.awaiting:
-            if self.sent is not None:
-                self.sent.wait()
-            return None
-        msg = self.channel.recv_any(self.awaiting, lambda _: self.expect)
-        self.awaiting.remove(msg.sender)
-        return msg.sender, EmbeddingModel.of(msg).omega
+        when all are taken (or left) and ours has left."""
+        while self.awaiting:
+            msg = self.waits.first(self.awaiting, self.expect)
+            if msg is not None:
+                self.awaiting.remove(msg.sender)
+                return msg.sender, EmbeddingModel.of(msg).omega
+            self.awaiting = [p for p in self.awaiting if p not in self.waits.left]
+        if self.sent is not None:
+            self.sent.wait()
+        return None
 
 
 @dataclasses.dataclass
@@ -110,18 +158,26 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
     """Silo half: handshake, ω swaps and projected embeddings for each planned partner."""
 
     steps = ("plan", "embedding", "noise", "handshake", "swap", "send")
-    meets_peers = True
 
     def __init__(self, params: EmdCflConfig, run: RunFacts) -> None:
         super().__init__(params, run)
         self.dim_r = projected_dim(params, run.embedding_dim)
         self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
         self.more = False  # whether the server sends another plan after it
+        self.waits: PartnerWaits | None = None  # the round's
+
+    @classmethod
+    def needs_every_peer(cls, params: EmdCflConfig) -> bool:
+        """A staged plan plans its stages from the pairs measured so far, and FedWaD measures a
+        pair through both silos: neither goes on without a silo. All pairs measured at once, a
+        silo that left leaves its pairs unmeasured (it trains alone)."""
+        return params.pairs == "staged" or params.distance == "fedwad"
 
     def modules(self) -> tuple[str, ...]:
         return (*solver_modules(self.params), "cryptography.hazmat.backends.openssl")  # X25519's, else at the 1st key
 
     def before_training(self, ctx: SiloRound) -> None:
+        self.waits = PartnerWaits(ctx.channel, ctx.round)
         with timed(ctx.step_seconds, "plan"):
             self.partners, self.more = self._plan(ctx)
 
@@ -143,11 +199,12 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                     in_flight.append(self._offer_key(ctx, names, key))
                 with timed(ctx.step_seconds, "swap"):
                     omega = omega or state_arrays(ctx.model.embedding)
-                    swaps = OmegaSwaps(ctx.channel, ctx.round, partners, omega)
+                    swaps = OmegaSwaps(self._waits(), partners, omega)
                 own = own or self._own_sample(ctx)
                 with timed(ctx.step_seconds, "handshake"):
                     seeds = self._pair_seeds(ctx, names, key)
-                in_flight += self._report(ctx, own, self._project(ctx, swaps, seeds, own, dict(partners)))
+                roles = dict(partners)
+                in_flight += self._report(ctx, own, self._project(ctx, swaps, seeds, own, roles), roles)
             following = None
             if more:
                 with timed(ctx.step_seconds, "plan"):
@@ -199,12 +256,19 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 )
         return own.reference
 
-    def _report(self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | SendReady]) -> list[Pending]:
+    def _waits(self) -> PartnerWaits:
+        assert self.waits is not None, "before_training starts the round's waits"
+        return self.waits
+
+    def _report(
+        self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | SendReady], roles: dict[int, int]
+    ) -> list[Pending]:
         """The pairs' projected embeddings to the server (it measures meanwhile): those ready
         go as one message whenever `projected` would wait (SEND_READY), so the server takes a
         message a silo and stage where their ω all arrive together, and gets the early pairs
-        early where they do not; the sends, still in flight. In FedWaD mode they stay here and
-        the server gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
+        early where they do not; the last names the partners (of `roles`) whose pairs it skips
+        because they left; the sends, still in flight. In FedWaD mode they stay here and the
+        server gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
         if self.params.distance == "fedwad":  # τ: one per silo
             reference = self._reference(ctx, own)
             assert reference.tau is not None  # tau_projection: pair is a config error with FedWaD
@@ -219,13 +283,18 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 reference.noise,
             )
             return []
-        pending, ready = [], []
-        for item in chain(projected, [SEND_READY]):
+        pending, ready, sent = [], [], set()
+        for item in projected:
             if isinstance(item, Projected):
                 ready.append(item)
+                sent.add(item.partner)
             elif ready:
                 pending.append(ctx.channel.isend(SERVER, Embeddings.batch(ready, self.dim_r), ctx.round))
                 ready = []
+        skipped = sorted(set(roles) - sent)
+        assert set(skipped) <= self._waits().left, "only a partner that left is skipped"
+        if ready or skipped:
+            pending.append(ctx.channel.isend(SERVER, Embeddings.batch(ready, self.dim_r, skipped), ctx.round))
         return pending
 
     def _plan(self, ctx: SiloRound) -> tuple[list[tuple[int, int]], bool]:
@@ -238,6 +307,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
             raise ProtocolError(
                 f"{msg.who} sent an invalid plan {partners} (roles {roles}) to silo {ctx.silo} in round {ctx.round}"
             )
+        self._waits().partners.update(partners)
         return list(zip(partners, roles)), bool(plan.more)
 
     def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
@@ -248,11 +318,14 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         return ctx.channel.isend_all(partners, Handshake(public_bytes(key)), ctx.round)
 
     def _pair_seeds(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> dict[int, bytes]:
-        """Each pair's projection seed: the partner's public key, then X25519 and HKDF."""
-        expect = Handshake.expect(ctx.round)
-        peer_keys = {p: Handshake.of(ctx.channel.recv(p, expect)).public_key for p in partners}
+        """Each pair's projection seed: the partner's public key, then X25519 and HKDF (none with
+        a partner that left before its key came)."""
+        peer_keys = {
+            msg.sender: Handshake.of(msg).public_key
+            for msg in self._waits().each(partners, Handshake.expect(ctx.round))
+        }
         context = pair_context(self.run.seed, ctx.round)
-        return {p: pair_seed(key, peer_keys[p], ctx.silo, p, context) for p in partners}
+        return {p: pair_seed(key, public, ctx.silo, p, context) for p, public in sorted(peer_keys.items())}
 
     def _project(
         self, ctx: SiloRound, swaps: OmegaSwaps, seeds: dict[int, bytes], own: OwnSample, roles: dict[int, int]
@@ -295,7 +368,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         shared = self.params.embed_mode == "eval"
         limit = max(1, SHARED_PASS_IMAGES // max(1, len(own.cross_rows))) if shared else 1
 
-        for p in [p for p, role in roles.items() if role == SERVE]:
+        for p in [p for p, role in roles.items() if role == SERVE and p in seeds]:
             yield projected(p, None)
         while True:
             if not swaps.here():

@@ -107,7 +107,7 @@ class Ifca(Strategy[IfcaConfig]):
         pending = [p for k, m in enumerate(models) for p in self._broadcast(ctx, m, k)]
         chosen = {}
         expect = Losses.expect(ctx.round, k=self.k)
-        for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect):
+        for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect, ctx.leaving):  # one may leave
             c, reply = msg.sender, Losses.of(msg)
             self.losses[c], chosen[c] = reply.losses, reply.cluster
         wait_all(pending)

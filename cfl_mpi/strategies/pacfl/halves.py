@@ -72,7 +72,7 @@ class Pacfl(Strategy[PacflConfig]):
         return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
-        new = sorted(ctx.first)
+        new = sorted(c for c in ctx.first if c in ctx.participants)  # not those that left
         if not new:
             return self.clusters
         s = self.params
@@ -80,9 +80,11 @@ class Pacfl(Strategy[PacflConfig]):
         rows = self.run.input_dim  # the columns: 1 (its problem) to `most` (the size limit)
         expect = PrincipalVectors.expect(ctx.round, input_dim=rows, max_elements=rows * most)
         received: dict[int, np.ndarray] = {}
-        for msg in ctx.channel.recv_each(new, lambda _: expect):
+        for msg in ctx.channel.recv_each(new, lambda _: expect, ctx.leaving):  # a silo may leave instead
             received[msg.sender] = PrincipalVectors.of(msg).basis
-        self.add_signatures([received[c] for c in new], new)
+        new = [c for c in new if c in received]
+        if new:
+            self.add_signatures([received[c] for c in new], new)
         return self.clusters
 
     def add_signatures(self, bases: list[np.ndarray], silos: list[int]) -> None:
