@@ -40,13 +40,19 @@ cfl_uses_srun() {
     [ "${CFL_LAUNCHER:-srun}" = srun ] && command -v srun > /dev/null
 }
 
-cfl_launch() {  # cfl_launch RANKS ARGS...: start the job's ranks
+cfl_launch() {  # cfl_launch RANKS ARGS...: start the job's ranks, watched (cfl_supervised)
     local ranks=$1 mpi
     shift
     if cfl_uses_srun; then
         mpi=$(cfl_srun_mpi "$ranks" --ntasks="$ranks")
-        srun --mpi="$mpi" --ntasks="$ranks" --kill-on-bad-exit=1 "$PYTHON" -m cfl_mpi.main "$@"
+        cfl_supervised srun --mpi="$mpi" --ntasks="$ranks" --kill-on-bad-exit=1 "$PYTHON" -m cfl_mpi.main "$@"
     else
-        mpirun -n "$ranks" "$PYTHON" -m cfl_mpi.main "$@"
+        cfl_supervised mpirun -n "$ranks" "$PYTHON" -m cfl_mpi.main "$@"
     fi
+}
+
+cfl_supervised() {  # cfl_supervised LAUNCHER ...: where the launcher ends the job before any rank
+    # could say why (a rank killed, a node lost), one line of cfl_mpi's names the ranks, silos
+    # and node, in the results folder's failure.txt too (cfl_mpi/supervise.py)
+    "$PYTHON" -m cfl_mpi.supervise -- "$@"
 }

@@ -269,6 +269,31 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
         shutil.rmtree(out, ignore_errors=True)
 
 
+def test_a_rank_that_dies_under_srun_is_named_with_its_silos_and_node(cluster):
+    """The sbatch scripts run srun watched (cfl_mpi/supervise.py): silo 2 exits without a word
+    in round 2 (its rank, 2, hosts silos 2-3, on the second node); srun ends the job, and one
+    line of cfl_mpi's in the log and failure.txt names the rank, its silos and its node."""
+    if cluster.nodes is None:
+        pytest.skip(f"a heterogeneous job needs two nodes: {can_make_nodes()}")
+    name = f"t{os.getpid()}dies"
+    sets = [a for s in [*SMALL, "train.rounds=3", "runtime.silos_per_rank=2", "runtime.fault.silo=2",
+                        "runtime.fault.round=2", "runtime.fault.kind=exit"] for a in ("--set", s)]  # fmt: skip
+    job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets,
+                            env=OFI_TCP)
+    out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
+    try:
+        info = cluster.wait(job_id, timeout=600)
+        log = cluster.log(name)
+        assert info["JobState"] == "FAILED", (info, log)
+        host = next(n["host"] for n in json.loads((out / "nodes.json").read_text())["nodes"]
+                    if any(r["rank"] == 2 for r in n["ranks"]))
+        line = f"cfl_mpi: rank 2 (silos 2-3) on {host} ended (Exited with exit code"
+        assert line in log and line in (out / "failure.txt").read_text(), log
+        assert "the checkpoint after round 1 is intact" in log
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
     proc = cluster.run(sys.executable, "-m", "cfl_mpi.launch", "--print", CONFIG, "--set", "silos=40",
                        "--set", "runtime.silos_per_rank=5")
@@ -279,3 +304,40 @@ def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
     # the single-node line, as printed, is accepted by this SLURM
     single = next(line for line in lines if "single_node.sbatch" in line).split()
     assert "to start at" in cluster.run(single[0], "--test-only", *single[1:]).stderr
+
+
+def test_a_node_lost_under_srun_is_named_with_its_ranks_and_silos(cluster):
+    """Every process of the silos' node SIGKILLed (its slurmd too) in round 2, and the node
+    marked down as SLURM's controller does once it stops answering (SlurmdTimeout, 300 s by
+    default: brought forward with scontrol): the job ends, and one line of cfl_mpi's names
+    the node, its ranks and its silos. Last in the module: the node's slurmd is gone."""
+    if cluster.nodes is None:
+        pytest.skip(f"a heterogeneous job needs two nodes: {can_make_nodes()}")
+    name = f"t{os.getpid()}lost"
+    sets = [a for s in [*SMALL, "train.rounds=40", "runtime.silos_per_rank=2"] for a in ("--set", s)]
+    job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets,
+                            env=OFI_TCP)
+    out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
+    try:
+        deadline = time.monotonic() + 300
+        while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1):
+            assert time.monotonic() < deadline and cluster.job(job_id)["JobState"] not in FINAL, cluster.why(name, out)
+            time.sleep(0.2)
+        silo_host = next(n["host"] for n in json.loads((out / "nodes.json").read_text())["nodes"]
+                         if all(r["rank"] != 0 for r in n["ranks"]))
+        killed = time.monotonic()
+        cluster.nodes.kill(silo_host)
+        cluster.run("scontrol", "update", f"NodeName={silo_host}", "State=DOWN", "Reason=lost")
+        while (state := cluster.job(job_id)["JobState"]) in ("RUNNING", "COMPLETING"):  # SLURM requeues it
+            assert time.monotonic() - killed < 300, f"job {job_id} still {state} 300 s after its node was lost"
+            time.sleep(0.5)
+        time.sleep(2)
+        log = cluster.log(name)
+        print(f"node {silo_host} lost: the job left its nodes ({state}) {time.monotonic() - killed:.1f} s later")
+        print(log[-3000:])
+        failure = (out / "failure.txt").read_text() if (out / "failure.txt").exists() else ""
+        print(failure)
+        assert f"node {silo_host} lost" in failure and "ranks 1-2 (silos 0-3)" in failure, cluster.why(name, out)
+    finally:
+        cluster.run("scancel", job_id, check=False)
+        shutil.rmtree(out, ignore_errors=True)

@@ -61,3 +61,59 @@ def test_without_nodes_json_or_a_clue_the_line_says_what_is_known(tmp_path):
     assert _what_ended(folder(tmp_path), 255, (999, "node9"), None).startswith(
         "a process on node9 (pid 999) ended without a word"
     )
+
+
+# srun, as it reports the first task (an MPI rank) that ended badly, the others it then ended,
+# and a node SLURM lost (seen on this machine's SLURM 22.05, the first two)
+SRUN_KILLED = """srun: error: node3: task 4: Killed
+srun: launch/slurm: _step_signal: Terminating StepId=45927335.0
+srun: error: node1: tasks 0-1: Terminated
+"""
+SRUN_NODE_FAILURE = "srun: error: Node failure on node2\n"
+
+
+def test_srun_naming_the_task_that_ended_first_names_its_rank_and_silos(tmp_path):
+    from cfl_mpi.supervise import _srun_ended
+
+    said = words(SRUN_KILLED)
+    assert said.tasks_ended == ("node3", [4], "Killed") and said.node_failure is None
+    assert _srun_ended(folder(tmp_path), 137, None, said.tasks_ended, []).startswith(
+        "rank 4 (silos 6-7) on node3 ended (Killed), and srun ended the job (exit 137)"
+    )
+    assert words("srun: error: node1: tasks 1-2,4: Exited with exit code 1\n").tasks_ended == (
+        "node1", [1, 2, 4], "Exited with exit code 1")
+
+
+def test_srun_naming_a_node_failure_names_the_node_with_every_rank_and_silo_there(tmp_path):
+    from cfl_mpi.supervise import _srun_ended
+
+    said = words(SRUN_NODE_FAILURE)
+    assert said.node_failure == "node2"
+    assert _srun_ended(folder(tmp_path), 1, said.node_failure, None, []).startswith(
+        "node node2 lost (SLURM: node failure): ranks 2-3 (silos 2-5) with it, and srun ended the job"
+    )
+    assert _srun_ended(tmp_path / "no_nodes_json", 1, "node2", None, []) == (
+        "node node2 lost (SLURM: node failure), and srun ended the job (exit 1) before any rank could say why")
+
+
+def test_the_supervised_command_names_its_results_folder():
+    from cfl_mpi.supervise import out_of
+
+    assert str(out_of(["srun", "python", "-m", "cfl_mpi.main", "c.yaml", "--out", "runs/a"])) == "runs/a"
+    assert str(out_of(["srun", "python", "-m", "cfl_mpi.main", "c.yaml", "--resume", "runs/b"])) == "runs/b"
+    assert out_of(["srun", "python", "-m", "cfl_mpi.main", "c.yaml"]) is None
+
+
+def test_srun_numbers_a_heterogeneous_jobs_tasks_within_their_component(tmp_path):
+    """The server alone in component 0 (rank 0 on node1), the silo ranks in component 1: task
+    1 of the silo component on node2 is rank 2 (seen on a real heterogeneous job)."""
+    from cfl_mpi.supervise import _srun_ended, het_components
+
+    write_nodes(tmp_path, ["node1", "node2", "node2"], [10, 20, 21], [[], [0, 1], [2, 3]])
+    layout = het_components({"SLURM_HET_SIZE": "2", "SLURM_NTASKS_HET_GROUP_0": "1", "SLURM_NTASKS_HET_GROUP_1": "2"})
+    assert layout == [1, 2] and het_components({}) == []
+    assert _srun_ended(tmp_path, 137, None, ("node2", [1], "Exited with exit code 3"), layout).startswith(
+        "rank 2 (silos 2-3) on node2 ended (Exited with exit code 3)")
+    assert _srun_ended(tmp_path, 137, None, ("node1", [0], "Killed"), layout).startswith("rank 0 on node1 ended")
+    assert _srun_ended(tmp_path / "none", 137, None, ("node2", [0], "Killed"), layout).startswith(
+        "task 0 of srun's step on node2 ended (Killed)")
