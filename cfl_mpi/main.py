@@ -173,11 +173,11 @@ def run_silos(cfg: Config, channels: dict, hub: LocalHub, placement: Placement, 
     with ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos) as compute:
         if len(channels) == 1:
             ((silo, channel),) = channels.items()
-            run_silo(cfg, channel, device, silo, compute)
+            run_silo(cfg, channel, device, silo, compute, [silo])
             return
         threads = PartyThreads(hub)
         for silo, channel in channels.items():
-            threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo, compute))
+            threads.start(party_name(silo), partial(run_silo, cfg, channel, device, silo, compute, sorted(channels)))
         threads.join()
 
 

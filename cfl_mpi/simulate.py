@@ -80,7 +80,9 @@ def simulate(
         )
         parties = PartyThreads(hub)
         for silo in range(cfg.silos):
-            parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, compute))
+            parties.start(
+                party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, compute, range(cfg.silos))
+            )
         try:
             summary = server.run()
         except ChannelClosed:

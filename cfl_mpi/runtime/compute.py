@@ -12,13 +12,16 @@ message on one (a worker blocked on a peer could stall that peer's turn).
 `batched` lets the silos that queue the same computation on different data (EMD-CFL's silos
 embedding their samples under one representative's model) share one call: one large forward
 pass costs less than many small ones over the same images
-(benchmarks/results/20261126-c2400-live.md).
+(benchmarks/results/20261126-c2400-live.md). `together` does so for a group the caller names
+(the process's silos training in a round): the call waits for every member, so which silos
+compute together, and with it each one's float rounding, is a function of the config, not of
+which silos happened to queue first.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
@@ -39,6 +42,8 @@ class ComputePool:
         self._workers = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="compute")
         self._lock = threading.Lock()
         self._queued: dict[Hashable, _Batch] = {}  # by key: the batch no worker has taken up yet
+        self._groups: dict[Hashable, _Group] = {}  # by key: `together`'s groups not complete yet
+        self._gone: set[Hashable] = set()  # members that withdrew: no group waits for them
 
     def __call__(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         return self._workers.submit(fn, *args, **kwargs).result()
@@ -58,6 +63,54 @@ class ComputePool:
             result = batch.result
         assert result is not None  # submitted with the batch, under the lock
         return result.result()[index]
+
+    def together(
+        self,
+        key: Hashable,
+        fn: Callable[[list[Any]], list[T]],
+        item: object,
+        member: Hashable,
+        members: Sequence[Hashable],
+    ) -> T:
+        """`fn(items)[i]` for this caller's `item`, computed in one call with the items of the
+        other `members` (this caller among them) that queue under `key`, once every member has
+        queued or withdrawn (`withdraw`), in the order of `members`: the group and its order are
+        the caller's, never the timing's. An exception reaches every caller of the group."""
+        with self._lock:
+            group = self._groups.get(key) or _Group([m for m in members if m not in self._gone], fn)
+            if member not in group.members or member in group.items:
+                raise ValueError(f"{member!r} is not a member of group {key!r} waiting for it")
+            self._groups[key] = group
+            group.items[member] = item
+            self._start_if_complete(key, group)
+        return group.result.result()[member]
+
+    def withdraw(self, member: Hashable) -> None:
+        """`member` (a silo that left) queues nothing any more: no group waits for it."""
+        with self._lock:
+            self._gone.add(member)
+            for key, group in list(self._groups.items()):
+                if member in group.members and member not in group.items:
+                    group.members.remove(member)
+                    self._start_if_complete(key, group)
+
+    def _start_if_complete(self, key: Hashable, group: _Group) -> None:
+        """Under the lock: a group whose members have all queued goes to a worker."""
+        if group.members and len(group.items) == len(group.members):
+            del self._groups[key]
+            self._workers.submit(self._run_group, group)
+        elif not group.members:
+            del self._groups[key]
+
+    @staticmethod
+    def _run_group(group: _Group) -> None:
+        try:
+            results = group.fn([group.items[m] for m in group.members])
+            if len(results) != len(group.members):
+                raise ValueError(f"a computation together returned {len(results)} results for {len(group.members)}")
+            group.result.set_result(dict(zip(group.members, results)))
+        except BaseException as err:  # noqa: BLE001 - every member's caller gets it
+            group.result.set_exception(err)
 
     def _run(self, key: Hashable, batch: _Batch, fn: Callable[[list[Any]], list[T]]) -> list[T]:
         with self._lock:  # later callers of the key start a batch of their own
@@ -91,3 +144,14 @@ class _Batch:
         self.limit = limit
         self.items: list[Any] = []
         self.result: Future | None = None  # the worker's call, once submitted
+
+
+class _Group:
+    """The members of one `together` call, the items of those that queued, its function and
+    the future of its results (member → result)."""
+
+    def __init__(self, members: list[Hashable], fn: Callable[[list[Any]], list[Any]]) -> None:
+        self.members = members
+        self.fn = fn
+        self.items: dict[Hashable, Any] = {}
+        self.result: Future[dict[Hashable, Any]] = Future()

@@ -156,7 +156,8 @@ class RuntimeConfig:
     # auto: batched where the silos compute on a GPU, where it is many times faster, one by
     # one on the CPU, where it is not (benchmarks/silo_batching.py). Each silo keeps its own
     # shuffle and update; batched weights equal one by one's up to float rounding, not bit
-    # for bit (docs/SMALL_SILOS.md).
+    # for bit (docs/SMALL_SILOS.md). The silos that train together are the process's silos of
+    # the round, so a batched run too is a function of its config and seed.
     silo_training: Literal["auto", "batched", "one_by_one"] = "auto"
 
     def problems(self, silos: int, model: str) -> Iterator[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -31,7 +31,7 @@ from ..wire.round import (
     StartModel,
 )
 from .compute import ComputePool
-from .control import newcomers
+from .control import newcomers, participants, present
 from .faults import SiloFaults
 from .halves import halves, silo_half
 from .timeline import mark
@@ -39,10 +39,21 @@ from .timeline import mark
 __all__ = ["run_silo"]
 
 
-def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool) -> None:
-    """The silo's rounds until the server says stop; it computes on `compute` (compute.py).
-    With `runtime.on_silo_failure: drop` a failure of its own (an exception of its data,
-    training or evaluation, or weights that diverged) makes it `leave` instead of raising."""
+def run_silo(
+    cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool, mates: Sequence[int] = ()
+) -> None:
+    """The silo's rounds until the server says stop; it computes on `compute` (compute.py),
+    where `runtime.silo_training: batched` trains and evaluates it with its `mates` (the
+    process's silos) that do so in the round. With `runtime.on_silo_failure: drop` a failure
+    of its own (an exception of its data, training or evaluation, or weights that diverged)
+    makes it `leave` instead of raising."""
+    try:
+        _run_silo(cfg, channel, device, silo, compute, set(mates) | {silo})
+    finally:
+        compute.withdraw(silo)  # its mates no longer wait for it to compute with them
+
+
+def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool, mates: set[int]) -> None:
     import torch
 
     from ..batched_training import LocalTraining, batches_silos, train_together
@@ -69,25 +80,33 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
     except Exception as err:  # noqa: BLE001 - its data or model failed: with drop, it leaves
         if not leaving:
             raise
+        compute.withdraw(silo)
         leave_at_start(channel, err, may_leave)
         return
     together = batches_silos(cfg, device)
-    evaluation = SiloEvaluation(data, device, compute, cfg.silos if together else 0)
+    targets = cfg.data.backdoor_targets(cfg.silos)
+
+    def evaluating(t: int, backdoor: bool) -> list[int]:
+        """The process's silos that evaluate in round t (on their backdoor test set: targets only)."""
+        return [c for c in present(cfg, t) if c in mates and (targets[c] or not backdoor)]
+
+    evaluation = SiloEvaluation(data, device, compute, silo, evaluating if together else None)
     mark("model")
     protocol = silo_half(cfg)
     mark("strategy")
     kinds = halves(cfg).all_kinds
     template = state_arrays(model)
 
-    def train(generator: torch.Generator) -> None:
-        """Local training: alone, or with the process's silos that queue theirs meanwhile
-        (`runtime.silo_training`, batched_training.py)."""
+    def train(t: int, generator: torch.Generator) -> None:
+        """Local training: alone, or with the process's silos that train in round t, as one
+        computation (`runtime.silo_training`, batched_training.py)."""
         if together:
-            compute.batched(
-                "local_training",
+            compute.together(
+                ("local_training", t),
                 lambda jobs: train_together(jobs, cfg.train, device),
                 LocalTraining(model, x_train, y_train, generator),
-                limit=cfg.silos,
+                silo,
+                [c for c in participants(cfg, t) if c in mates],
             )
         else:
             compute(train_local, model, x_train, y_train, cfg.train, generator, device)
@@ -115,7 +134,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             protocol.before_training(ctx)
             seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
             faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
-            train(torch.Generator().manual_seed(seed))
+            train(t, torch.Generator().manual_seed(seed))
             trained, n_samples = faults.update(t, state_arrays(model), len(data.y_train))
             if leaving and diverged(trained):
                 raise FloatingPointError(
@@ -131,7 +150,9 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             reported.clear()
             reported.update(channel.sent_bytes)
             timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
-            channel.send(SERVER, evaluation.report(model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t)
+            channel.send(
+                SERVER, evaluation.report(t, model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t
+            )
 
     try:
         t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
@@ -147,6 +168,7 @@ def run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Com
             except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
                 if not may_leave(t):
                     raise
+                compute.withdraw(silo)
                 leave(channel, t, err)
                 return
             t += 1
@@ -191,13 +213,21 @@ def leave(channel: Channel, round: int, err: Exception) -> None:
 class SiloEvaluation:
     """What a silo reports of the model it continues from: accuracy and loss on its test set,
     and, for a backdoor data set's target silos, the accuracy on the backdoored test images;
-    with up to `together` of the process's silos that evaluate meanwhile as one computation
-    (batched_training.py; 0: alone)."""
+    alone, or as one computation with the process's silos that evaluate in the round
+    (`together(round, backdoor)`, batched_training.py)."""
 
-    def __init__(self, data: SiloData, device: Any, compute: ComputePool, together: int = 0) -> None:
+    def __init__(
+        self,
+        data: SiloData,
+        device: Any,
+        compute: ComputePool,
+        silo: int = 0,
+        together: Callable[[int, bool], list[int]] | None = None,
+    ) -> None:
         from ..training import to_device
 
-        self.compute, self.device, self.n_test, self.together = compute, device, len(data.y_test), together
+        self.compute, self.device, self.n_test = compute, device, len(data.y_test)
+        self.silo, self.together = silo, together
         self.test = (compute(to_device, data.x_test, device), compute(to_device, data.y_test, device))
         self.backdoor = (
             None
@@ -206,26 +236,29 @@ class SiloEvaluation:
         )
 
     def report(
-        self, model: Any, sent: np.ndarray, timings: np.ndarray, wait_wall_s: float, wait_cpu_s: float
+        self, round: int, model: Any, sent: np.ndarray, timings: np.ndarray, wait_wall_s: float, wait_cpu_s: float
     ) -> Evaluation:
         """The round's `Evaluation` of `model`, with the bytes sent, the timed steps and the waits."""
-        accuracy, loss = self._evaluate(model, self.test)
+        accuracy, loss = self._evaluate(round, model, self.test)
         loss = loss if math.isfinite(loss) else HUGE_LOSS  # a diverged model is reported, not a crash
         known = (sent, timings, accuracy, loss, self.n_test, wait_wall_s, wait_cpu_s)
         if self.backdoor is None:
             return Evaluation(*known)
-        return BackdoorEvaluation(*known, backdoor_acc=self._evaluate(model, self.backdoor)[0])
+        return BackdoorEvaluation(*known, backdoor_acc=self._evaluate(round, model, self.backdoor, backdoor=True)[0])
 
-    def _evaluate(self, model: Any, labelled: tuple[Any, Any]) -> tuple[float, float]:
+    def _evaluate(
+        self, round: int, model: Any, labelled: tuple[Any, Any], backdoor: bool = False
+    ) -> tuple[float, float]:
         from ..batched_training import Evaluation as EvaluationJob
         from ..batched_training import evaluate_together
         from ..training import evaluate
 
-        if self.together:
-            return self.compute.batched(
-                "evaluation",
+        if self.together is not None:
+            return self.compute.together(
+                ("evaluation", round, backdoor),
                 lambda jobs: evaluate_together(jobs, self.device),
                 EvaluationJob(model, *labelled),
-                limit=self.together,
+                self.silo,
+                self.together(round, backdoor),
             )
         return self.compute(evaluate, model, *labelled, self.device)

@@ -112,3 +112,48 @@ def test_a_failure_of_a_batched_call_reaches_each_of_its_callers():
             t.join(10)
         assert compute.batched("k", lambda items: [len(items)], 0, limit=8) == 1  # the worker lives on
     assert errors == ["boom"] * 3
+
+
+def test_a_group_computes_together_once_every_member_queued_in_the_members_order():
+    """Members 3, 1 and 2 queue one after another (3 first): one call, items in the group's
+    order [1, 2, 3], whoever came first; each gets its own result."""
+    calls: list[list[int]] = []
+    results: dict[int, int] = {}
+
+    def square_all(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return [i * i for i in items]
+
+    with ComputePool(2) as compute:
+        def member(i: int) -> None:
+            results[i] = compute.together("train", square_all, i, i, [1, 2, 3])
+
+        threads = []
+        for i in (3, 1, 2):
+            threads.append(threading.Thread(target=member, args=(i,)))
+            threads[-1].start()
+            time.sleep(0.05)
+            assert not calls or i == 2  # nobody computes before the last member queued
+        for t in threads:
+            t.join(10)
+    assert calls == [[1, 2, 3]] and results == {1: 1, 2: 4, 3: 9}
+
+
+def test_a_member_that_withdraws_is_not_waited_for_now_or_later():
+    calls: list[list[int]] = []
+
+    def echo(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return items
+
+    with ComputePool(1) as compute:
+        got: dict[int, int] = {}
+        waiting = threading.Thread(target=lambda: got.update({1: compute.together("r1", echo, 1, 1, [1, 2])}))
+        waiting.start()
+        time.sleep(0.05)
+        compute.withdraw(2)  # silo 2 left: its mate goes on
+        waiting.join(10)
+        assert got == {1: 1} and compute.together("r2", echo, 1, 1, [1, 2]) == 1
+    assert calls == [[1], [1]]
+    with ComputePool(1) as compute, pytest.raises(ValueError, match="not a member of group 'k'"):
+        compute.together("k", echo, 5, 5, [1, 2])
