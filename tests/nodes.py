@@ -39,8 +39,29 @@ exec ip netns exec "$ns" unshare --uts --mount bash -c \\
 """
 
 
+OWNER = "cfl_owner"  # in /etc/netns/NAMESPACE: the pid of the test process that made it, and its bridge
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def _remove_orphans() -> None:
+    """Remove the nodes of test processes that died before their teardown ran (a run stopped
+    by SIGTERM or SIGKILL): no fixture could remove them."""
+    for mark in Path("/etc/netns").glob(f"cfl*/{OWNER}"):
+        pid, bridge = mark.read_text().split()
+        if Path(f"/proc/{pid}").exists():
+            continue
+        namespace = mark.parent.name
+        for process in _ip("netns", "pids", namespace, check=False).stdout.split():
+            try:
+                os.kill(int(process), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _ip("netns", "del", namespace, check=False)
+        _ip("link", "del", bridge, check=False)
+        shutil.rmtree(mark.parent, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,7 @@ class EmulatedNodes:
         self.nodes = [Node(f"node{i}", f"cfl{tag}n{i}", f"10.213.{net}.{i}", f"cfl{tag}v{i}") for i in range(1, count + 1)]
         self.launcher = root / "enter_node.sh"
         self._made: list[Node] = []
+        _remove_orphans()
         try:
             self._make()
         except BaseException:
@@ -88,6 +110,7 @@ class EmulatedNodes:
             etc = Path("/etc/netns") / node.namespace  # `ip netns exec` mounts its hosts file
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(hosts)
+            (etc / OWNER).write_text(f"{os.getpid()} {self.bridge}\n")
             self.folder(node.host).mkdir(parents=True, exist_ok=True)
         self.local.mkdir(parents=True, exist_ok=True)
         cases = "\n".join(f"  {n.host}) ns={n.namespace} ;;" for n in self.nodes)

@@ -185,10 +185,10 @@ class Channel(ABC):
             notice.take(self._receive(source, notice.expect))
 
     def recv_any_or(
-        self, sources: Iterable[int], expect: Callable[[int], Expect], instead: Alternative
+        self, sources: Iterable[int], expect: Callable[[int], Expect], instead: Alternative | None
     ) -> Message | None:
-        """As `recv_any`, where a source may send `instead`'s kind in place of its message: that
-        one goes to `instead.take`, and None comes back."""
+        """As `recv_any`, where a source may send `instead`'s kind (if any) in place of its
+        message: that one goes to `instead.take`, and None comes back."""
         source = self._await(list(sources))
         if self._took_instead(source, instead):
             return None

@@ -70,14 +70,15 @@ class ComputePool:
         fn: Callable[[list[Any]], list[T]],
         item: object,
         member: Hashable,
-        members: Sequence[Hashable],
+        members: Callable[[], Sequence[Hashable]],
     ) -> T:
         """`fn(items)[i]` for this caller's `item`, computed in one call with the items of the
-        other `members` (this caller among them) that queue under `key`, once every member has
-        queued or withdrawn (`withdraw`), in the order of `members`: the group and its order are
-        the caller's, never the timing's. An exception reaches every caller of the group."""
+        other `members()` (this caller among them; asked of the group's first caller only) that
+        queue under `key`, once every member has queued or withdrawn (`withdraw`), in the order
+        of `members()`: the group and its order are the caller's, never the timing's. An
+        exception reaches every caller of the group."""
         with self._lock:
-            group = self._groups.get(key) or _Group([m for m in members if m not in self._gone], fn)
+            group = self._groups.get(key) or _Group([m for m in members() if m not in self._gone], fn)
             if member not in group.members or member in group.items:
                 raise ValueError(f"{member!r} is not a member of group {key!r} waiting for it")
             self._groups[key] = group

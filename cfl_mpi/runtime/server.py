@@ -147,15 +147,7 @@ class Server:
         training, aggregate, hand out the next start models, gather the evaluations."""
         here, training, first = self.announce(t, needs_model)
         ctx = ServerRound(
-            t,
-            self.channel,
-            training,
-            {},
-            {},
-            self.start_models,
-            first,
-            self.first_counts,
-            cores=self.cores,
+            t, self.channel, training, {}, {}, self.start_models, first, self.first_counts, cores=self.cores
         )
         ctx.leaving = self._leaving(t, ctx.participants)
         phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
@@ -250,9 +242,7 @@ class Server:
         expect = Update.expect(ctx.round, like=self.theta0)
         start, last = time.monotonic(), None
         arrived = {}
-        for msg in self.channel.recv_each(
-            ctx.participants, lambda _: expect, self._leaving(ctx.round), self._refused(ctx.round)
-        ):
+        for msg in self.channel.recv_each(ctx.participants, lambda _: expect, ctx.leaving, self._refused(ctx.round)):
             arrived[msg.sender], last = Update.of(msg), msg.sender
         for c in sorted(arrived):
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples

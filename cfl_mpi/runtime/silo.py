@@ -106,7 +106,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
                 lambda jobs: train_together(jobs, cfg.train, device),
                 LocalTraining(model, x_train, y_train, generator),
                 silo,
-                [c for c in participants(cfg, t) if c in mates],
+                lambda: [c for c in participants(cfg, t) if c in mates],
             )
         else:
             compute(train_local, model, x_train, y_train, cfg.train, generator, device)
@@ -253,12 +253,12 @@ class SiloEvaluation:
         from ..batched_training import evaluate_together
         from ..training import evaluate
 
-        if self.together is not None:
+        if (mates := self.together) is not None:
             return self.compute.together(
                 ("evaluation", round, backdoor),
                 lambda jobs: evaluate_together(jobs, self.device),
                 EvaluationJob(model, *labelled),
                 self.silo,
-                self.together(round, backdoor),
+                lambda: mates(round, backdoor),
             )
         return self.compute(evaluate, model, *labelled, self.device)

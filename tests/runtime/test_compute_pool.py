@@ -126,7 +126,7 @@ def test_a_group_computes_together_once_every_member_queued_in_the_members_order
 
     with ComputePool(2) as compute:
         def member(i: int) -> None:
-            results[i] = compute.together("train", square_all, i, i, [1, 2, 3])
+            results[i] = compute.together("train", square_all, i, i, lambda: [1, 2, 3])
 
         threads = []
         for i in (3, 1, 2):
@@ -148,12 +148,12 @@ def test_a_member_that_withdraws_is_not_waited_for_now_or_later():
 
     with ComputePool(1) as compute:
         got: dict[int, int] = {}
-        waiting = threading.Thread(target=lambda: got.update({1: compute.together("r1", echo, 1, 1, [1, 2])}))
+        waiting = threading.Thread(target=lambda: got.update({1: compute.together("r1", echo, 1, 1, lambda: [1, 2])}))
         waiting.start()
         time.sleep(0.05)
         compute.withdraw(2)  # silo 2 left: its mate goes on
         waiting.join(10)
-        assert got == {1: 1} and compute.together("r2", echo, 1, 1, [1, 2]) == 1
+        assert got == {1: 1} and compute.together("r2", echo, 1, 1, lambda: [1, 2]) == 1
     assert calls == [[1], [1]]
     with ComputePool(1) as compute, pytest.raises(ValueError, match="not a member of group 'k'"):
-        compute.together("k", echo, 5, 5, [1, 2])
+        compute.together("k", echo, 5, 5, lambda: [1, 2])

@@ -191,12 +191,8 @@ class EmdCfl(Strategy[EmdCflConfig]):
         for x in sorted(left):
             partner_left(x)
         while todo:
-            if instead is None:
-                msg = ctx.channel.recv_any(list(todo), expect)
-            elif (maybe := ctx.channel.recv_any_or(list(todo), expect, instead)) is None:
-                continue
-            else:
-                msg = maybe
+            if (msg := ctx.channel.recv_any_or(list(todo), expect, instead)) is None:
+                continue  # a silo left
             c, clouds = msg.sender, Embeddings.of(msg)
             served, measured = clouds.served.tolist(), clouds.measured.tolist()
             self._check_batch(ctx, msg, todo[c], rows, clouds, told[c])
