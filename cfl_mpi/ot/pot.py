@@ -10,6 +10,7 @@ sets is left as it is. Import POT through this module, or name it in a strategy 
 from __future__ import annotations
 
 import os
+import sys
 
 UNUSED_BACKENDS = (
     "POT_BACKEND_DISABLE_PYTORCH",
@@ -18,9 +19,22 @@ UNUSED_BACKENDS = (
     "POT_BACKEND_DISABLE_TENSORFLOW",
 )
 
+# POT also imports scikit-learn (k-means starts for its low-rank solver) and networkx (graph
+# partitions for its Gromov solvers) where it finds them, each in a try/except ImportError;
+# the package calls neither, and the two are a third of `import ot` on every solving rank.
+# While POT loads they read as not installed (a None entry in sys.modules fails the import),
+# unless this process has already imported them.
+UNUSED_OPTIONAL = ("sklearn", "networkx")
+
 for _name in UNUSED_BACKENDS:
     os.environ.setdefault(_name, "1")
-
-import ot  # noqa: E402 - after the variables, which POT reads as it loads
+_hidden = [name for name in UNUSED_OPTIONAL if name not in sys.modules]
+for _name in _hidden:
+    sys.modules[_name] = None  # type: ignore[assignment]  # the import system's "not installed"
+try:
+    import ot  # noqa: E402 - after the variables, which POT reads as it loads
+finally:
+    for _name in _hidden:
+        del sys.modules[_name]
 
 __all__ = ["ot"]

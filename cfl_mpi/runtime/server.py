@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
 
 from ..aggregation import Decision
 from ..channel import Alternative, Channel, Pending, wait_all
+from ..clustering.labels import adjusted_rand_index
 from ..config import Config, config_digest
 from ..console import detail, say, warn
 from ..results import RunRecorder, record_failure
@@ -172,7 +172,7 @@ class Server:
         record.update(
             {
                 "participants": training,
-                "ari": None if self.truth is None else float(adjusted_rand_score(self.truth[here], clusters[here])),
+                "ari": None if self.truth is None else adjusted_rand_index(self.truth[here], clusters[here]),
                 "n_clusters": int(len(np.unique(clusters[here]))),
                 "clusters": clusters.tolist(),
                 "rejected": [d.record() for d in flagged],
