@@ -9,6 +9,7 @@ minutes on a quiet 2-core machine; without it the scaling goes to 40 silos. `--w
 adds the single-purpose benchmarks (FedWaD, robust aggregation, curious server, cheaper
 noise estimates).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,20 +65,37 @@ def main() -> None:
     chosen = {k: v for k, v in {**SUITE, **OTHERS}.items() if k in args.only} if args.only else chosen
     before = before_tree(args.before) if any(v[1] for v in chosen.values()) else None
     stamp = datetime.datetime.now(datetime.timezone.utc)
-    lines = [f"# Benchmarks, {'quick' if args.quick else 'full'} run, {stamp:%Y-%m-%d %H:%M} UTC", "",
-             f"Machine: {machine()}", "",
-             f"Command: `python -m benchmarks {' '.join(sys.argv[1:])}`"
-             + (f"; before = {before} ({BEFORE_COMMIT})" if before else ""), ""]
+    lines = [
+        f"# Benchmarks, {'quick' if args.quick else 'full'} run, {stamp:%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `python -m benchmarks {' '.join(sys.argv[1:])}`"
+        + (f"; before = {before} ({BEFORE_COMMIT})" if before else ""),
+        "",
+    ]
     for name, (module, needs_before, quick_args) in chosen.items():
-        cmd = [sys.executable, "-m", module, *([str(before)] if needs_before else []),
-               *(quick_args if args.quick else [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            module,
+            *([str(before)] if needs_before else []),
+            *(quick_args if args.quick else []),
+        ]
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         wall = time.monotonic() - start
         print(proc.stdout, proc.stderr[-2000:] if proc.returncode else "", flush=True)
-        lines += [f"## {name}", "", f"`python -m {' '.join(cmd[2:])}` — {wall:.0f} s"
-                  + ("" if proc.returncode == 0 else f", FAILED (exit {proc.returncode})"), "", proc.stdout.strip(), ""]
+        lines += [
+            f"## {name}",
+            "",
+            f"`python -m {' '.join(cmd[2:])}` — {wall:.0f} s"
+            + ("" if proc.returncode == 0 else f", FAILED (exit {proc.returncode})"),
+            "",
+            proc.stdout.strip(),
+            "",
+        ]
         if proc.returncode:
             lines += ["```", proc.stderr[-2000:].strip(), "```", ""]
     out = ROOT / "benchmarks" / "results" / f"{stamp:%Y%m%d-%H%M}-{'quick' if args.quick else 'full'}.md"

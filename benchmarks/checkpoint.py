@@ -9,6 +9,7 @@ share it and it is stored once) and the worst case of every silo holding its own
 --out (default: a temporary folder; put it on the file system the runs use, e.g. Lustre,
 to measure that).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,13 @@ def main() -> None:
 
     torch.manual_seed(0)
     per_cluster = {int(k): fresh_model() for k in np.unique(truth)}
-    cases = {"one model per cluster": [per_cluster[int(k)] for k in truth],
-             "one model per silo": [fresh_model() for _ in range(cfg.silos)]}
+    cases = {
+        "one model per cluster": [per_cluster[int(k)] for k in truth],
+        "one model per silo": [fresh_model() for _ in range(cfg.silos)],
+    }
     params = sum(a.size for a in cases["one model per silo"][0].values())
     print(f"{args.config}: {cfg.silos} silos, {cfg.model.name} with {params:,} values, strategy {cfg.strategy.name}\n")
-    print("| case | models stored | checkpoint MB | write s (best of %d) | MB/s |" % args.repeats)
+    print(f"| case | models stored | checkpoint MB | write s (best of {args.repeats}) | MB/s |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)

@@ -15,6 +15,7 @@ shows as round 1's training less round 2's: the last column takes its mean off. 
 the same tree spread by ±0.2 in the ratio on this 2-core machine (round 2's training alone by
 ±6 s), hence the repeats and the means.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,22 +55,29 @@ def main() -> None:
     common = [*RUN, f"silos={args.silos}"]
     print(machine())
     print(f"{CONFIG}, C = {args.silos}, mpirun -n {args.ranks}, {' '.join(RUN[2:] + EMDCFL)}\n")
-    print("| job | ARI | round 1: training + clustering (s) | round 2: training (s) | added (s) | "
-          "added / round 2's training | stages (s) |\n|---|---|---|---|---|---|---|", flush=True)
+    print(
+        "| job | ARI | round 1: training + clustering (s) | round 2: training (s) | added (s) | "
+        "added / round 2's training | stages (s) |\n|---|---|---|---|---|---|---|",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="cfl_bench_") as scratch:
         fedavg_config = Path(scratch) / "fedavg.yaml"  # the same config, its strategy section FedAvg's
-        fedavg_config.write_text(yaml.safe_dump(yaml.safe_load((ROOT / CONFIG).read_text())
-                                                | {"strategy": {"name": "fedavg"}}))
+        fedavg_config.write_text(
+            yaml.safe_dump(yaml.safe_load((ROOT / CONFIG).read_text()) | {"strategy": {"name": "fedavg"}})
+        )
         ratios, start_up = run_turns(args, trees, common, str(fedavg_config))
     print(f"\nFedAvg's round 1 trains {start_up:.2f} training rounds longer than its round 2 (start-up).\n")
     print("| tree | added / round 2's training: mean (min–max) | less FedAvg's start-up |\n|---|---|---|")
     for name, values in ratios.items():
-        print(f"| {name} | {statistics.mean(values):.2f} ({min(values):.2f}–{max(values):.2f}) | "
-              f"{statistics.mean(values) - start_up:.2f} |")
+        print(
+            f"| {name} | {statistics.mean(values):.2f} ({min(values):.2f}–{max(values):.2f}) | "
+            f"{statistics.mean(values) - start_up:.2f} |"
+        )
 
 
-def run_turns(args: argparse.Namespace, trees: list[tuple[str, Path]], common: list[str],
-              fedavg_config: str) -> tuple[dict[str, list[float]], float]:
+def run_turns(
+    args: argparse.Namespace, trees: list[tuple[str, Path]], common: list[str], fedavg_config: str
+) -> tuple[dict[str, list[float]], float]:
     """Each tree's EMD-CFL job, then FedAvg's, `repeats` times, each printed as a row; the
     ratios by tree and FedAvg's mean start-up excess in training rounds."""
     ratios: dict[str, list[float]] = {name: [] for name, _ in trees}
@@ -80,13 +88,19 @@ def run_turns(args: argparse.Namespace, trees: list[tuple[str, Path]], common: l
             train1, clustering, train2 = phases(job)
             added = train1 + clustering - train2  # what the clustering adds to round 1
             ratios[name].append(added / train2)
-            print(f"| {name} {repeat + 1} | {job.summary['ari']:.3f} | {train1:.1f} + {clustering:.1f} | {train2:.1f} | "
-                  f"{added:.1f} | {ratios[name][-1]:.2f} | {stage_seconds(job)} |", flush=True)
+            print(
+                f"| {name} {repeat + 1} | {job.summary['ari']:.3f} | {train1:.1f} + {clustering:.1f} | {train2:.1f} | "
+                f"{added:.1f} | {ratios[name][-1]:.2f} | {stage_seconds(job)} |",
+                flush=True,
+            )
         job = run_job(ROOT, fedavg_config, common, args.ranks)
         train1, _, train2 = phases(job)
         excess.append((train1 - train2) / train2)
-        print(f"| FedAvg {repeat + 1} | – | {train1:.1f} + 0 | {train2:.1f} | {train1 - train2:.1f} | "
-              f"{excess[-1]:.2f} | – |", flush=True)
+        print(
+            f"| FedAvg {repeat + 1} | – | {train1:.1f} + 0 | {train2:.1f} | {train1 - train2:.1f} | "
+            f"{excess[-1]:.2f} | – |",
+            flush=True,
+        )
     return ratios, statistics.mean(excess)
 
 

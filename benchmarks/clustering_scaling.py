@@ -6,6 +6,7 @@ One round (E = 1) on the MNIST test split (digits if absent), min(C, 8) silo ran
 the clustering phase of each tree, their ratio, this tree's bytes per message kind, and the
 fitted growth: wall ≈ a + b·C + c·C² (least squares) and each kind's exponent k in bytes ∝ C^k.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,12 @@ def main(argv: list[str] | None = None) -> None:
     counts = [c for c in args.silos if c <= 16] if args.quick else args.silos
     config, overrides = MNIST_TEST if MNIST.is_dir() else DIGITS
     sets = [*overrides, "train.rounds=1", "train.local_epochs=1", "strategy.pair_keys=seeded"]
-    print(f"data: {config}; " + " ".join(sets[len(overrides):]))
-    print("| C | ranks | clustering before s | clustering after s | after/before | "
-          + " | ".join(f"{k} bytes" for k in KINDS) + " | server PSS MB | silo rank PSS MB (max) |")
+    print(f"data: {config}; " + " ".join(sets[len(overrides) :]))
+    print(
+        "| C | ranks | clustering before s | clustering after s | after/before | "
+        + " | ".join(f"{k} bytes" for k in KINDS)
+        + " | server PSS MB | silo rank PSS MB (max) |"
+    )
     print("|---" * (7 + len(KINDS)) + "|")
     walls: dict[str, list[float]] = {"before": [], "after": []}
     sent: dict[str, list[int]] = {k: [] for k in KINDS}
@@ -44,19 +48,27 @@ def main(argv: list[str] | None = None) -> None:
         for k in KINDS:
             sent[k].append(after.records[0]["bytes"].get(k, 0))
         steps.append(f"- C = {c}: {breakdown(after)}")
-        print(f"| {c} | {ranks} | {walls['before'][-1]:.1f} | {walls['after'][-1]:.1f} "
-              f"| {walls['after'][-1] / walls['before'][-1]:.2f} | " + " | ".join(str(sent[k][-1]) for k in KINDS)
-              + f" | {after.pss_mb.get(0, float('nan')):.0f} | {max(after.pss_mb.get(r, 0.0) for r in range(1, ranks)):.0f} |",
-              flush=True)
+        print(
+            f"| {c} | {ranks} | {walls['before'][-1]:.1f} | {walls['after'][-1]:.1f} "
+            f"| {walls['after'][-1] / walls['before'][-1]:.2f} | "
+            + " | ".join(str(sent[k][-1]) for k in KINDS)
+            + f" | {after.pss_mb.get(0, float('nan')):.0f}"
+            + f" | {max(after.pss_mb.get(r, 0.0) for r in range(1, ranks)):.0f} |",
+            flush=True,
+        )
     print("\nThis tree's clustering round:\n" + "\n".join(steps))
     if len(counts) >= 3:
         x = np.array(counts, dtype=float)
         for tree, wall in walls.items():
             c2, c1, c0 = np.polyfit(x, wall, 2)
-            print(f"\n{tree}: clustering wall ≈ {c0:.2f} + {c1:.3f}·C + {c2:.4f}·C² s "
-                  f"(the C² term is {100 * c2 * x[-1] ** 2 / max(1e-9, wall[-1]):.0f} % at C = {counts[-1]})")
-        print("\nbytes ∝ C^k: " + ", ".join(
-            f"{k} k = {np.polyfit(np.log(x), np.log(np.maximum(sent[k], 1)), 1)[0]:.2f}" for k in KINDS))
+            print(
+                f"\n{tree}: clustering wall ≈ {c0:.2f} + {c1:.3f}·C + {c2:.4f}·C² s "
+                f"(the C² term is {100 * c2 * x[-1] ** 2 / max(1e-9, wall[-1]):.0f} % at C = {counts[-1]})"
+            )
+        print(
+            "\nbytes ∝ C^k: "
+            + ", ".join(f"{k} k = {np.polyfit(np.log(x), np.log(np.maximum(sent[k], 1)), 1)[0]:.2f}" for k in KINDS)
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ and ξ(0), the server matches the returned atoms to ξ(0) by an assignment and i
 x̂_i = (z_i − t·ξ_σ(i)) / (1 − t). Reported: ‖x̂ − x‖ / ‖x‖ for times across the schedule's
 range, on projected embeddings and, for FedWaD clustering's `space: input`, on raw images.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,11 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
-from cfl_mpi.strategies.fedwad.exchange import T_RANGE
 from cfl_mpi.config import load_config
 from cfl_mpi.ot.fedwad import client_step, gaussian_measure, uniform_measure
 from cfl_mpi.privacy.handshake import random_projection
+from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
+from cfl_mpi.strategies.fedwad.exchange import T_RANGE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,12 +74,15 @@ def main() -> None:
     model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     z = embed(model.embedding, data.x_train[:n], torch.device("cpu")).astype(np.float64)
     z_val = embed(model.embedding, data.x_val, torch.device("cpu")).astype(np.float64)
-    r = random_projection(rng, z.shape[1], projected_dim(cfg.strategy, cfg.model.embedding_dim),
-                          cfg.strategy.projection).astype(np.float64)
+    r = random_projection(
+        rng, z.shape[1], projected_dim(cfg.strategy, cfg.model.embedding_dim), cfg.strategy.projection
+    ).astype(np.float64)
     y = z @ r  # what the silo sends in direct mode
     r_hat = np.linalg.lstsq(z, y, rcond=None)[0]
-    print(f"# curious server, {args.config}, silo {args.silo}: n = {n} samples, dim(Z) = {z.shape[1]}, "
-          f"dim(R) = {r.shape[1]}\n")
+    print(
+        f"# curious server, {args.config}, silo {args.silo}: n = {n} samples, dim(Z) = {z.shape[1]}, "
+        f"dim(R) = {r.shape[1]}\n"
+    )
     print("| mode | what the server rebuilds | relative error |\n|---|---|---|")
     print(f"| direct | R from Z·R = Y (rank(Z) = {np.linalg.matrix_rank(z)} of {z.shape[1]}) | {rel(r_hat, r):.3g} |")
     print(f"| direct | Z_val·R of {len(z_val)} unseen samples, with R̂ | {rel(z_val @ r_hat, z_val @ r):.3g} |")

@@ -17,6 +17,7 @@ process (no communication): its time is the time of its 3K + 2 OT problems.
 writes ``results.csv``, ``table.md`` and ``fedwad_fig2.png`` into DIR (default
 ./runs/bench_fedwad) and prints the Markdown tables.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +93,11 @@ def run(sizes, iters: int, repeats: int, seed: int, max_exact_fedwad_n: int, max
                 continue
             if name == "FedWaD-e" and n > max_exact_fedwad_n:
                 last = next((r for r in reversed(rows) if r.method == "FedWaD-e"), None)
-                seen = (f"; at N = {last.n} it took {last.cpu_mean:.2g} s CPU and ξ(K) had "
-                        f"{last.final_support} atoms" if last else "")
+                seen = (
+                    f"; at N = {last.n} it took {last.cpu_mean:.2g} s CPU and ξ(K) had {last.final_support} atoms"
+                    if last
+                    else ""
+                )
                 notes.append(
                     f"N = {n}: FedWaD-e skipped (cap --max-exact-fedwad-n {max_exact_fedwad_n})"
                     f"{seen}: its 3K + 2 plans are N x |ξ| with |ξ| ≥ N/3 and growing past N, "
@@ -104,13 +109,14 @@ def run(sizes, iters: int, repeats: int, seed: int, max_exact_fedwad_n: int, max
             times, cpus, ests, finals = [], [], [], []
             for r, (x, y) in enumerate(samples):
                 if name == "WD":
-                    est, dt, dc = _timed(lambda: _exact_w2(x, y))
+                    est, dt, dc = _timed(partial(_exact_w2, x, y))
                     emp[r], final = est, 0
                 else:
                     method = "exact" if name == "FedWaD-e" else "approx"
                     res, dt, dc = _timed(
-                        lambda: fedwad(x, y, p=2, n_iter=iters, t=0.5, method=method,
-                                       support_size=support, seed=seed + r)
+                        partial(
+                            fedwad, x, y, p=2, n_iter=iters, t=0.5, method=method, support_size=support, seed=seed + r
+                        )
                     )
                     est, final = res.distance, int(res.support_sizes[-1])
                 times.append(dt)
@@ -118,18 +124,28 @@ def run(sizes, iters: int, repeats: int, seed: int, max_exact_fedwad_n: int, max
                 ests.append(est)
                 finals.append(final)
             ests_a = np.array(ests)
-            rows.append(Row(
-                n=n, m=max(n // 3, 1), method=name if name != "FedWaD-a" else f"FedWaD-a-{support}",
-                support=support, iters=0 if name == "WD" else iters, runs=len(times),
-                time_mean=float(np.mean(times)), time_std=float(np.std(times)),
-                cpu_mean=float(np.mean(cpus)),
-                estimate=float(np.mean(ests_a)),
-                rel_err=float(np.mean(np.abs(ests_a - w_true) / w_true)),
-                rel_err_emp=float(np.mean(np.abs(ests_a - np.array(emp)) / np.array(emp))),
-                final_support=int(np.max(finals)),
-            ))
-            print(f"  N={n:>5} {rows[-1].method:<13} {rows[-1].time_mean:9.3f} s wall "
-                  f"{rows[-1].cpu_mean:9.3f} s CPU", file=sys.stderr, flush=True)
+            rows.append(
+                Row(
+                    n=n,
+                    m=max(n // 3, 1),
+                    method=name if name != "FedWaD-a" else f"FedWaD-a-{support}",
+                    support=support,
+                    iters=0 if name == "WD" else iters,
+                    runs=len(times),
+                    time_mean=float(np.mean(times)),
+                    time_std=float(np.std(times)),
+                    cpu_mean=float(np.mean(cpus)),
+                    estimate=float(np.mean(ests_a)),
+                    rel_err=float(np.mean(np.abs(ests_a - w_true) / w_true)),
+                    rel_err_emp=float(np.mean(np.abs(ests_a - np.array(emp)) / np.array(emp))),
+                    final_support=int(np.max(finals)),
+                )
+            )
+            print(
+                f"  N={n:>5} {rows[-1].method:<13} {rows[-1].time_mean:9.3f} s wall {rows[-1].cpu_mean:9.3f} s CPU",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows, notes
 
 
@@ -152,10 +168,8 @@ def markdown(rows: list[Row], notes: list[str], w_true: float) -> str:
             f"| {_fmt(r.rel_err)} "
             f"| {_fmt(r.rel_err_emp)} | {r.final_support or '—'} |"
         )
-    lines += ["", "Speed ratio time(FedWaD-e) / time(FedWaD-a-S), same run, CPU time "
-              "(wall time in brackets):", ""]
-    lines += ["| N | " + " | ".join(f"S = {s}" for s in SUPPORTS) + " |",
-              "|---:|" + "---:|" * len(SUPPORTS)]
+    lines += ["", "Speed ratio time(FedWaD-e) / time(FedWaD-a-S), same run, CPU time (wall time in brackets):", ""]
+    lines += ["| N | " + " | ".join(f"S = {s}" for s in SUPPORTS) + " |", "|---:|" + "---:|" * len(SUPPORTS)]
     by = {(r.n, r.method): r for r in rows}
     for n in sorted({r.n for r in rows}):
         exact = by.get((n, "FedWaD-e"))
@@ -165,8 +179,9 @@ def markdown(rows: list[Row], notes: list[str], w_true: float) -> str:
             if exact is None or approx is None:
                 cells.append("— (FedWaD-e not run)")
                 continue
-            cells.append(f"{exact.cpu_mean / max(approx.cpu_mean, 1e-9):.1f}x "
-                         f"({exact.time_mean / approx.time_mean:.1f}x)")
+            cells.append(
+                f"{exact.cpu_mean / max(approx.cpu_mean, 1e-9):.1f}x ({exact.time_mean / approx.time_mean:.1f}x)"
+            )
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "Notes:"] + [f"- {note}" for note in notes]
@@ -201,8 +216,7 @@ def plot(rows: list[Row], path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench_fedwad"))
-    ap.add_argument("--quick", action="store_true",
-                    help="K = 10 and one run per N instead of K = 20 and three")
+    ap.add_argument("--quick", action="store_true", help="K = 10 and one run per N instead of K = 20 and three")
     ap.add_argument("--iters", type=int, default=None, help="K (default 20, paper D.1; quick 10)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per N (default 3; quick 1)")
     ap.add_argument("--seed", type=int, default=0)
@@ -218,9 +232,11 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows, notes = run(sizes, iters, repeats, args.seed, args.max_exact_fedwad_n, args.max_wd_n)
-    notes.append(f"total benchmark time {time.perf_counter() - started:.0f} s wall on "
-                 f"{os.cpu_count()} CPU(s); load average {load:.1f} at the start (wall times "
-                 f"include waiting for other jobs, CPU times do not)")
+    notes.append(
+        f"total benchmark time {time.perf_counter() - started:.0f} s wall on "
+        f"{os.cpu_count()} CPU(s); load average {load:.1f} at the start (wall times "
+        f"include waiting for other jobs, CPU times do not)"
+    )
     table = markdown(rows, notes, float(np.linalg.norm(MEAN_SHIFT)))
     print(table)
 
@@ -230,8 +246,7 @@ def main(argv=None) -> int:
         writer.writerows(asdict(r) for r in rows)
     (args.out / "table.md").write_text(table + "\n")
     plot(rows, args.out / "fedwad_fig2.png")
-    print(f"\nwrote {args.out / 'results.csv'}, {args.out / 'table.md'}, "
-          f"{args.out / 'fedwad_fig2.png'}")
+    print(f"\nwrote {args.out / 'results.csv'}, {args.out / 'table.md'}, {args.out / 'fedwad_fig2.png'}")
     return 0
 
 

@@ -13,6 +13,7 @@ rounds' own seconds, summed), one line per method; and `experiment.md`, the tabl
 average and worst accuracy, ARI in round 1 and at the end, rounds to 90 % of the final
 accuracy, and the job's wall time. `--report-only` redraws both from finished runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,12 +34,28 @@ LABELS = {"emdcfl": "EMD-CFL", "ifca": "IFCA", "fedavg": "FedAvg", "oracle": "Or
 
 def run_methods(args: argparse.Namespace, out: Path) -> None:
     """compare's jobs, one per method, on the experiment's settings."""
-    sets = [f"silos={args.silos}", f"train.rounds={args.rounds}",
-            f"runtime.silos_per_rank={math.ceil(args.silos / args.silo_ranks)}",
-            f"data.root={args.mnist}", "data.download=false",
-            *(["ifca:strategy.init=random"] if "ifca" in args.methods else []), *args.overrides]
-    command = [sys.executable, "-m", "cfl_mpi.compare", CONFIG, "--methods", ",".join(args.methods),
-               "--seeds", str(args.seed), "--out", str(out), *(a for s in sets for a in ("--set", s))]
+    sets = [
+        f"silos={args.silos}",
+        f"train.rounds={args.rounds}",
+        f"runtime.silos_per_rank={math.ceil(args.silos / args.silo_ranks)}",
+        f"data.root={args.mnist}",
+        "data.download=false",
+        *(["ifca:strategy.init=random"] if "ifca" in args.methods else []),
+        *args.overrides,
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "cfl_mpi.compare",
+        CONFIG,
+        "--methods",
+        ",".join(args.methods),
+        "--seeds",
+        str(args.seed),
+        "--out",
+        str(out),
+        *(a for s in sets for a in ("--set", s)),
+    ]
     subprocess.run(command + (["--resume"] if args.resume else []), cwd=ROOT, check=True)
 
 
@@ -58,28 +75,46 @@ def report(out: Path, methods: list[str], seed: int) -> str:
 
     plt = _pyplot()
     runs = {m: read_run(out / f"{m}_s{seed}") for m in methods if (out / f"{m}_s{seed}" / "summary.json").exists()}
-    same = coinciding({m: ([r["round"] for r in records], np.array([r["avg_acc"] for r in records]))
-                       for m, (records, _) in runs.items()})
+    same = coinciding(
+        {
+            m: ([r["round"] for r in records], np.array([r["avg_acc"] for r in records]))
+            for m, (records, _) in runs.items()
+        }
+    )
     fig, (by_round, by_wall) = plt.subplots(1, 2, figsize=(11.5, 4.4))
-    rows = ["| method | final average accuracy | final worst accuracy | ARI round 1 | ARI final | "
-            "rounds to 90 % of final | wall |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| method | final average accuracy | final worst accuracy | ARI round 1 | ARI final | "
+        "rounds to 90 % of final | wall |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for i, method in enumerate(methods):
         if method not in runs:
             rows.append(f"| {LABELS.get(method, method)} | not run | | | | | |")
             continue
         records, summary = runs[method]
-        label = LABELS.get(method, method) + (f" (same as {LABELS.get(same[method], same[method])})"
-                                               if method in same else "")
+        label = LABELS.get(method, method) + (
+            f" (same as {LABELS.get(same[method], same[method])})" if method in same else ""
+        )
         rounds = [r["round"] for r in records]
         accuracy = [100 * r["avg_acc"] for r in records]
         wall = np.cumsum([sum(r["seconds"].values()) for r in records]) / 60
-        style = dict(color=OKABE_ITO[i % len(OKABE_ITO)], marker=MARKERS[i % len(MARKERS)], lw=1.6, ms=6,
-                     mec="black", mew=0.5, markevery=max(1, len(rounds) // 15), label=label)
+        style = dict(
+            color=OKABE_ITO[i % len(OKABE_ITO)],
+            marker=MARKERS[i % len(MARKERS)],
+            lw=1.6,
+            ms=6,
+            mec="black",
+            mew=0.5,
+            markevery=max(1, len(rounds) // 15),
+            label=label,
+        )
         by_round.plot(rounds, accuracy, **style)
         by_wall.plot(wall, accuracy, **style)
-        rows.append(f"| {LABELS.get(method, method)} | {accuracy[-1]:.2f} % | {100 * records[-1]['worst_acc']:.2f} % | "
-                    f"{records[0]['ari']:.3f} | {records[-1]['ari']:.3f} | {rounds_to(0.9, accuracy)} | "
-                    f"{summary['wall_s'] / 60:.1f} min |")
+        rows.append(
+            f"| {LABELS.get(method, method)} | {accuracy[-1]:.2f} % | {100 * records[-1]['worst_acc']:.2f} % | "
+            f"{records[0]['ari']:.3f} | {records[-1]['ari']:.3f} | {rounds_to(0.9, accuracy)} | "
+            f"{summary['wall_s'] / 60:.1f} min |"
+        )
     _round_axis(by_round, {r["round"] for records, _ in runs.values() for r in records})
     for ax, label in ((by_round, "round"), (by_wall, "the server's wall time in rounds (minutes)")):
         ax.set_xlabel(label)
@@ -114,8 +149,10 @@ def main(argv: list[str] | None = None) -> None:
         args.mnist = args.mnist.resolve()
         run_methods(args, out)
     table = report(out, args.methods, args.seed)
-    text = (f"# IFCA's rotated MNIST: C = {args.silos} on {args.silo_ranks} silo ranks, {args.rounds} rounds, "
-            f"seed {args.seed}\n\n{machine()}\n\n{table}\n\n![accuracy](accuracy.png)\n")
+    text = (
+        f"# IFCA's rotated MNIST: C = {args.silos} on {args.silo_ranks} silo ranks, {args.rounds} rounds, "
+        f"seed {args.seed}\n\n{machine()}\n\n{table}\n\n![accuracy](accuracy.png)\n"
+    )
     (out / "experiment.md").write_text(text)
     print(text)
 

@@ -8,6 +8,7 @@ of training) both estimators run over the same generator seeds; prints the time 
 their ratio, and how far the new value lies from the old one (mean ±% and the spread of
 each over seeds, which is the estimator's own sampling error).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,16 +20,18 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
-from cfl_mpi.strategies.emdcfl.distances import reference_distance
 from cfl_mpi.config import load_config
 from cfl_mpi.models.build import build_model
+from cfl_mpi.strategies.emdcfl.distances import projected_dim, reference_distance, sample_size
 from cfl_mpi.training import embed, train_local
+
 from .runs import MNIST
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = {"digits": ("configs/digits.yaml", ["train.local_epochs=1"]),
-         "mnist_test": ("configs/rotated_mnist_test.yaml", [f"data.root={MNIST}", "data.download=false"])}
+CASES = {
+    "digits": ("configs/digits.yaml", ["train.local_epochs=1"]),
+    "mnist_test": ("configs/rotated_mnist_test.yaml", [f"data.root={MNIST}", "data.download=false"]),
+}
 
 
 def former_estimator(tree: Path):
@@ -37,8 +40,9 @@ def former_estimator(tree: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     import cfl_mpi.strategies.emdcfl.distances as ours
+
     source = (tree / "cfl_mpi" / "algorithms" / "emdcfl.py").read_text()
-    body = source[source.index("def reference_distance("):source.index("\nclass EmdCfl(")]
+    body = source[source.index("def reference_distance(") : source.index("\nclass EmdCfl(")]
     scope = {**vars(ours), "w1": module.w1}
     exec(compile(body, str(tree / "cfl_mpi/algorithms/emdcfl.py"), "exec"), scope)  # noqa: S102 - our own old code
     return scope["reference_distance"]  # its solver code is the old tree's (module.w1)
@@ -54,8 +58,12 @@ def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.nd
     s = cfg.strategy
     rng = np.random.default_rng([cfg.seed, 11, silo, 1])
     x = data.x_train[np.sort(rng.choice(len(data.y_train), sample_size(s, len(data.y_train)), replace=False))]
-    return embed(model.embedding, x, "cpu"), embed(model.embedding, data.x_val[: s.sample_cap], "cpu"), \
-        projected_dim(cfg.strategy, cfg.model.embedding_dim), s
+    return (
+        embed(model.embedding, x, "cpu"),
+        embed(model.embedding, data.x_val[: s.sample_cap], "cpu"),
+        projected_dim(cfg.strategy, cfg.model.embedding_dim),
+        s,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,14 +76,16 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     threadpool_limits(1)  # one BLAS thread, as a silo on a shared node has
     old = former_estimator(args.before)
-    print("| data | silo | n, |V| | before CPU ms | after CPU ms | before / after | noise after vs before (mean ±%) "
-          "| spread before | spread after |")
+    print(
+        "| data | silo | n, |V| | before CPU ms | after CPU ms | before / after | noise after vs before (mean ±%) "
+        "| spread before | spread after |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for name, (config, overrides) in CASES.items():
         if name == "mnist_test" and not MNIST.is_dir():
             continue
-        for silo in ((0, 4) if args.quick else (0, 2, 4, 6)):
+        for silo in (0, 4) if args.quick else (0, 2, 4, 6):
             z, v, dim_r, s = silo_embeddings(config, overrides, silo)
             values, times = {"before": [], "after": []}, {"before": 0.0, "after": 0.0}
             for seed in range(seeds):  # interleaved, so both see the same machine load
@@ -86,12 +96,16 @@ def main(argv: list[str] | None = None) -> None:
                     values[label].append(noise)
             b, a = np.array(values["before"]), np.array(values["after"])
             ratios.append(a.mean() / b.mean())
-            print(f"| {name} | {silo} | {len(z)}, {len(v)} | {1e3 * times['before'] / seeds:.0f} "
-                  f"| {1e3 * times['after'] / seeds:.0f} | {times['before'] / times['after']:.1f} "
-                  f"| {100 * (a.mean() / b.mean() - 1):+.1f} % | ±{100 * b.std() / b.mean():.1f} % "
-                  f"| ±{100 * a.std() / a.mean():.1f} % |", flush=True)
-    print(f"\nmean of (after / before) over silos: {np.mean(ratios):.3f}; spread over silos "
-          f"±{100 * np.std(ratios):.1f} %")
+            print(
+                f"| {name} | {silo} | {len(z)}, {len(v)} | {1e3 * times['before'] / seeds:.0f} "
+                f"| {1e3 * times['after'] / seeds:.0f} | {times['before'] / times['after']:.1f} "
+                f"| {100 * (a.mean() / b.mean() - 1):+.1f} % | ±{100 * b.std() / b.mean():.1f} % "
+                f"| ±{100 * a.std() / a.mean():.1f} % |",
+                flush=True,
+            )
+    print(
+        f"\nmean of (after / before) over silos: {np.mean(ratios):.3f}; spread over silos ±{100 * np.std(ratios):.1f} %"
+    )
 
 
 if __name__ == "__main__":

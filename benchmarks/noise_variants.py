@@ -12,6 +12,7 @@ all estimators run interleaved over the same generator seeds; prints, per varian
 (thread time) against the current estimator's and the 703ab81 one's measured side by side,
 the mean of its value against the current one's, and its spread over seeds (std / mean).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,12 @@ def current(z, v, dim_r, rng, draws=30, frac=1.0):
     null = []
     for _ in range(draws):
         order = rng.permutation(len(v))
-        sub = np.sort(rng.permutation(n)[:2 * h])
+        sub = np.sort(rng.permutation(n)[: 2 * h])
         r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
-        null.append(transport_cost(ground_cost(z[sub] @ r, v[order[:h]] @ r))
-                    - transport_cost(full[np.ix_(sub, order[h:2 * h])]))
+        null.append(
+            transport_cost(ground_cost(z[sub] @ r, v[order[:h]] @ r))
+            - transport_cost(full[np.ix_(sub, order[h : 2 * h])])
+        )
     return _rms(null, n, halves, h)
 
 
@@ -65,10 +68,10 @@ def lean(z, v, dim_r, rng):
     null = []
     for _ in range(30):
         order = rng.permutation(len(v))
-        sub = np.sort(rng.permutation(n)[:2 * h])
+        sub = np.sort(rng.permutation(n)[: 2 * h])
         r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
         a = lap.lapjv(np.repeat(ground_cost(z[sub] @ r, v[order[:h]] @ r), 2, axis=1))[0]
-        b = lap.lapjv(full.take(sub, axis=0).take(np.repeat(order[h:2 * h], 2), axis=1))[0]
+        b = lap.lapjv(full.take(sub, axis=0).take(np.repeat(order[h : 2 * h], 2), axis=1))[0]
         null.append((a - b) / (2 * h))
     return _rms(null, n, halves, h)
 
@@ -81,8 +84,8 @@ def shared(z, v, dim_r, rng, splits=15, projections=2):
     null = []
     for _ in range(splits):
         order = rng.permutation(len(v))
-        sub = np.sort(rng.permutation(n)[:2 * h])
-        b = transport_cost(full[np.ix_(sub, order[h:2 * h])])
+        sub = np.sort(rng.permutation(n)[: 2 * h])
+        b = transport_cost(full[np.ix_(sub, order[h : 2 * h])])
         for _ in range(projections):
             r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
             null.append(transport_cost(ground_cost(z[sub] @ r, v[order[:h]] @ r)) - b)
@@ -100,8 +103,9 @@ def before_703ab81(tree: Path):
         for _ in range(30):
             order = rng.permutation(len(v))
             r = random_projection(rng, z.shape[1], dim_r, PROJECTION)
-            null.append(module.w1(z @ r, v[order[:half]] @ r) - module.w1(z, v[order[half:2 * half]]))
+            null.append(module.w1(z @ r, v[order[:half]] @ r) - module.w1(z, v[order[half : 2 * half]]))
         return float(np.sqrt(np.mean(np.square(null)) / 2.0))
+
     return noise
 
 
@@ -114,16 +118,22 @@ def main(argv: list[str] | None = None) -> None:
     seeds = 5 if args.quick else args.seeds
     torch.set_num_threads(1)
     threadpool_limits(1)
-    variants = {"current": current, "before_703ab81": before_703ab81(args.before), "lean_same_draws": lean,
-                "shared_B_15x2": shared, "shared_B_20x2": lambda *a: shared(*a, splits=20),
-                "draws_20": lambda *a: current(*a, draws=20), "draws_15": lambda *a: current(*a, draws=15),
-                "subsample_0.7h": lambda *a: current(*a, frac=0.7)}
+    variants = {
+        "current": current,
+        "before_703ab81": before_703ab81(args.before),
+        "lean_same_draws": lean,
+        "shared_B_15x2": shared,
+        "shared_B_20x2": lambda *a: shared(*a, splits=20),
+        "draws_20": lambda *a: current(*a, draws=20),
+        "draws_15": lambda *a: current(*a, draws=15),
+        "subsample_0.7h": lambda *a: current(*a, frac=0.7),
+    }
     values: dict[str, list[list[float]]] = {k: [] for k in variants}
     seconds: dict[str, list[float]] = {k: [] for k in variants}
     for name, (config, overrides) in CASES.items():
         if name == "mnist_test" and not MNIST.is_dir():
             continue
-        for silo in ((0, 4) if args.quick else (0, 2, 4, 6)):
+        for silo in (0, 4) if args.quick else (0, 2, 4, 6):
             z, v, dim_r, _ = silo_embeddings(config, overrides, silo)
             vals, secs = {k: [] for k in variants}, {k: 0.0 for k in variants}
             for seed in range(seeds):  # interleaved, so all see the same machine load
@@ -131,23 +141,30 @@ def main(argv: list[str] | None = None) -> None:
                     start = time.thread_time()
                     vals[label].append(fn(z, v, dim_r, np.random.default_rng(seed)))
                     secs[label] += time.thread_time() - start
-            print(f"{name} silo {silo} (n = {len(z)}, |V| = {len(v)}): CPU ms per call "
-                  + ", ".join(f"{k} {1e3 * t / seeds:.0f}" for k, t in secs.items()), flush=True)
+            print(
+                f"{name} silo {silo} (n = {len(z)}, |V| = {len(v)}): CPU ms per call "
+                + ", ".join(f"{k} {1e3 * t / seeds:.0f}" for k, t in secs.items()),
+                flush=True,
+            )
             for k in variants:
                 values[k].append(vals[k])
                 seconds[k].append(secs[k])
     cur = [np.mean(x) for x in values["current"]]
-    print("\n| variant | CPU current / variant | CPU 703ab81 / variant | mean vs current (mean over silos; "
-          "min..max) | spread over seeds (mean over silos; min..max) |")
+    print(
+        "\n| variant | CPU current / variant | CPU 703ab81 / variant | mean vs current (mean over silos; "
+        "min..max) | spread over seeds (mean over silos; min..max) |"
+    )
     print("|---|---|---|---|---|")
     for k in variants:
         rc = np.array(seconds["current"]) / np.array(seconds[k])
         rb = np.array(seconds["before_703ab81"]) / np.array(seconds[k])
         mr = np.array([np.mean(x) for x in values[k]]) / cur
         sp = np.array([np.std(x) / np.mean(x) for x in values[k]])
-        print(f"| {k} | {rc.mean():.2f} ({rc.min():.2f}–{rc.max():.2f}) | {rb.mean():.2f} "
-              f"| {mr.mean():.3f} ({mr.min():.3f}..{mr.max():.3f}) "
-              f"| ±{100 * sp.mean():.1f} % ({100 * sp.min():.0f}–{100 * sp.max():.0f}) |")
+        print(
+            f"| {k} | {rc.mean():.2f} ({rc.min():.2f}–{rc.max():.2f}) | {rb.mean():.2f} "
+            f"| {mr.mean():.3f} ({mr.min():.3f}..{mr.max():.3f}) "
+            f"| ±{100 * sp.mean():.1f} % ({100 * sp.min():.0f}–{100 * sp.max():.0f}) |"
+        )
 
 
 if __name__ == "__main__":

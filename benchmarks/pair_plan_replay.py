@@ -18,6 +18,7 @@ and two copies of one recorded silo take the recorded W of s(i) to another membe
 cluster. Marked "synthetic": it tests the plan's pair count and its decisions on the
 recorded distribution of entries, not a live run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,13 +48,17 @@ def recorded(runs: list[Path]) -> dict[str, tuple[np.ndarray, np.ndarray, np.nda
     found = {}
     for run in runs:
         truth = json.loads((run / "clusters.json").read_text())["truth"]
-        found[run.name] = (np.load(run / "W.npy"), np.load(run / "noise.npy"),
-                           np.array([truth[str(i)] for i in range(len(truth))]))
+        found[run.name] = (
+            np.load(run / "W.npy"),
+            np.load(run / "noise.npy"),
+            np.array([truth[str(i)] for i in range(len(truth))]),
+        )
     return found
 
 
-def synthetic(W: np.ndarray, noise: np.ndarray, truth: np.ndarray, size: int, rng: np.random.Generator
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def synthetic(
+    W: np.ndarray, noise: np.ndarray, truth: np.ndarray, size: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(W, noise, truth) of `size` silos, silo i a copy of a recorded silo of cluster i mod K
     (module docstring)."""
     groups = [np.flatnonzero(truth == k) for k in np.unique(truth)]
@@ -68,12 +73,21 @@ def synthetic(W: np.ndarray, noise: np.ndarray, truth: np.ndarray, size: int, rn
     return big, noise[source], truth[source]
 
 
-def replay(W: np.ndarray, noise: np.ndarray, sample: int, representatives: int, seed: int, one_way: bool
-           ) -> tuple[np.ndarray, int, int, float | None]:
+def replay(
+    W: np.ndarray, noise: np.ndarray, sample: int, representatives: int, seed: int, one_way: bool
+) -> tuple[np.ndarray, int, int, float | None]:
     """(labels, pairs measured, directions measured, margin) of one staged plan looking W up."""
     C = len(W)
-    plan = StagedPlan(list(range(C)), C, sample=sample, representatives=representatives, noise_multiple=CUT,
-                      rng=np.random.default_rng(seed), retest=RETEST, one_way=one_way)
+    plan = StagedPlan(
+        list(range(C)),
+        C,
+        sample=sample,
+        representatives=representatives,
+        noise_multiple=CUT,
+        rng=np.random.default_rng(seed),
+        retest=RETEST,
+        one_way=one_way,
+    )
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
     directions = 0
@@ -85,13 +99,22 @@ def replay(W: np.ndarray, noise: np.ndarray, sample: int, representatives: int, 
     return plan.labels, pairs, directions, partition_report(measured, plan.labels, noise, CUT).margin
 
 
-def rows(name: str, W: np.ndarray, noise: np.ndarray, truth: np.ndarray, seeds: int,
-         settings: tuple[tuple[int, int], ...], ways: tuple[bool, ...]) -> list[str]:
+def rows(
+    name: str,
+    W: np.ndarray,
+    noise: np.ndarray,
+    truth: np.ndarray,
+    seeds: int,
+    settings: tuple[tuple[int, int], ...],
+    ways: tuple[bool, ...],
+) -> list[str]:
     C = len(W)
     full, report = extract_clusters(W, rule="robust", noise=noise, noise_multiple=CUT)
     every = C * (C - 1) // 2
-    out = [f"| {name} | {C} | all pairs | {adjusted_rand_score(truth, full):.3f} | – | 1.000 | {every} (100 %) | "
-           f"{2 * every} (100 %) | {report.margin:.2f} |"]
+    out = [
+        f"| {name} | {C} | all pairs | {adjusted_rand_score(truth, full):.3f} | – | 1.000 | {every} (100 %) | "
+        f"{2 * every} (100 %) | {report.margin:.2f} |"
+    ]
     for (sample, reps), one_way in itertools.product(settings, ways):
         if sample >= C:
             continue
@@ -103,9 +126,11 @@ def rows(name: str, W: np.ndarray, noise: np.ndarray, truth: np.ndarray, seeds: 
         margins = [m for _, _, _, m in results if m is not None]
         margin = f"{np.mean(margins):.2f} (min {np.min(margins):.2f})" if margins else "–"
         plan = f"staged {sample}/{reps}{', one way' if one_way else ''}"
-        out.append(f"| {name} | {C} | {plan} | {np.mean(truth_ari):.3f} | {np.min(truth_ari):.3f} | "
-                   f"{np.mean(full_ari):.3f} | {pairs:.0f} ({100 * pairs / every:.2f} %) | "
-                   f"{directions:.0f} ({50 * directions / every:.2f} %) | {margin} |")
+        out.append(
+            f"| {name} | {C} | {plan} | {np.mean(truth_ari):.3f} | {np.min(truth_ari):.3f} | "
+            f"{np.mean(full_ari):.3f} | {pairs:.0f} ({100 * pairs / every:.2f} %) | "
+            f"{directions:.0f} ({50 * directions / every:.2f} %) | {margin} |"
+        )
         print(f"  {name} {plan}: {time.monotonic() - start:.1f} s", flush=True)
     return out
 
@@ -115,16 +140,26 @@ def main() -> None:
     parser.add_argument("runs", nargs="*", type=Path, help="run folders (default: the committed matrices)")
     parser.add_argument("--seeds", type=int, default=100, help="sample draws per plan setting")
     parser.add_argument("--scale", type=int, nargs="*", default=[], help="synthetic federation sizes")
-    parser.add_argument("--settings", nargs="*", default=[f"{s}/{r}" for s, r in SETTINGS],
-                        help="plan settings SAMPLE/REPRESENTATIVES (default: %(default)s)")
-    parser.add_argument("--ways", choices=("both", "one", "compare"), default="compare",
-                        help="placing stages measured both ways, one way (the member's model), or each")
+    parser.add_argument(
+        "--settings",
+        nargs="*",
+        default=[f"{s}/{r}" for s, r in SETTINGS],
+        help="plan settings SAMPLE/REPRESENTATIVES (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ways",
+        choices=("both", "one", "compare"),
+        default="compare",
+        help="placing stages measured both ways, one way (the member's model), or each",
+    )
     args = parser.parse_args()
     settings = tuple(tuple(int(x) for x in s.split("/")) for s in args.settings)
     ways = {"both": (False,), "one": (True,), "compare": (False, True)}[args.ways]
-    table = ["| matrix | C | plan (sample/representatives) | ARI vs truth (mean) | min | ARI vs all-pairs "
-             "(mean) | pairs measured (share) | directions (share) | margin (mean, min) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    table = [
+        "| matrix | C | plan (sample/representatives) | ARI vs truth (mean) | min | ARI vs all-pairs "
+        "(mean) | pairs measured (share) | directions (share) | margin (mean, min) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, (W, noise, truth) in recorded(args.runs).items():
         table += rows(name, W, noise, truth, args.seeds, settings, ways)
         for size in args.scale:

@@ -20,6 +20,7 @@ the pairs that decide (the closest pair of silos of different clusters, the loos
 inside one) the mean and spread over R of the rule's pair distance: the spread is what the
 projection adds from run to run, the mean what the run's samples fix.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,34 +37,54 @@ from threadpoolctl import threadpool_limits
 
 from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import Config, load_config
-from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.models.build import build_model, initial_model, load_arrays
-from cfl_mpi.runtime.placement import usable_cores
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
-from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
+from cfl_mpi.runtime.placement import usable_cores
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
+from cfl_mpi.strategies.emdcfl.distances import (
+    pair_distance,
+    pair_reference,
+    projected_dim,
+    reference_distance,
+    sample_size,
+)
 from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key
-from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
 from cfl_mpi.training import embed, train_local
+
 from .runs import MNIST
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = {"digits": ("configs/digits.yaml", []),
-         "mnist16": ("configs/rotated_mnist_test.yaml", ["silos=16", f"data.root={MNIST}", "data.download=false"])}
+CASES = {
+    "digits": ("configs/digits.yaml", []),
+    "mnist16": ("configs/rotated_mnist_test.yaml", ["silos=16", f"data.root={MNIST}", "data.download=false"]),
+}
 # what a variant may change: the clustering round's settings, not what the silos embed
-CLUSTERING_KEYS = [f for f in dataclasses.fields(EmdCflConfig)
-                   if f.name in ("projection", "proj_ratio", "tau_projection", "noise_splits", "noise_multiple",
-                                 "distance", "sinkhorn_reg", "ground_cost")]
+CLUSTERING_KEYS = [
+    f
+    for f in dataclasses.fields(EmdCflConfig)
+    if f.name
+    in (
+        "projection",
+        "proj_ratio",
+        "tau_projection",
+        "noise_splits",
+        "noise_multiple",
+        "distance",
+        "sinkhorn_reg",
+        "ground_cost",
+    )
+]
 
 
 @dataclass
 class Silo:
     """What a silo measures its pairs with after round 1's training (unprojected)."""
 
-    z_own: np.ndarray          # Z_{c|c}: its sample under its own model
-    z_val: np.ndarray          # Z^val_{c|c}
-    rng_state: dict            # its round's generator after the sample's draw: the noise's draws
+    z_own: np.ndarray  # Z_{c|c}: its sample under its own model
+    z_val: np.ndarray  # Z^val_{c|c}
+    rng_state: dict  # its round's generator after the sample's draw: the noise's draws
     cross: dict[int, np.ndarray]  # partner r → Z_{c|r}: its sample under r's model
-    tau: float | None = None   # τ_c (None: per pair), and the noise, for the settings last given
+    tau: float | None = None  # τ_c (None: per pair), and the noise, for the settings last given
     noise: float = 0.0
 
 
@@ -110,8 +131,11 @@ def seeded_pair_seeds(cfg: Config) -> dict[tuple[int, int], bytes]:
     seeded = dataclasses.replace(cfg.strategy, pair_keys="seeded")
     keys = [round_key(seeded, cfg.seed, 1, c) for c in range(cfg.silos)]
     context = pair_context(cfg.seed, 1)
-    return {(a, b): pair_seed(keys[a], public_bytes(keys[b]), a, b, context)
-            for a in range(cfg.silos) for b in range(a + 1, cfg.silos)}
+    return {
+        (a, b): pair_seed(keys[a], public_bytes(keys[b]), a, b, context)
+        for a in range(cfg.silos)
+        for b in range(a + 1, cfg.silos)
+    }
 
 
 def random_pair_seeds(cfg: Config, rng: np.random.Generator) -> dict[tuple[int, int], bytes]:
@@ -137,9 +161,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="digits", help=f"one of {sorted(CASES)} or a config file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                        help="clustering settings to replay side by side on the same trained silos (strategy "
-                             "keys that do not change what a silo embeds); the config's own come first")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="clustering settings to replay side by side on the same trained silos (strategy "
+        "keys that do not change what a silo embeds); the config's own come first",
+    )
     parser.add_argument("--draws", type=int, default=30)
     parser.add_argument("--study-seed", type=int, default=0)
     parser.add_argument("--check-run", type=Path, help="a run of the same config with strategy.pair_keys=seeded")
@@ -148,10 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     path, overrides = CASES.get(args.config, (args.config, []))
     cfg = load_config(ROOT / path, [*overrides, *args.set])
     s = cfg.strategy
-    if s.name != "emdcfl" or s.pairs != "all" or s.distance == "fedwad" or s.partner_sample != "train" \
-            or s.embed_mode != "eval":
-        raise SystemExit("the replay is of EMD-CFL's direct all-pairs round with strategy.partner_sample: train and "
-                         "embed_mode: eval")
+    if (
+        s.name != "emdcfl"
+        or s.pairs != "all"
+        or s.distance == "fedwad"
+        or s.partner_sample != "train"
+        or s.embed_mode != "eval"
+    ):
+        raise SystemExit(
+            "the replay is of EMD-CFL's direct all-pairs round with strategy.partner_sample: train and embed_mode: eval"
+        )
     torch.set_num_threads(1)
     threadpool_limits(1)
     start = time.monotonic()
@@ -160,13 +195,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.check_run:
         W_run = np.load(args.check_run / "W.npy")
         W = replay_w(cfg, silos, seeded_pair_seeds(cfg))
-        print(f"replay against the seeded run: largest |ΔW| {np.nanmax(np.abs(W - W_run)):.3g} "
-              f"(largest |W| {np.nanmax(np.abs(W_run)):.3g})", flush=True)
+        print(
+            f"replay against the seeded run: largest |ΔW| {np.nanmax(np.abs(W - W_run)):.3g} "
+            f"(largest |W| {np.nanmax(np.abs(W_run)):.3g})",
+            flush=True,
+        )
     for k, variant in enumerate(["", *args.variant]):
         sets = [*overrides, *args.set, *filter(None, variant.split(","))]
         this = load_config(ROOT / path, sets)
-        if dataclasses.replace(this.strategy, **{f.name: getattr(cfg.strategy, f.name) for f in CLUSTERING_KEYS}) \
-                != cfg.strategy:
+        if (
+            dataclasses.replace(this.strategy, **{f.name: getattr(cfg.strategy, f.name) for f in CLUSTERING_KEYS})
+            != cfg.strategy
+        ):
             raise SystemExit(f"--variant {variant}: only {[f.name for f in CLUSTERING_KEYS]} may change")
         rows, Ws = replay(this, with_references(this, silos), args.draws, args.study_seed)
         noise = np.array([x.noise for x in silos])
@@ -174,8 +214,17 @@ def main(argv: list[str] | None = None) -> None:
         print(summary(rows, Ws, noise, cfg.data.true_clusters(cfg.silos), this.strategy.noise_multiple), flush=True)
         if args.json:
             out = args.json if not k else args.json.with_name(f"{args.json.stem}-{k}{args.json.suffix}")
-            out.write_text(json.dumps({"variant": variant, "rows": rows, "W": Ws.tolist(), "noise": noise.tolist(),
-                                       "truth": cfg.data.true_clusters(cfg.silos).tolist()}))
+            out.write_text(
+                json.dumps(
+                    {
+                        "variant": variant,
+                        "rows": rows,
+                        "W": Ws.tolist(),
+                        "noise": noise.tolist(),
+                        "truth": cfg.data.true_clusters(cfg.silos).tolist(),
+                    }
+                )
+            )
 
 
 def replay(cfg: Config, silos: list[Silo], draws: int, seed: int) -> tuple[list[dict], np.ndarray]:
@@ -185,9 +234,14 @@ def replay(cfg: Config, silos: list[Silo], draws: int, seed: int) -> tuple[list[
     for _ in range(draws):
         W = replay_w(cfg, silos, random_pair_seeds(cfg, rng))
         labels, report = robust_clusters(W, noise, noise_multiple=cut)
-        rows.append({"ari": adjusted_rand_score(truth, labels), "clusters": report.n_clusters,
-                     "between": report.min_between - cut if report.min_between is not None else None,
-                     "within": cut - report.max_within if report.max_within is not None else None})
+        rows.append(
+            {
+                "ari": adjusted_rand_score(truth, labels),
+                "clusters": report.n_clusters,
+                "between": report.min_between - cut if report.min_between is not None else None,
+                "within": cut - report.max_within if report.max_within is not None else None,
+            }
+        )
         Ws.append(W)
     return rows, np.stack(Ws)
 
@@ -209,19 +263,21 @@ def summary(rows: list[dict], Ws: np.ndarray, noise: np.ndarray, truth: np.ndarr
     loosest = tuple(int(i) for i in np.unravel_index(np.where(same, mean, -np.inf).argmax(), mean.shape))
     nearest = min(8, int(across.sum()))
     below, above = merge_heights(D, len(np.unique(truth)))
-    return "\n".join([
-        f"ARI 1.0 in {int((aris == 1).sum())} of {len(aris)} draws (lowest {aris.min():.3f})",
-        f"min_between − cut: worst {min(between):.2f}, median {np.median(between):.2f}",
-        f"cut − max_within: worst {min(within):.2f}, median {np.median(within):.2f}",
-        f"the rule's own decision, its average-linkage merges: the last to the true number of clusters "
-        f"worst {below.max():.2f}, median {np.median(below):.2f}; the next worst {above.min():.2f}, median "
-        f"{np.median(above):.2f} (cut {cut})",
-        f"max(W, Wᵀ) in noise units over R (mean ± std): closest pair across clusters {closest} "
-        f"{mean[closest]:.2f} ± {spread[closest]:.2f}; loosest pair inside one {loosest} "
-        f"{mean[loosest]:.2f} ± {spread[loosest]:.2f}",
-        f"its std over R, median over pairs: inside a cluster {np.median(spread[same]):.2f}, across the "
-        f"{nearest} closest pairs {np.median(spread[across][np.argsort(mean[across])[:nearest]]):.2f}",
-    ])
+    return "\n".join(
+        [
+            f"ARI 1.0 in {int((aris == 1).sum())} of {len(aris)} draws (lowest {aris.min():.3f})",
+            f"min_between − cut: worst {min(between):.2f}, median {np.median(between):.2f}",
+            f"cut − max_within: worst {min(within):.2f}, median {np.median(within):.2f}",
+            f"the rule's own decision, its average-linkage merges: the last to the true number of clusters "
+            f"worst {below.max():.2f}, median {np.median(below):.2f}; the next worst {above.min():.2f}, median "
+            f"{np.median(above):.2f} (cut {cut})",
+            f"max(W, Wᵀ) in noise units over R (mean ± std): closest pair across clusters {closest} "
+            f"{mean[closest]:.2f} ± {spread[closest]:.2f}; loosest pair inside one {loosest} "
+            f"{mean[loosest]:.2f} ± {spread[loosest]:.2f}",
+            f"its std over R, median over pairs: inside a cluster {np.median(spread[same]):.2f}, across the "
+            f"{nearest} closest pairs {np.median(spread[across][np.argsort(mean[across])[:nearest]]):.2f}",
+        ]
+    )
 
 
 def merge_heights(D: np.ndarray, clusters: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,6 +24,7 @@ the target and whether it is met. The profile defaults to `gpu` where torch sees
   ≤ 2 training rounds;
 - startup: 41 ranks to the first round ≤ 1.2 × 41 torch imports.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,60 +94,115 @@ def quick_start() -> list[Goal]:
     config, overrides = DIGITS
     job = run_job(ROOT, config, list(overrides), 9)
     clustering = job.records[0]["seconds"].get("clustering", 0.0)
-    return [Goal("quick start: whole command", job.wall_s, None, " s",
-                 f"ARI {job.summary.get('ari'):.2f}, clustering round {clustering:.1f} s")]
+    return [
+        Goal(
+            "quick start: whole command",
+            job.wall_s,
+            None,
+            " s",
+            f"ARI {job.summary.get('ari'):.2f}, clustering round {clustering:.1f} s",
+        )
+    ]
 
 
 def noise_step() -> list[Goal]:
     """The quick start in the simulator, one round: the silos' mean noise step."""
     config, _ = DIGITS
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", config, "--out", out, "--set", "train.rounds=1"],
-                       cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "cfl_mpi.simulate", config, "--out", out, "--set", "train.rounds=1"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         first = json.loads((Path(out) / "metrics.jsonl").read_text().splitlines()[0])
     steps = first["silo_steps"]
-    return [Goal("quick start (simulator): silo noise step, mean", steps["noise"]["mean"], 0.5, " s",
-                 f"max {steps['noise']['max']:.2f} s; clustering round {first['seconds'].get('clustering', 0):.1f} s")]
+    return [
+        Goal(
+            "quick start (simulator): silo noise step, mean",
+            steps["noise"]["mean"],
+            0.5,
+            " s",
+            f"max {steps['noise']['max']:.2f} s; clustering round {first['seconds'].get('clustering', 0):.1f} s",
+        )
+    ]
 
 
 def wide(mnist: Path, repeats: int, gpu: bool) -> list[Goal]:
     silos, images, epochs = (40, 1500, 5) if gpu else (8, None, 1)
-    sets = [*mnist_sets(mnist), f"silos={silos}", "train.rounds=2", f"train.local_epochs={epochs}",
-            "strategy.pair_keys=seeded", *([f"data.silo_images={images}"] if images else [])]
+    sets = [
+        *mnist_sets(mnist),
+        f"silos={silos}",
+        "train.rounds=2",
+        f"train.local_epochs={epochs}",
+        "strategy.pair_keys=seeded",
+        *([f"data.silo_images={images}"] if images else []),
+    ]
     ratio, oracles, emdcfls = whole_job_pair(MNIST_TEST, sets, silos + 1, repeats)
     clustering, training = zip(*(clustering_round(j) for j in emdcfls))  # round 1's; round 2's training
     name = f"{silos + 1} ranks, MNIST test split" + (f", {images} images a silo, E = {epochs}" if images else ", E = 1")
     steps = emdcfls[-1].records[0].get("silo_steps", {})
     silo_steps = ", ".join(f"{k} {v['mean']:.1f}" for k, v in steps.items())
-    goals = [Goal(f"{name}: EMD-CFL / Oracle, whole command", ratio, 1.10, "",
-                  f"walls EMD-CFL {walls(emdcfls)} s, Oracle {walls(oracles)} s; clustering round "
-                  f"{statistics.median(clustering):.1f} s, silo steps (mean s) {silo_steps}")]
+    goals = [
+        Goal(
+            f"{name}: EMD-CFL / Oracle, whole command",
+            ratio,
+            1.10,
+            "",
+            f"walls EMD-CFL {walls(emdcfls)} s, Oracle {walls(oracles)} s; clustering round "
+            f"{statistics.median(clustering):.1f} s, silo steps (mean s) {silo_steps}",
+        )
+    ]
     if gpu:
-        goals.append(Goal(f"{name}: clustering round / a training round", statistics.median(clustering)
-                          / statistics.median(training), 1.0, "", f"clustering {statistics.median(clustering):.1f} s, "
-                          f"round 2's training {statistics.median(training):.1f} s"))
+        goals.append(
+            Goal(
+                f"{name}: clustering round / a training round",
+                statistics.median(clustering) / statistics.median(training),
+                1.0,
+                "",
+                f"clustering {statistics.median(clustering):.1f} s, "
+                f"round 2's training {statistics.median(training):.1f} s",
+            )
+        )
     return goals
 
 
 def c2400(mnist: Path, gpu: bool) -> list[Goal]:
     ranks = 17 if gpu else 3
     settings = ["strategy.pair_keys=seeded"] if gpu else list(EMDCFL)  # the GPU check's; clustering_round's
-    job = run_job(ROOT, IFCA_SHAPE, [*mnist_sets(mnist), "silos=2400", "train.rounds=2", "train.local_epochs=1",
-                                     *settings], ranks)
+    job = run_job(
+        ROOT, IFCA_SHAPE, [*mnist_sets(mnist), "silos=2400", "train.rounds=2", "train.local_epochs=1", *settings], ranks
+    )
     clustering, training = clustering_round(job)
     name = f"C = 2,400 on {ranks - 1} silo ranks"
-    return [Goal(f"{name}: clustering round / a training round", clustering / training, 2.0, "",
-                 f"clustering {clustering:.1f} s, round 2's training {training:.1f} s, ARI "
-                 f"{job.records[0]['ari']:.2f}"),
-            Goal(f"{name}: server solve per direction", solve_ms_per_direction(job, 2400), 1.0, " ms",
-                 f"{job.records[0].get('server_steps', {}).get('w1_solves', 0):.1f} thread-s on "
-                 f"{job.records[0].get('server_steps', {}).get('w1_pool_threads', 1)} threads, of which "
-                 f"computing {solve_ms_per_direction(job, 2400, 'w1_solves_cpu'):.2f} ms a direction")]
+    return [
+        Goal(
+            f"{name}: clustering round / a training round",
+            clustering / training,
+            2.0,
+            "",
+            f"clustering {clustering:.1f} s, round 2's training {training:.1f} s, ARI {job.records[0]['ari']:.2f}",
+        ),
+        Goal(
+            f"{name}: server solve per direction",
+            solve_ms_per_direction(job, 2400),
+            1.0,
+            " ms",
+            f"{job.records[0].get('server_steps', {}).get('w1_solves', 0):.1f} thread-s on "
+            f"{job.records[0].get('server_steps', {}).get('w1_pool_threads', 1)} threads, of which "
+            f"computing {solve_ms_per_direction(job, 2400, 'w1_solves_cpu'):.2f} ms a direction",
+        ),
+    ]
 
 
 def startup(gpu: bool) -> tuple[list[Goal], str]:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.startup", "--ranks", "41"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.startup", "--ranks", "41"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     lines = out.splitlines()
     ratio = float(lines[0].rsplit("ratio", 1)[1])
     note = lines[0].split(";")[0]
@@ -167,7 +223,9 @@ def main(argv: list[str] | None = None) -> None:
 
     profile = args.profile or ("gpu" if torch.cuda.is_available() else "cpu")
     gpu = profile == "gpu"
-    steps = args.only or (["quick_start", "wide", "c2400", "startup"] if gpu else ["noise", "pair8", "c2400", "startup"])
+    steps = args.only or (
+        ["quick_start", "wide", "c2400", "startup"] if gpu else ["noise", "pair8", "c2400", "startup"]
+    )
     repeats = args.repeats or (1 if gpu else 3)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     print(f"profile {profile} ({device}); steps {' '.join(steps)}\n", flush=True)

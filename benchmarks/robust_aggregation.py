@@ -2,7 +2,8 @@
 aggregation rule, against a clean run (in-process: the project's own data, model, local
 training and aggregation functions; no MPI).
 
-    python benchmarks/robust_aggregation.py [--rounds 5] [--epochs 3] [--channels [32,64]] [--seeds 0,1,2] [--clean-only]
+    python benchmarks/robust_aggregation.py [--rounds 5] [--epochs 3] [--channels [32,64]] \
+        [--seeds 0,1,2] [--clean-only]
 
 The cluster is the three silos of the 0° rotation of the rotated digits (`configs/digits.yaml`
 with 6 silos in two rotations); silo 2 is hostile. Every round the three train from the
@@ -12,17 +13,17 @@ accuracy after the last round (mean over seeds), its difference from the clean F
 and what the screening decided. A second table gives the honest spread the screening bounds
 must tolerate: the largest update norm and sample count relative to the cluster median.
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from cfl_mpi.aggregation import aggregate, update_norm
-from cfl_mpi.aggregation import AggregationConfig
+from cfl_mpi.aggregation import AggregationConfig, aggregate, update_norm
 from cfl_mpi.config import load_config
 
 Model = dict[str, np.ndarray]
@@ -31,18 +32,24 @@ HOSTILE, HONEST = 2, (0, 1)
 
 def sign_flip(scale: float, count: int | None) -> Callable:
     """θ = s − scale·Δ with a claimed sample count (None: the honest one)."""
+
     def attack(start: Model, trained: Model, n: int) -> tuple[Model, int]:
-        flipped = {k: (start[k] - scale * (v - start[k])).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
-                   for k, v in trained.items()}
+        flipped = {
+            k: (start[k] - scale * (v - start[k])).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
+            for k, v in trained.items()
+        }
         return flipped, n if count is None else count
+
     return attack
 
 
 def huge_weights(start: Model, trained: Model, n: int) -> tuple[Model, int]:
     """Finite but huge weights (the wire lets them through: they are finite float32)."""
     rng = np.random.default_rng(0)
-    return {k: (1e30 * rng.choice([-1.0, 1.0], size=v.shape)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating)
-            else v for k, v in trained.items()}, n
+    return {
+        k: (1e30 * rng.choice([-1.0, 1.0], size=v.shape)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
+        for k, v in trained.items()
+    }, n
 
 
 def inside_default_bounds(start: Model, trained: Model, n: int) -> tuple[Model, int]:
@@ -84,8 +91,14 @@ def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | Non
         for c in members:
             load_arrays(model, start)
             seed = int(np.random.SeedSequence([cfg.seed, c, t]).generate_state(1)[0])  # as runtime/silo.py
-            train_local(model, data[c].x_train, data[c].y_train, cfg.train, torch.Generator().manual_seed(seed),
-                        torch.device("cpu"))
+            train_local(
+                model,
+                data[c].x_train,
+                data[c].y_train,
+                cfg.train,
+                torch.Generator().manual_seed(seed),
+                torch.device("cpu"),
+            )
             trained.append({k: v.copy() for k, v in state_arrays(model).items()})  # not views of the model
             counts.append(len(data[c].y_train))
         norms = [update_norm(m, start) for m in trained]
@@ -126,8 +139,16 @@ def main() -> None:
     identical = True
     start_time = time.monotonic()
     for seed in seeds:
-        cfg = load_config("configs/digits.yaml", ["silos=6", "data.rotations=[0,180]", f"seed={seed}",
-                                                  f"train.local_epochs={args.epochs}", f"model.channels={args.channels}"])
+        cfg = load_config(
+            "configs/digits.yaml",
+            [
+                "silos=6",
+                "data.rotations=[0,180]",
+                f"seed={seed}",
+                f"train.local_epochs={args.epochs}",
+                f"model.channels={args.channels}",
+            ],
+        )
         data = {c: cfg.data.build(c, cfg.data_facts()) for c in (0, 1, 2)}
         theta0 = initial_model(cfg)
         for scenario, attack in SCENARIOS.items():
@@ -135,8 +156,9 @@ def main() -> None:
             for rule, agg in RULES.items():
                 accuracy, decisions, spread, final = run(cfg, data, theta0, agg, attack, args.rounds)
                 results.setdefault((scenario, rule), []).append(float(np.mean(accuracy)))
-                decided.setdefault((scenario, rule), set()).update(f"{d.action}: {d.reason.split(' above')[0]}"
-                                                                  for d in decisions)
+                decided.setdefault((scenario, rule), set()).update(
+                    f"{d.action}: {d.reason.split(' above')[0]}" for d in decisions
+                )
                 finals[rule] = final
                 if scenario == "clean":
                     spreads += spread
@@ -144,20 +166,28 @@ def main() -> None:
                 a, b = finals["fedavg, no screening (today)"], finals["fedavg + screening, reject (default)"]
                 identical &= all(np.array_equal(a[k], b[k]) for k in a)
     clean = np.mean(results["clean", "fedavg, no screening (today)"])
-    print(f"digits, cluster of 3 silos (0°), silo 2 hostile; {args.rounds} rounds of {args.epochs} epoch(s), "
-          f"channels {args.channels}; seeds {args.seeds}; {time.monotonic() - start_time:.0f} s\n")
+    print(
+        f"digits, cluster of 3 silos (0°), silo 2 hostile; {args.rounds} rounds of {args.epochs} epoch(s), "
+        f"channels {args.channels}; seeds {args.seeds}; {time.monotonic() - start_time:.0f} s\n"
+    )
     print("| hostile silo | rule | honest accuracy | vs clean FedAvg | screening decisions |")
     print("|---|---|---|---|---|")
     for (scenario, rule), accs in results.items():
         what = "; ".join(sorted(decided[scenario, rule])) or "-"
         print(f"| {scenario} | {rule} | {100 * np.mean(accs):.1f} | {100 * (np.mean(accs) - clean):+.1f} | {what} |")
     rounds, norm_spread, count_spread, median_norm = np.array(spreads).T
-    print(f"\nhonest spread over {len(spreads)} cluster-rounds: largest update norm / median "
-          f"{norm_spread.max():.3f} (mean {norm_spread.mean():.3f}), largest count / median {count_spread.max():.3f}")
+    print(
+        f"\nhonest spread over {len(spreads)} cluster-rounds: largest update norm / median "
+        f"{norm_spread.max():.3f} (mean {norm_spread.mean():.3f}), largest count / median {count_spread.max():.3f}"
+    )
     first, last = median_norm[rounds == 1].mean(), median_norm[rounds == args.rounds].mean()
-    print(f"median update norm: round 1 (from θ(0)) {first:.3f}, round {args.rounds} {last:.3f}: a silo that "
-          f"arrives late and trains from θ(0) beside members in round {args.rounds} is {first / last:.1f} x their median")
-    print(f"clean run, default (screening on) vs today's FedAvg: {'identical bit for bit' if identical else 'DIFFERENT'}")
+    print(
+        f"median update norm: round 1 (from θ(0)) {first:.3f}, round {args.rounds} {last:.3f}: a silo that "
+        f"arrives late and trains from θ(0) beside members in round {args.rounds} is {first / last:.1f} x their median"
+    )
+    print(
+        f"clean run, default (screening on) vs today's FedAvg: {'identical bit for bit' if identical else 'DIFFERENT'}"
+    )
     print(f"default bounds: {dataclasses.asdict(AggregationConfig())}")
 
 

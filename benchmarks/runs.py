@@ -4,6 +4,7 @@ A tree is a checkout of cfl_mpi (this one, or the code before a change, e.g. `gi
 add ../before 703ab81`); its job runs with the tree as working directory and on PYTHONPATH,
 so the tree's own package is the one imported.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ DIGITS = ("configs/digits.yaml", ())
 
 @dataclass
 class Job:
-    wall_s: float           # the whole command, start-up included
-    records: list[dict]     # metrics.jsonl
+    wall_s: float  # the whole command, start-up included
+    records: list[dict]  # metrics.jsonl
     summary: dict
     pss_mb: dict[int, float]  # peak proportional set size of each rank (MPI rank → MB)
     # wall-clock seconds from the job's start to the server's writing summary.json (its rounds
@@ -44,8 +45,9 @@ def mpirun() -> str:
     return found
 
 
-def run_job(tree: Path, config: str, overrides: list[str], ranks: int, timeout: float = 3600,
-            env: dict[str, str] | None = None) -> Job:
+def run_job(
+    tree: Path, config: str, overrides: list[str], ranks: int, timeout: float = 3600, env: dict[str, str] | None = None
+) -> Job:
     """`mpirun -n ranks python -m cfl_mpi.main config --set ...` in `tree`; its wall and results
     (`env`: more environment variables for the ranks)."""
     with tempfile.TemporaryDirectory(prefix="cfl_bench_") as out:
@@ -116,9 +118,21 @@ def machine() -> str:
     import scipy
     import torch
 
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            "unknown CPU",
+        )
+        if Path("/proc/cpuinfo").exists()
+        else "unknown CPU"
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), {model}; load average {load:.1f}; "
-            f"Python {sys.version.split()[0]}, torch {torch.__version__}, numpy {numpy.__version__}, "
-            f"scipy {scipy.__version__}")
+    return (
+        f"{os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), {model}; load average {load:.1f}; "
+        f"Python {sys.version.split()[0]}, torch {torch.__version__}, numpy {numpy.__version__}, "
+        f"scipy {scipy.__version__}"
+    )

@@ -12,6 +12,7 @@ data bytes are those of its silos' arrays (`SiloData`). The bad file: the digits
 exported, one silo's labels beyond the classes, under `mpirun -n 9`: seconds from launch to
 the exit with code 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,10 +61,17 @@ def bad_file_seconds(folder: Path, repeats: int) -> list[float]:
     seconds = []
     for _ in range(repeats):
         start = time.monotonic()
-        done = subprocess.run([mpirun(), "-n", "9", sys.executable, "-m", "cfl_mpi.main", str(config), "--out",
-                               str(folder / "run")], cwd=ROOT, capture_output=True, text=True,
-                              env={"PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-                                   "OMP_NUM_THREADS": "1"})
+        done = subprocess.run(
+            [mpirun(), "-n", "9", sys.executable, "-m", "cfl_mpi.main", str(config), "--out", str(folder / "run")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={
+                "PYTHONPATH": str(ROOT),
+                "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+                "OMP_NUM_THREADS": "1",
+            },
+        )
         seconds.append(time.monotonic() - start)
         assert done.returncode == 2, done.stderr[-2000:]
     return seconds
@@ -96,7 +104,10 @@ def main() -> None:
         bad = bad_file_seconds(Path(tmp) / "bad", 3)
     print(f"rotated MNIST, {args.silos} silos on {args.ranks - 1} silo ranks, {args.repeats} interleaved runs each")
     print(f"same clusters and per-silo accuracies: {same}")
-    print("| rank | its silos' data (MB) | built-in peak PSS (MB) | files peak PSS (MB) | built-in / data | files / data |")
+    print(
+        "| rank | its silos' data (MB) | built-in peak PSS (MB) | files peak PSS (MB) "
+        "| built-in / data | files / data |"
+    )
     print("|---|---|---|---|---|---|")
     ratios = {"built-in": [], "files": []}
     for rank in range(1, args.ranks):
@@ -104,14 +115,20 @@ def main() -> None:
         row = {name: statistics.median(p[rank] for p in peaks[name]) for name in peaks}
         for name in row:
             ratios[name].append(row[name] / mb)
-        print(f"| {rank} | {mb:.1f} | {row['built-in']:.0f} | {row['files']:.0f} | {row['built-in'] / mb:.2f} | "
-              f"{row['files'] / mb:.2f} |")
+        print(
+            f"| {rank} | {mb:.1f} | {row['built-in']:.0f} | {row['files']:.0f} | {row['built-in'] / mb:.2f} | "
+            f"{row['files'] / mb:.2f} |"
+        )
     server = {name: statistics.median(p[0] for p in peaks[name]) for name in peaks}
     print(f"server peak PSS: built-in {server['built-in']:.0f} MB, files {server['files']:.0f} MB")
-    print(f"median silo rank, peak PSS over data: built-in {statistics.median(ratios['built-in']):.2f}, "
-          f"files {statistics.median(ratios['files']):.2f}")
-    print(f"a bad silo file under mpirun -n 9: exit 2 after {', '.join(f'{s:.1f}' for s in bad)} s "
-          f"(median {statistics.median(bad):.1f} s)")
+    print(
+        f"median silo rank, peak PSS over data: built-in {statistics.median(ratios['built-in']):.2f}, "
+        f"files {statistics.median(ratios['files']):.2f}"
+    )
+    print(
+        f"a bad silo file under mpirun -n 9: exit 2 after {', '.join(f'{s:.1f}' for s in bad)} s "
+        f"(median {statistics.median(bad):.1f} s)"
+    )
     print(json.dumps({"peaks": peaks, "bytes": sizes, "bad_s": bad}))
 
 

@@ -11,6 +11,7 @@ noise units the robust rule cuts in:
   pair inside one): what any cut of the pairs could achieve at best;
 - ARI and margin of the rule as run, and of the same W cut at other multiples and linkages.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,11 @@ from .runs import MNIST, ROOT
 
 CUTS = (1.0, 1.5, 2.0, 2.5, 3.5)
 # Forms of line 16 the factor study compares, as strategy settings (on rotated_mnist_test.yaml).
-FORMS = {"paper": {}, "tau_same_R": {"tau_projection": "pair"},
-         "energy": {"distance": "energy", "ground_cost": "chordal"}}
+FORMS = {
+    "paper": {},
+    "tau_same_R": {"tau_projection": "pair"},
+    "energy": {"distance": "energy", "ground_cost": "chordal"},
+}
 
 
 def load(run: Path) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
@@ -62,9 +66,12 @@ def pair_margin(D: np.ndarray, truth: np.ndarray) -> tuple[float, float, float]:
 def describe(run: Path) -> str:
     cfg, W, noise, truth = load(run)
     D = symmetrised(W, noise)
-    lines = [f"## {run}", f"silos {len(truth)}, median noise {np.nanmedian(noise):.4g} "
-             f"(spread {np.nanpercentile(noise, 10):.3g}–{np.nanpercentile(noise, 90):.3g}), "
-             f"strategy {json.dumps({k: v for k, v in cfg['strategy'].items() if k != 'name'})}"]
+    lines = [
+        f"## {run}",
+        f"silos {len(truth)}, median noise {np.nanmedian(noise):.4g} "
+        f"(spread {np.nanpercentile(noise, 10):.3g}–{np.nanpercentile(noise, 90):.3g}), "
+        f"strategy {json.dumps({k: v for k, v in cfg['strategy'].items() if k != 'name'})}",
+    ]
     means = group_means(D, truth)
     lines.append("mean max(W, Wᵀ) in noise units, group × group:")
     lines += ["  " + " ".join(f"{v:6.2f}" for v in row) for row in means]
@@ -79,8 +86,9 @@ def describe(run: Path) -> str:
     return "\n".join(lines)
 
 
-def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int, ...],
-            fractions: tuple[float, ...]) -> str:
+def factors(
+    silos: int, per_group: int, overrides: list[str], epochs: tuple[int, ...], fractions: tuple[float, ...]
+) -> str:
     """The second form: silos of the rotated MNIST test split trained for round 1 from θ(0)
     exactly as a run does, then W[c][c'] of every ordered pair among `per_group` silos of
     groups 0 (0°), 2 (180°) and 1 (90°) under variants of line 16, at each sample fraction
@@ -96,24 +104,32 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
 
     import torch
 
-    from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
-    from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_reference, reference_distance
     from cfl_mpi.config import load_config
-    from cfl_mpi.models.build import build_model, load_arrays
+    from cfl_mpi.models.build import build_model, initial_model, load_arrays
     from cfl_mpi.ot.wasserstein import w1
     from cfl_mpi.privacy.handshake import random_projection
-    from cfl_mpi.models.build import initial_model
+    from cfl_mpi.strategies.emdcfl.distances import (
+        pair_distance,
+        pair_reference,
+        projected_dim,
+        reference_distance,
+        sample_size,
+    )
     from cfl_mpi.training import embed, train_local
 
-    base = load_config(ROOT / "configs/rotated_mnist_test.yaml",
-                       [f"silos={silos}", f"data.root={MNIST}", "data.download=false", *overrides])
+    base = load_config(
+        ROOT / "configs/rotated_mnist_test.yaml",
+        [f"silos={silos}", f"data.root={MNIST}", "data.download=false", *overrides],
+    )
     per = silos // len(base.data.rotations)
     chosen = [g * per + i for g in (0, 2, 1) for i in range(per_group)]
     group = np.array([c // per for c in chosen])
     cpu = torch.device("cpu")
     data = {c: base.data.build(c, base.data_facts()) for c in chosen}
-    lines = [f"{silos} silos, {per_group} of each of groups 0°, 180°, 90°; train "
-             f"{len(data[chosen[0]].y_train)}, val {len(data[chosen[0]].y_val)} images per silo"]
+    lines = [
+        f"{silos} silos, {per_group} of each of groups 0°, 180°, 90°; train "
+        f"{len(data[chosen[0]].y_train)}, val {len(data[chosen[0]].y_val)} images per silo"
+    ]
     for epochs_ in epochs:
         cfg = dataclasses.replace(base, train=dataclasses.replace(base.train, local_epochs=epochs_))
         models = {}
@@ -147,11 +163,14 @@ def factors(silos: int, per_group: int, overrides: list[str], epochs: tuple[int,
                         t = tau[name] if tau[name] is not None else pair_reference(z[c] @ r, v, r, form)
                         variants[name][c, d] = (pair_distance(z[c] @ r, z[d] @ r, form) - t) / noise[name][-1]
                     variants["no_projection"][c, d] = w1(z[c], z[d], s.ground_cost) - tau["paper"]
-                    variants["energy_tau_same_R"][c, d] = (variants["energy"][c, d]
-                                                           - pair_distance(z[c] @ r, v @ r, forms["energy"])
-                                                           / noise["energy"][-1])
-            lines.append(f"E = {epochs_}, sample_fraction {fraction} (n = {n}), median noise "
-                         + ", ".join(f"{k} {np.median(v):.4g}" for k, v in noise.items()) + " (W in those units):")
+                    variants["energy_tau_same_R"][c, d] = (
+                        variants["energy"][c, d] - pair_distance(z[c] @ r, v @ r, forms["energy"]) / noise["energy"][-1]
+                    )
+            lines.append(
+                f"E = {epochs_}, sample_fraction {fraction} (n = {n}), median noise "
+                + ", ".join(f"{k} {np.median(v):.4g}" for k, v in noise.items())
+                + " (W in those units):"
+            )
             for name, entries in variants.items():
                 lines.append(f"  {name:14s} " + separation(entries, chosen, group))
     return "\n".join(lines)
@@ -177,8 +196,10 @@ def separation(entries: dict[tuple[int, int], float], chosen: list[int], group: 
     out = [f"within {within.mean():.3g} ± {sd:.3g} ({centred.std() / sd:.2f} of it left when each row is centred)"]
     for key in ("0-180", "0-90"):
         between = np.array(pairs[key])
-        out.append(f"{key}: gap {(between.mean() - within.mean()) / sd:6.2f} sd, "
-                   f"pairs {(between.min() - within.max()) / sd:6.2f} sd")
+        out.append(
+            f"{key}: gap {(between.mean() - within.mean()) / sd:6.2f} sd, "
+            f"pairs {(between.min() - within.max()) / sd:6.2f} sd"
+        )
     return ", ".join(out)
 
 
@@ -194,8 +215,11 @@ def table(folders: list[Path]) -> str:
     round, and the cost of clustering as the rounds' wall time beyond FedAvg's in the same
     folder and seed (IFCA pays on every round, EMD-CFL on its first)."""
     runs = sorted(p.parent for f in folders for p in f.glob("*/summary.json"))
-    rows = ["| C | run | clusters | ARI | margin | avg acc | worst acc | first round / later rounds (s) "
-            "| rounds' wall beyond FedAvg's (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| C | run | clusters | ARI | margin | avg acc | worst acc | first round / later rounds (s) "
+        "| rounds' wall beyond FedAvg's (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         summary = json.loads((run / "summary.json").read_text())
         walls = round_walls(run)
@@ -205,10 +229,12 @@ def table(folders: list[Path]) -> str:
             extra = f"{sum(walls) - sum(round_walls(fedavg)):.1f}"
         margin = (summary.get("extraction") or {}).get("margin")
         later = f"{np.median(walls[1:]):.1f}" if len(walls) > 1 else "–"
-        rows.append(f"| {summary['silos']} | {run.parent.name}/{run.name} | {summary['n_clusters']} | "
-                    f"{summary['ari']:.2f} | {'–' if margin is None else f'{margin:.2f}'} | "
-                    f"{100 * summary['avg_acc']:.1f} | {100 * summary['worst_acc']:.1f} | "
-                    f"{walls[0]:.1f} / {later} | {extra} |")
+        rows.append(
+            f"| {summary['silos']} | {run.parent.name}/{run.name} | {summary['n_clusters']} | "
+            f"{summary['ari']:.2f} | {'–' if margin is None else f'{margin:.2f}'} | "
+            f"{100 * summary['avg_acc']:.1f} | {100 * summary['worst_acc']:.1f} | "
+            f"{walls[0]:.1f} / {later} | {extra} |"
+        )
     return "\n".join(rows)
 
 

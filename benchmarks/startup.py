@@ -19,6 +19,7 @@ config's checks, the placement, torch's import, the device (CUDA's initialisatio
 silo its data, its model and sets on the device, its strategy half (with the modules it
 calls into), and the wait for the server's hello.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,11 @@ def timeline_table(folder: Path, launched: float) -> str:
     for step, by_rank in steps.items():  # in the order of the last rank's steps (a silo's), then the server's
         silos = [s for rank, s in by_rank.items() if rank != 0]
         server = f"{by_rank[0]:.2f}" if 0 in by_rank else "–"
-        lines.append(f"| {step} | {statistics.median(silos):.2f} | {max(silos):.2f} | {server} |"
-                     if silos else f"| {step} | – | – | {server} |")
+        lines.append(
+            f"| {step} | {statistics.median(silos):.2f} | {max(silos):.2f} | {server} |"
+            if silos
+            else f"| {step} | – | – | {server} |"
+        )
     ends = [max(at for _, at in r["marks"]) - launched for r in ranks if r["rank"] != 0 and r["marks"]]
     lines.append(f"\nthe last silo rank's hello {max(ends):.1f} s after the launch" if ends else "")
     return "\n".join(lines)
@@ -88,16 +92,22 @@ def main(argv: list[str] | None = None) -> None:
     before = summary_at - job.summary["wall_s"]
     cores = len(os.sched_getaffinity(0))
     floor = floor_seconds(args.ranks, "import torch")
-    print(f"{args.ranks} ranks to the first round: {startup:.1f} s; {args.ranks} torch imports on {cores} cores: "
-          f"{floor:.1f} s; ratio {startup / floor:.2f}")
+    print(
+        f"{args.ranks} ranks to the first round: {startup:.1f} s; {args.ranks} torch imports on {cores} cores: "
+        f"{floor:.1f} s; ratio {startup / floor:.2f}"
+    )
     import torch
 
     if torch.cuda.is_available():
         cuda_floor = floor_seconds(args.ranks, "import torch; torch.cuda.init()")
-        print(f"  {args.ranks} torch imports with CUDA initialised: {cuda_floor:.1f} s; ratio {startup / cuda_floor:.2f}")
-    print(f"  of which before the first round {before:.1f} s, after the last round {job.wall_s - summary_at:.1f} s "
-          f"(results folder {folder_done_at - summary_at:.1f} s, exit {job.wall_s - folder_done_at:.1f} s); "
-          f"the run itself {job.summary['wall_s']:.1f} s")
+        print(
+            f"  {args.ranks} torch imports with CUDA initialised: {cuda_floor:.1f} s; ratio {startup / cuda_floor:.2f}"
+        )
+    print(
+        f"  of which before the first round {before:.1f} s, after the last round {job.wall_s - summary_at:.1f} s "
+        f"(results folder {folder_done_at - summary_at:.1f} s, exit {job.wall_s - folder_done_at:.1f} s); "
+        f"the run itself {job.summary['wall_s']:.1f} s"
+    )
     print(f"\nEach rank's start-up, step by step (from the launch; a step's seconds end at its mark):\n\n{table}")
 
 

@@ -11,11 +11,13 @@ threads against one (the solvers release the GIL); the noise estimate's n × n/2
 (POT against the assignment of the repeated cost matrix, scipy and LAPJV); and the server's W1 phase at 40 silos,
 n = 512 projected for a 16-core node from it.
 """
+
 from __future__ import annotations
 
 import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
+
 import lap
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -38,8 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     repeats = 3 if args.quick else args.repeats
     solvers = {"scipy": w1_assignment, "lapjv (lapx)": w1_lapjv, "POT emd2": w1_emd}
     rng = np.random.default_rng(0)
-    print("| n | scipy CPU ms | " + " | ".join(f"{k} / scipy" for k in solvers if k != "scipy")
-          + " | max \\|difference\\| |")
+    print(
+        "| n | scipy CPU ms | "
+        + " | ".join(f"{k} / scipy" for k in solvers if k != "scipy")
+        + " | max \\|difference\\| |"
+    )
     print("|---" * (len(solvers) + 2) + "|")
     per_solve = {}
     for n in (128, 512, 2048):
@@ -55,23 +60,30 @@ def main(argv: list[str] | None = None) -> None:
         best = {k: float(np.median(v)) for k, v in times.items()}
         per_solve[n] = best["scipy"]
         spread = max(abs(v - values["scipy"]) for v in values.values())
-        print(f"| {n} | {1e3 * best['scipy']:.2f} | "
-              + " | ".join(f"{best[k] / best['scipy']:.2f}" for k in solvers if k != "scipy")
-              + f" | {spread:.1e} |", flush=True)
+        print(
+            f"| {n} | {1e3 * best['scipy']:.2f} | "
+            + " | ".join(f"{best[k] / best['scipy']:.2f}" for k in solvers if k != "scipy")
+            + f" | {spread:.1e} |",
+            flush=True,
+        )
 
     # The noise estimate's problems: n points against n/2 (each of those repeated twice).
     def scipy_repeated(cost: np.ndarray) -> float:
         return w1_assignment(np.repeat(cost, cost.shape[0] // cost.shape[1], axis=1))
 
     repeated = {"POT emd2": w1_emd, "scipy on repeated": scipy_repeated, "LAPJV on repeated (ours)": w1_repeated}
-    print("\n| n × n/2 | POT emd2 CPU ms | " + " | ".join(f"{k} / emd2" for k in list(repeated)[1:])
-          + " | max \\|difference\\| |")
+    print(
+        "\n| n × n/2 | POT emd2 CPU ms | "
+        + " | ".join(f"{k} / emd2" for k in list(repeated)[1:])
+        + " | max \\|difference\\| |"
+    )
     print("|---" * (len(repeated) + 2) + "|")
     for n in (128, 288, 512):
         times = {k: [] for k in repeated}
         for _ in range(repeats):
-            cost = ground_cost(np.abs(rng.normal(size=(n, args.dims))), np.abs(rng.normal(size=(n // 2, args.dims))),
-                               "cosine")
+            cost = ground_cost(
+                np.abs(rng.normal(size=(n, args.dims))), np.abs(rng.normal(size=(n // 2, args.dims))), "cosine"
+            )
             values = {}
             for name, solve in repeated.items():
                 start = time.thread_time()
@@ -79,11 +91,16 @@ def main(argv: list[str] | None = None) -> None:
                 times[name].append(time.thread_time() - start)
         best = {k: float(np.median(v)) for k, v in times.items()}
         spread = max(abs(v - values["POT emd2"]) for v in values.values())
-        print(f"| {n} × {n // 2} | {1e3 * best['POT emd2']:.2f} | "
-              + " | ".join(f"{best[k] / best['POT emd2']:.2f}" for k in list(repeated)[1:]) + f" | {spread:.1e} |")
+        print(
+            f"| {n} × {n // 2} | {1e3 * best['POT emd2']:.2f} | "
+            + " | ".join(f"{best[k] / best['POT emd2']:.2f}" for k in list(repeated)[1:])
+            + f" | {spread:.1e} |"
+        )
 
-    costs = [ground_cost(rng.normal(size=(512, args.dims)), rng.normal(size=(512, args.dims)), "cosine")
-             for _ in range(8 if args.quick else 16)]
+    costs = [
+        ground_cost(rng.normal(size=(512, args.dims)), rng.normal(size=(512, args.dims)), "cosine")
+        for _ in range(8 if args.quick else 16)
+    ]
     walls = {}
     for threads in (1, 2):
         start = time.perf_counter()
@@ -92,12 +109,16 @@ def main(argv: list[str] | None = None) -> None:
         walls[threads] = time.perf_counter() - start
     efficiency = walls[1] / walls[2] / 2
     solves = 40 * 39
-    print(f"\nscipy at n = 512 on a pool: 2 threads give {walls[1] / walls[2]:.2f}× one thread "
-          f"(parallel efficiency {100 * efficiency:.0f} %, on a machine shared with other jobs).")
-    print(f"Server W1 phase at 40 silos, n = 512 ({solves} solves of {1e3 * per_solve[512]:.1f} ms here): "
-          f"{solves * per_solve[512]:.1f} s on one core; projected on 16 cores at 100 % efficiency "
-          f"{solves * per_solve[512] / 16:.2f} s, at the efficiency measured here "
-          f"{solves * per_solve[512] / (16 * max(efficiency, 1 / 16)):.2f} s.")
+    print(
+        f"\nscipy at n = 512 on a pool: 2 threads give {walls[1] / walls[2]:.2f}× one thread "
+        f"(parallel efficiency {100 * efficiency:.0f} %, on a machine shared with other jobs)."
+    )
+    print(
+        f"Server W1 phase at 40 silos, n = 512 ({solves} solves of {1e3 * per_solve[512]:.1f} ms here): "
+        f"{solves * per_solve[512]:.1f} s on one core; projected on 16 cores at 100 % efficiency "
+        f"{solves * per_solve[512] / 16:.2f} s, at the efficiency measured here "
+        f"{solves * per_solve[512] / (16 * max(efficiency, 1 / 16)):.2f} s."
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ With `--repeats N` the three jobs run N times, interleaved, and the figures are 
 (a single Oracle run here swung 68-77 s between two suites); each emdcfl/oracle ratio is the
 median of the ratios to the Oracle run just before.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,12 @@ def breakdown(job: Job) -> str:
     server = first.get("server_steps", {})
     threads = server.get("w1_pool_threads", 1)
     busy = server.get("w1_solves", 0.0) / max(1e-9, threads * first["seconds"]["clustering"])
-    return (f"silo steps, mean (max) s: {silo}; server: receive {server.get('receive', 0):.1f} s, "
-            f"W1 solves {server.get('w1_solves', 0):.1f} thread-s on {threads} threads, "
-            f"after the last message {server.get('w1_after_last_message', 0):.2f} s; "
-            f"server busy {100 * busy:.0f} % of the clustering phase")
+    return (
+        f"silo steps, mean (max) s: {silo}; server: receive {server.get('receive', 0):.1f} s, "
+        f"W1 solves {server.get('w1_solves', 0):.1f} thread-s on {threads} threads, "
+        f"after the last message {server.get('w1_after_last_message', 0):.2f} s; "
+        f"server busy {100 * busy:.0f} % of the clustering phase"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,8 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="MNIST test split at 8 silos only")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each job; medians are printed")
     args = parser.parse_args(argv)
-    print("| case | oracle s | emdcfl before s | emdcfl after s | emdcfl/oracle before | emdcfl/oracle after "
-          "| clustering before s | clustering after s | clustering after/before |")
+    print(
+        "| case | oracle s | emdcfl before s | emdcfl after s | emdcfl/oracle before | emdcfl/oracle after "
+        "| clustering before s | clustering after s | clustering after/before |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     notes = []
     for name, (config, overrides), silos in cases(args.quick):
@@ -58,18 +63,29 @@ def main(argv: list[str] | None = None) -> None:
             runs["before"].append(run_job(args.before, config, sets, silos + 1))
             runs["after"].append(run_job(ROOT, config, sets, silos + 1))
         walls = {k: statistics.median(j.wall_s for j in jobs) for k, jobs in runs.items()}
-        ratio = {k: statistics.median(j.wall_s / o.wall_s for j, o in zip(runs[k], runs["oracle"]))
-                 for k in ("before", "after")}  # each against the Oracle run just before it
+        ratio = {
+            k: statistics.median(j.wall_s / o.wall_s for j, o in zip(runs[k], runs["oracle"]))
+            for k in ("before", "after")
+        }  # each against the Oracle run just before it
         cb, ca = (statistics.median(clustering_s(j) for j in runs[k]) for k in ("before", "after"))
-        print(f"| {name}, {silos} silos | {walls['oracle']:.0f} | {walls['before']:.0f} | {walls['after']:.0f} "
-              f"| {ratio['before']:.2f} | {ratio['after']:.2f} | {cb:.1f} | {ca:.1f} | {ca / cb:.2f} |", flush=True)
+        print(
+            f"| {name}, {silos} silos | {walls['oracle']:.0f} | {walls['before']:.0f} | {walls['after']:.0f} "
+            f"| {ratio['before']:.2f} | {ratio['after']:.2f} | {cb:.1f} | {ca:.1f} | {ca / cb:.2f} |",
+            flush=True,
+        )
         if args.repeats > 1:
-            notes.append(f"- {name}, {silos} silos, each run (oracle / before / after s): " + "; ".join(
-                f"{o.wall_s:.0f} / {b.wall_s:.0f} / {a.wall_s:.0f}"
-                for o, b, a in zip(runs["oracle"], runs["before"], runs["after"])))
+            notes.append(
+                f"- {name}, {silos} silos, each run (oracle / before / after s): "
+                + "; ".join(
+                    f"{o.wall_s:.0f} / {b.wall_s:.0f} / {a.wall_s:.0f}"
+                    for o, b, a in zip(runs["oracle"], runs["before"], runs["after"])
+                )
+            )
         same = all(b.records[0]["clusters"] == a.records[0]["clusters"] for b, a in zip(runs["before"], runs["after"]))
-        notes.append(f"- {name}, {silos} silos: clusters {'identical' if same else 'DIFFER'} before/after; "
-                     + breakdown(runs["after"][-1]))
+        notes.append(
+            f"- {name}, {silos} silos: clusters {'identical' if same else 'DIFFER'} before/after; "
+            + breakdown(runs["after"][-1])
+        )
     print("\n" + "\n".join(notes))
 
 

@@ -25,6 +25,7 @@ and how much waiting ranks slow a working one.
    the CPU seconds of each rank: the channel's share of the stage's burst, in which 1,200
    silo threads of a rank wake at once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,18 +83,25 @@ def print_transfer(comm, channel, blob, repeats: int) -> None:
     from cfl_mpi.wire.messages import Expect
 
     if comm.Get_rank() == 0:
-        print(f"| MB | {' MB/s | '.join(PATHS)} MB/s | channel / raw, reused | channel / raw, fresh |\n"
-              f"|---|---|---|---|---|---|", flush=True)
+        print(
+            f"| MB | {' MB/s | '.join(PATHS)} MB/s | channel / raw, reused | channel / raw, fresh |\n"
+            f"|---|---|---|---|---|---|",
+            flush=True,
+        )
     for mb in SIZES_MB:
         data = np.ones(int(mb * (1 << 20)) // 4, dtype=np.float32)
         raw = data.view(np.uint8)
-        expect = lambda r: Expect.like(blob, r, {"w": data})  # noqa: E731
+        expect = lambda r: Expect.like(blob, r, {"w": data})  # noqa: E731, B023
         paths = {
-            "channel": (lambda r: channel.send(0, blob, r, {"w": data}), lambda r: channel.recv(SERVER, expect(r))),
-            "raw, reused buffer": (lambda r: comm.Send([raw, MPI.BYTE], 1, 1),
-                                   lambda r: comm.Recv([raw, MPI.BYTE], 0, 1)),
-            "raw, fresh buffer": (lambda r: comm.Send([raw, MPI.BYTE], 1, 1),
-                                  lambda r: comm.Recv([np.empty_like(raw), MPI.BYTE], 0, 1)),
+            "channel": (lambda r: channel.send(0, blob, r, {"w": data}), lambda r: channel.recv(SERVER, expect(r))),  # noqa: B023 - called within this iteration
+            "raw, reused buffer": (
+                lambda r: comm.Send([raw, MPI.BYTE], 1, 1),  # noqa: B023 - called within this iteration
+                lambda r: comm.Recv([raw, MPI.BYTE], 0, 1),  # noqa: B023 - called within this iteration
+            ),
+            "raw, fresh buffer": (
+                lambda r: comm.Send([raw, MPI.BYTE], 1, 1),  # noqa: B023 - called within this iteration
+                lambda r: comm.Recv([np.empty_like(raw), MPI.BYTE], 0, 1),  # noqa: B023 - called within this iteration
+            ),
         }
         seconds = {path: [] for path in PATHS}
         for _ in range(repeats):  # interleaved: every path sees the same machine load
@@ -101,9 +109,12 @@ def print_transfer(comm, channel, blob, repeats: int) -> None:
                 seconds[path].append(one_way(comm, send, receive, 3))
         if comm.Get_rank() == 0:
             rate = {path: mb / 1.048576 / float(np.median(t)) for path, t in seconds.items()}
-            print(f"| {mb:g} | {' | '.join(f'{rate[p]:.0f}' for p in PATHS)} | "
-                  f"{rate['channel'] / rate['raw, reused buffer']:.2f} | "
-                  f"{rate['channel'] / rate['raw, fresh buffer']:.2f} |", flush=True)
+            print(
+                f"| {mb:g} | {' | '.join(f'{rate[p]:.0f}' for p in PATHS)} | "
+                f"{rate['channel'] / rate['raw, reused buffer']:.2f} | "
+                f"{rate['channel'] / rate['raw, fresh buffer']:.2f} |",
+                flush=True,
+            )
 
 
 def worker(mode: str, repeats: int, parties: int) -> None:
@@ -128,16 +139,22 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
     if size == 1:  # the baseline: no rank waits beside the working one
         print(f"{work(repeats):.4f}", flush=True)
         return
-    layout = RankLayout(parties, 1) if mode == "parties" else \
-        RankLayout(parties * (size - 1), size - 1) if mode in ("fanout", "handshake") else \
-        RankLayout(size - 1, size - 1)
+    layout = (
+        RankLayout(parties, 1)
+        if mode == "parties"
+        else RankLayout(parties * (size - 1), size - 1)
+        if mode in ("fanout", "handshake")
+        else RankLayout(size - 1, size - 1)
+    )
     here = [SERVER] if rank == 0 else list(layout.silos_on(rank))
     rt = RuntimeConfig()  # the runtime's default polling
     blob, ack = message_kind("bench_blob"), message_kind("bench_ack")
     # the channel's own communicator: the raw transfers below use COMM_WORLD
     with MpiInbox(comm.Dup(), layout, LocalHub(), threading.Lock(), rt.max_poll_sleep_ms / 1000) as inbox:
-        channels = [MpiChannel(me, inbox, rt.message_timeout_s, rt.max_poll_sleep_ms / 1000, rt.payload_timeout_s)
-                    for me in here]
+        channels = [
+            MpiChannel(me, inbox, rt.message_timeout_s, rt.max_poll_sleep_ms / 1000, rt.payload_timeout_s)
+            for me in here
+        ]
         if mode == "transfer":
             print_transfer(comm, channels[0], blob, repeats)
         elif mode == "parties":  # rank 1's parties wait in recv, each on its thread, for WAIT_S
@@ -185,13 +202,15 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
 
 
 def placing_stage(comm, layout, channels) -> None:
-    """Section 5: the messages of EMD-CFL's placing stage (strategies/emdcfl/server.py, silo.py), timed from a barrier."""
+    """Section 5: the messages of EMD-CFL's placing stage (strategies/emdcfl/server.py,
+    silo.py), timed from a barrier."""
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.base import wait_all
     from cfl_mpi.wire.messages import ArraySpec, Expect, message_kind
 
-    plan_kind, key_kind, omega_kind, clouds_kind = (message_kind(f"bench_{k}") for k in
-                                                    ("plan", "key", "omega", "clouds"))
+    plan_kind, key_kind, omega_kind, clouds_kind = (
+        message_kind(f"bench_{k}") for k in ("plan", "key", "omega", "clouds")
+    )
     silos = layout.silos
     reps = [0, 1, silos // 2, silos // 2 + 1]
     # the narrow CNN's ω (16 and 32 channels, 64-dimensional embedding) and projected clouds
@@ -222,8 +241,9 @@ def placing_stage(comm, layout, channels) -> None:
     start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     if comm.Get_rank() == 0:
         server = channels[0]
-        wait_all([server.isend(s, plan_kind, 0, {"partners": np.array(partners_of(s), np.int64)})
-                  for s in range(silos)])
+        wait_all(
+            [server.isend(s, plan_kind, 0, {"partners": np.array(partners_of(s), np.int64)}) for s in range(silos)]
+        )
         for _ in server.recv_each(range(silos), lambda _: clouds_expect):
             pass
     else:
@@ -233,12 +253,21 @@ def placing_stage(comm, layout, channels) -> None:
         for t in threads:
             t.join()
     end = resource.getrusage(resource.RUSAGE_SELF)
-    rows = comm.gather((time.perf_counter() - start, end.ru_utime - usage.ru_utime, end.ru_stime - usage.ru_stime,
-                        end.ru_nvcsw - usage.ru_nvcsw + end.ru_nivcsw - usage.ru_nivcsw), root=0)
+    rows = comm.gather(
+        (
+            time.perf_counter() - start,
+            end.ru_utime - usage.ru_utime,
+            end.ru_stime - usage.ru_stime,
+            end.ru_nvcsw - usage.ru_nvcsw + end.ru_nivcsw - usage.ru_nivcsw,
+        ),
+        root=0,
+    )
     if comm.Get_rank() == 0:  # wall, then user + system CPU seconds and context switches per rank
-        print(f"{max(r[0] for r in rows):.2f} s | " +
-              " | ".join(f"{user:.2f} + {system:.2f} s, {switches / 1000:.0f}k" for _, user, system, switches in rows),
-              flush=True)
+        print(
+            f"{max(r[0] for r in rows):.2f} s | "
+            + " | ".join(f"{user:.2f} + {system:.2f} s, {switches / 1000:.0f}k" for _, user, system, switches in rows),
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,8 +283,20 @@ def main(argv: list[str] | None = None) -> None:
     from .runs import ROOT, mpirun
 
     def launch(n: int, mode: str, repeats: int, parties: int = 1) -> str:
-        cmd = [mpirun(), "-n", str(n), sys.executable, "-m", "benchmarks.wire", "--worker", mode,
-               "--repeats", str(repeats), "--parties", str(parties)]
+        cmd = [
+            mpirun(),
+            "-n",
+            str(n),
+            sys.executable,
+            "-m",
+            "benchmarks.wire",
+            "--worker",
+            mode,
+            "--repeats",
+            str(repeats),
+            "--parties",
+            str(parties),
+        ]
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
     repeats = 3 if args.quick else 5
@@ -265,19 +306,25 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(repeats):  # interleaved: both see the same machine load
         alone.append(float(launch(1, "waiting", steps)))
         waited.append(float(launch(1 + WAITING, "waiting", steps)))
-    print(f"\nworking rank with {WAITING} ranks waiting in recv / alone: "
-          f"{np.median(waited) / np.median(alone):.2f} (median of {repeats}; "
-          f"{np.median(alone):.2f} s alone)")
+    print(
+        f"\nworking rank with {WAITING} ranks waiting in recv / alone: "
+        f"{np.median(waited) / np.median(alone):.2f} (median of {repeats}; "
+        f"{np.median(alone):.2f} s alone)"
+    )
     print("\n| silos waiting in recv on one rank | that rank's CPU seconds per second |\n|---|---|")
     for parties in PARTIES:
         print(f"| {parties} | {launch(2, 'parties', 1, parties).strip()} |", flush=True)
-    print("\n| silos on each of 2 ranks | seconds until each holds its message from the server (median of "
-          f"{repeats}) |\n|---|---|")
+    print(
+        "\n| silos on each of 2 ranks | seconds until each holds its message from the server (median of "
+        f"{repeats}) |\n|---|---|"
+    )
     for parties in FAN_OUT:
         seconds = [float(launch(3, "fanout", 1, parties)) for _ in range(repeats)]
         print(f"| {parties} | {np.median(seconds):.2f} |", flush=True)
-    print("\n| EMD-CFL's placing stage, 1,200 silos on each of 2 ranks | seconds | rank 0, 1, 2: user + system CPU "
-          "seconds, context switches |\n|---|---|---|")
+    print(
+        "\n| EMD-CFL's placing stage, 1,200 silos on each of 2 ranks | seconds | rank 0, 1, 2: user + system CPU "
+        "seconds, context switches |\n|---|---|---|"
+    )
     for _ in range(repeats):
         wall, ranks = launch(3, "handshake", 1, HANDSHAKE_PARTIES).strip().split(" s | ", 1)
         print(f"| | {wall} | {ranks} |", flush=True)

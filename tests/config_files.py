@@ -1,4 +1,5 @@
 """Configs that tests write: YAML text or a mapping of sections, loaded as the job loads them."""
+
 from __future__ import annotations
 
 import textwrap

@@ -1,12 +1,13 @@
 """Shared test fixtures: where the real test data lives, and skipping when it is absent."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
+import jobs
 import pytest
 from hypothesis import settings
-
-import jobs
+from nodes import emulated_nodes  # noqa: F401 - the fixture of the tests across emulated nodes
 
 # Property tests check results, never timings: this machine and CI are shared and noisy.
 settings.register_profile("cfl_mpi", deadline=None)

@@ -5,6 +5,7 @@ MNIST's IDX files (gzipped, as distributed), CIFAR-10's pickled Python batches (
 scikit-learn's real 8×8 digits, upsampled (MNIST), or seeded noise with a class-dependent
 tint (CIFAR-10, PACS), so that small models can learn something from them.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -65,16 +66,35 @@ def write_cifar10(root: Path, per_batch: int = 40, n_test: int = 60, seed: int =
     for k, name in enumerate(names):
         n = n_test if name == "test_batch" else per_batch
         images, labels = tinted_images(n, 10, 32, seed + k)
-        entry = {"batch_label": f"{name} of {len(names)}",
-                 "labels": [int(y) for y in labels],
-                 "data": images.transpose(0, 3, 1, 2).reshape(n, 3072),
-                 "filenames": [f"img_{k}_{i}.png" for i in range(n)]}
+        entry = {
+            "batch_label": f"{name} of {len(names)}",
+            "labels": [int(y) for y in labels],
+            "data": images.transpose(0, 3, 1, 2).reshape(n, 3072),
+            "filenames": [f"img_{k}_{i}.png" for i in range(n)],
+        }
         with open(folder / name, "wb") as fh:
             pickle.dump(entry, fh, protocol=2)
     with open(folder / "batches.meta", "wb") as fh:
-        pickle.dump({"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                                     "ship", "truck"], "num_cases_per_batch": per_batch, "num_vis": 3072}, fh,
-                    protocol=2)
+        pickle.dump(
+            {
+                "label_names": [
+                    "airplane",
+                    "automobile",
+                    "bird",
+                    "cat",
+                    "deer",
+                    "dog",
+                    "frog",
+                    "horse",
+                    "ship",
+                    "truck",
+                ],
+                "num_cases_per_batch": per_batch,
+                "num_vis": 3072,
+            },
+            fh,
+            protocol=2,
+        )
     return root
 
 

@@ -1,4 +1,5 @@
 """Whole runs from tests: real `mpirun` jobs, or the in-process simulator; and what they wrote."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ running_marks: frozenset[str] = SLOW
 
 def require_slow_marker(what: str) -> None:
     if not running_marks & SLOW:
-        raise AssertionError(f"{what} in a test without a marker of {sorted(SLOW)}: mark it (pyproject.toml lists them)")
+        raise AssertionError(
+            f"{what} in a test without a marker of {sorted(SLOW)}: mark it (pyproject.toml lists them)"
+        )
 
 
 def mpirun() -> str:

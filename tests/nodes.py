@@ -8,6 +8,7 @@ the node's mount namespace), as a node-local disk: a silo whose files are on ano
 cannot open them. Everything else of the machine (the project, the results folder) is shared,
 as a cluster's shared file system is. Needs root (`ip netns`, `unshare`); skips otherwise.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from jobs import PROJECT_ROOT, mpirun, require_slow_marker
 
 # MPI on the network between the nodes: UCX over TCP only (without it UCX reaches a rank of
@@ -84,7 +84,9 @@ class EmulatedNodes:
         self.local = root / "local"  # where each node sees its own folder
         self.disks = root / "disks"
         self.head = f"10.213.{net}.254"
-        self.nodes = [Node(f"node{i}", f"cfl{tag}n{i}", f"10.213.{net}.{i}", f"cfl{tag}v{i}") for i in range(1, count + 1)]
+        self.nodes = [
+            Node(f"node{i}", f"cfl{tag}n{i}", f"10.213.{net}.{i}", f"cfl{tag}v{i}") for i in range(1, count + 1)
+        ]
         self.launcher = root / "enter_node.sh"
         self._made: list[Node] = []
         _remove_orphans()
@@ -158,10 +160,12 @@ class EmulatedNodes:
         proc = self.start(ranks, args)
         try:
             out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as expired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-            raise AssertionError(f"job across nodes still running after {timeout} s:\n{out[-2000:]}\n{err[-3000:]}")
+            raise AssertionError(
+                f"job across nodes still running after {timeout} s:\n{out[-2000:]}\n{err[-3000:]}"
+            ) from expired
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     # ------------------------------------------------------------------ the network

@@ -1,5 +1,6 @@
 """Aggregation rules against independent references (Python's statistics, sorting by hand),
 their robustness as properties (hypothesis), and the screening of a cluster's updates."""
+
 import math
 import statistics
 
@@ -9,9 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cfl_mpi.aggregation import (aggregate, clip_update, coordinate_median, fedavg, norm_clipped_mean,
-                                 screen_updates, trimmed_mean, update_norm)
-from cfl_mpi.aggregation import AggregationConfig
+from cfl_mpi.aggregation import (
+    AggregationConfig,
+    aggregate,
+    clip_update,
+    coordinate_median,
+    fedavg,
+    norm_clipped_mean,
+    screen_updates,
+    trimmed_mean,
+    update_norm,
+)
 
 
 def test_weighted_by_sample_counts():
@@ -42,9 +51,14 @@ def cohorts(draw, min_members=1, max_members=7):
     """m models of two float32 tensors and an integer buffer, of one random shape."""
     m = draw(st.integers(min_members, max_members))
     shape = draw(hnp.array_shapes(max_dims=2, max_side=4))
-    return [{"w": draw(hnp.arrays(np.float32, shape, elements=finite)),
-             "b": draw(hnp.arrays(np.float32, (3,), elements=finite)),
-             "steps": np.array(draw(st.integers(0, 1000)), dtype=np.int64)} for _ in range(m)]
+    return [
+        {
+            "w": draw(hnp.arrays(np.float32, shape, elements=finite)),
+            "b": draw(hnp.arrays(np.float32, (3,), elements=finite)),
+            "steps": np.array(draw(st.integers(0, 1000)), dtype=np.int64),
+        }
+        for _ in range(m)
+    ]
 
 
 def by_coordinate(models, name, reference):
@@ -57,8 +71,9 @@ def by_coordinate(models, name, reference):
 def trimmed_reference(trim):
     def mean_of_kept(values):
         k = math.floor(trim * len(values))
-        kept = sorted(values)[k:len(values) - k]
+        kept = sorted(values)[k : len(values) - k]
         return math.fsum(kept) / len(kept)
+
     return mean_of_kept
 
 
@@ -111,12 +126,16 @@ def test_rules_are_permutation_invariant_and_move_with_a_common_shift(models, da
 
 # ------------------------------------------------------------------ norms and clipping
 
+
 def test_update_norm_is_the_float64_norm_of_the_floating_tensors_only():
     start = {"w": np.zeros((2, 2), np.float32), "b": np.ones(3, np.float32), "steps": np.array(0)}
     model = {"w": np.full((2, 2), 3e38, np.float32), "b": np.ones(3, np.float32), "steps": np.array(10**6)}
     assert update_norm(model, start) == pytest.approx(np.linalg.norm(np.full(4, 3e38)))  # finite, no overflow
-    model = {"w": np.array([[3.0, 0.0], [0.0, 0.0]], np.float32), "b": np.array([1.0, 1.0, 5.0], np.float32),
-             "steps": np.array(7)}
+    model = {
+        "w": np.array([[3.0, 0.0], [0.0, 0.0]], np.float32),
+        "b": np.array([1.0, 1.0, 5.0], np.float32),
+        "steps": np.array(7),
+    }
     assert update_norm(model, start) == pytest.approx(5.0)
 
 
@@ -140,15 +159,20 @@ def test_clipping_bounds_the_update_norm_and_keeps_its_direction(pair, bound):
 
 def test_norm_clipped_mean_is_fedavg_when_nothing_exceeds_the_bound():
     start = {"w": np.zeros(3, np.float32)}
-    models = [{"w": np.array([1.0, 0, 0], np.float32)}, {"w": np.array([0, 2.0, 0], np.float32)},
-              {"w": np.array([0, 0, 100.0], np.float32)}]
-    np.testing.assert_array_equal(norm_clipped_mean(models, [start] * 3, [1, 1, 2], 1e9)["w"],
-                                  fedavg(models, [1, 1, 2])["w"])
+    models = [
+        {"w": np.array([1.0, 0, 0], np.float32)},
+        {"w": np.array([0, 2.0, 0], np.float32)},
+        {"w": np.array([0, 0, 100.0], np.float32)},
+    ]
+    np.testing.assert_array_equal(
+        norm_clipped_mean(models, [start] * 3, [1, 1, 2], 1e9)["w"], fedavg(models, [1, 1, 2])["w"]
+    )
     # M = median norm (2): the third update is scaled to norm 2
     np.testing.assert_allclose(norm_clipped_mean(models, [start] * 3, [1, 1, 2])["w"], [0.25, 0.5, 1.0])
 
 
 # ------------------------------------------------------------------ screening
+
 
 def cluster(norms, counts, seed=0):
     """Members whose updates from a common start have the given norms, random directions."""
@@ -157,8 +181,9 @@ def cluster(norms, counts, seed=0):
     models = []
     for norm in norms:
         direction = rng.standard_normal(50)
-        models.append({"w": (start["w"] + norm * direction / np.linalg.norm(direction)).astype(np.float32),
-                       "steps": np.array(5)})
+        models.append(
+            {"w": (start["w"] + norm * direction / np.linalg.norm(direction)).astype(np.float32), "steps": np.array(5)}
+        )
     return list(range(len(norms))), models, [start] * len(norms), list(counts)
 
 
@@ -181,8 +206,12 @@ def test_a_huge_update_is_rejected_with_sender_round_and_reason():
     silos, models, starts, counts = cluster([1.0, 1.1, 0.9, 1e30], [100, 100, 100, 100])
     model, screened = aggregate(DEFAULT, 4, silos, models, starts, counts, {})
     (rejected,) = [d for d in screened.decisions if d.action != "accepted"]
-    assert rejected.record() == {"silo": 3, "round": 4, "action": "rejected",
-                                 "reason": "update norm 1e+30 above 4 x the cluster median 1.05"}
+    assert rejected.record() == {
+        "silo": 3,
+        "round": 4,
+        "action": "rejected",
+        "reason": "update norm 1e+30 above 4 x the cluster median 1.05",
+    }
     assert screened.silos == [0, 1, 2]
     expected = fedavg(models[:3], counts[:3])
     assert all(np.array_equal(model[k], expected[k]) for k in expected)
@@ -197,30 +226,48 @@ def test_clip_mode_scales_the_outlier_to_the_bound():
 
 def test_sample_counts_are_bounded_by_the_first_report_and_the_cluster_median():
     silos, models, starts, _ = cluster([1.0, 1.0, 1.0], [0, 0, 0])
-    screened = screen_updates(5, silos, models, starts, [100, 120, 10**9], {0: 100, 1: 120}, norm_ratio=4,
-                              count_ratio=2, outliers="reject")
+    screened = screen_updates(
+        5, silos, models, starts, [100, 120, 10**9], {0: 100, 1: 120}, norm_ratio=4, count_ratio=2, outliers="reject"
+    )
     assert screened.weights == [100, 120, 240] and screened.first_counts == {2: 10**9}  # its claim, bounded later
-    assert screened.decisions[2].action == "clipped" and "above 2 x the cluster median 120" in screened.decisions[2].reason
-    screened = screen_updates(6, silos, models, starts, [100, 500, 120], {0: 100, 1: 120, 2: 120}, norm_ratio=4,
-                              count_ratio=2, outliers="reject")
+    assert (
+        screened.decisions[2].action == "clipped" and "above 2 x the cluster median 120" in screened.decisions[2].reason
+    )
+    screened = screen_updates(
+        6,
+        silos,
+        models,
+        starts,
+        [100, 500, 120],
+        {0: 100, 1: 120, 2: 120},
+        norm_ratio=4,
+        count_ratio=2,
+        outliers="reject",
+    )
     assert screened.weights == [100, 120, 120]
     assert screened.decisions[1].reason == "sample count 500 above its first report 120"
 
 
 def test_two_members_cannot_be_told_apart_but_the_first_report_still_binds():
     silos, models, starts, _ = cluster([1.0, 1e6], [0, 0])
-    screened = screen_updates(2, silos, models, starts, [100, 10**9], {0: 100, 1: 90}, norm_ratio=4,
-                              count_ratio=2, outliers="reject")
+    screened = screen_updates(
+        2, silos, models, starts, [100, 10**9], {0: 100, 1: 90}, norm_ratio=4, count_ratio=2, outliers="reject"
+    )
     assert [d.action for d in screened.decisions] == ["accepted", "clipped"] and screened.weights == [100, 90]
 
 
-@pytest.mark.parametrize("rule,call", [
-    (AggregationConfig(rule="median", screen=False), lambda ms, ss, ns: coordinate_median(ms)),
-    (AggregationConfig(rule="trimmed_mean", trim=0.25, screen=False), lambda ms, ss, ns: trimmed_mean(ms, 0.25)),
-    (AggregationConfig(rule="norm_clip", screen=False), lambda ms, ss, ns: norm_clipped_mean(ms, ss, ns)),
-    (AggregationConfig(rule="norm_clip", clip_norm=0.5, screen=False),
-     lambda ms, ss, ns: norm_clipped_mean(ms, ss, ns, 0.5)),
-])
+@pytest.mark.parametrize(
+    "rule,call",
+    [
+        (AggregationConfig(rule="median", screen=False), lambda ms, ss, ns: coordinate_median(ms)),
+        (AggregationConfig(rule="trimmed_mean", trim=0.25, screen=False), lambda ms, ss, ns: trimmed_mean(ms, 0.25)),
+        (AggregationConfig(rule="norm_clip", screen=False), lambda ms, ss, ns: norm_clipped_mean(ms, ss, ns)),
+        (
+            AggregationConfig(rule="norm_clip", clip_norm=0.5, screen=False),
+            lambda ms, ss, ns: norm_clipped_mean(ms, ss, ns, 0.5),
+        ),
+    ],
+)
 def test_aggregate_applies_the_configured_rule(rule, call):
     silos, models, starts, counts = cluster([1.0, 2.0, 3.0, 4.0], [10, 20, 30, 40])
     model, screened = aggregate(rule, 1, silos, models, starts, counts, {})

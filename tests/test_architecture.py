@@ -1,6 +1,7 @@
 """The layering docs/ARCHITECTURE.md states, checked on the source (by `ast`, so an import
 inside a function counts too, and one under `if TYPE_CHECKING:`: a type a module names is a
 module it depends on)."""
+
 from __future__ import annotations
 
 import ast
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-
 from jobs import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "cfl_mpi"
@@ -22,16 +22,36 @@ PACKAGE = PROJECT_ROOT / "cfl_mpi"
 # their helpers, which sit on top of the config, the data and the models).
 LAYERS = (
     ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console", "settings"),  # formats, maths, keys, words
-    ("channel",),                                                   # how messages travel
-    ("strategies", "strategies.spec", "strategies.*",               # the registries, the parameters,
-     "data", "data.*", "models.params", "aggregation",              # each data set's silos, the model and
-     "runtime.params"),                                             # aggregation sections, the runtime's
-    ("config",),                                                    # YAML into typed settings
+    ("channel",),  # how messages travel
+    (
+        "strategies",
+        "strategies.spec",
+        "strategies.*",  # the registries, the parameters,
+        "data",
+        "data.*",
+        "models.params",
+        "aggregation",  # each data set's silos, the model and
+        "runtime.params",
+    ),  # aggregation sections, the runtime's
+    ("config",),  # YAML into typed settings
     ("models", "training", "batched_training", "results", "plots"),
-    ("strategies.base", "strategies.*.*"),                          # the strategies' halves
-    ("runtime",),                                                   # rounds, silos, placement, checkpoints
-    ("cli", "main", "simulate", "compare", "reproduce", "prepare", "export", "ranks", "launch", "supervise", "srun_mpi",
-     "config_reference", "paper_figures"),                          # entry points
+    ("strategies.base", "strategies.*.*"),  # the strategies' halves
+    ("runtime",),  # rounds, silos, placement, checkpoints
+    (
+        "cli",
+        "main",
+        "simulate",
+        "compare",
+        "reproduce",
+        "prepare",
+        "export",
+        "ranks",
+        "launch",
+        "supervise",
+        "srun_mpi",
+        "config_reference",
+        "paper_figures",
+    ),  # entry points
 )
 
 
@@ -47,9 +67,12 @@ def layer(module: str) -> int:
     """The layer of a cfl_mpi module: that of the most specific entry covering it (the most
     names, then the fewest `*`)."""
     parts = module.split(".")[1:] or ["cfl_mpi"]
-    covering = [(len(entry.split(".")), -entry.count("*"), i) for i, names in enumerate(LAYERS) for entry in names
-                if len(entry.split(".")) <= len(parts)
-                and all(e in ("*", p) for e, p in zip(entry.split("."), parts))]
+    covering = [
+        (len(entry.split(".")), -entry.count("*"), i)
+        for i, names in enumerate(LAYERS)
+        for entry in names
+        if len(entry.split(".")) <= len(parts) and all(e in ("*", p) for e, p in zip(entry.split("."), parts))
+    ]
     assert covering, f"{module} is in no layer of LAYERS: add it where it belongs"
     return max(covering)[2]
 
@@ -71,8 +94,12 @@ def imports(name: str, source: str | None = None) -> list[tuple[str, list[str]]]
 
 def imported_modules(name: str, source: str | None = None) -> set[str]:
     """The cfl_mpi modules a module imports (`from pkg import mod` imports the module pkg.mod)."""
-    return {t for target, names in imports(name, source) for t in (target, *(f"{target}.{n}" for n in names))
-            if t in MODULES and t != name}
+    return {
+        t
+        for target, names in imports(name, source)
+        for t in (target, *(f"{target}.{n}" for n in names))
+        if t in MODULES and t != name
+    }
 
 
 def upward_imports(name: str, source: str | None = None) -> list[str]:
@@ -126,9 +153,12 @@ def test_no_private_name_is_imported_from_another_module():
 def test_the_strategy_registry_is_light():
     """Config parsing and compare read the registry; neither may load a strategy's halves,
     numpy or torch (each rank of a 41-rank job, and every `compare` call, would pay for it)."""
-    code = ("import sys, cfl_mpi.strategies, cfl_mpi.compare; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
-            "or m.endswith('.halves') or m == 'cfl_mpi.strategies.base'))")
-    loaded = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                            timeout=120, check=True).stdout.strip()
+    code = (
+        "import sys, cfl_mpi.strategies, cfl_mpi.compare; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
+        "or m.endswith('.halves') or m == 'cfl_mpi.strategies.base'))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.strip()
     assert "torch" not in loaded and ".halves" not in loaded and "strategies.base" not in loaded, loaded

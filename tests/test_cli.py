@@ -1,16 +1,17 @@
 """The command line: the rank-count helper the launcher uses, the run options that cannot go
 together, the commands' help, and how an MPI rank's process ends."""
+
 import subprocess
 import sys
 
 import pytest
-
 from jobs import PROJECT_ROOT
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "cfl_mpi.ranks", *args], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cfl_mpi.ranks", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_ranks_reads_the_config_and_overrides():
@@ -22,8 +23,10 @@ def test_ranks_reads_the_config_and_overrides():
 def test_ranks_reports_config_errors_with_exit_2():
     proc = run("configs/digits.yaml", "--set", "train.epochz=1")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("cfl_mpi: config error: train.epochz: unknown key (valid keys here: "
-                                   "rounds, local_epochs, lr, momentum, weight_decay, batch_size)")
+    assert proc.stderr.strip() == (
+        "cfl_mpi: config error: train.epochz: unknown key (valid keys here: "
+        "rounds, local_epochs, lr, momentum, weight_decay, batch_size)"
+    )
 
 
 def test_numbers_on_the_command_line_yaml_1_2_floats_and_finite_only():
@@ -34,40 +37,81 @@ def test_numbers_on_the_command_line_yaml_1_2_floats_and_finite_only():
 
 
 def test_resume_with_another_out_folder_is_a_config_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", "configs/digits.yaml", "--resume",
-                           str(tmp_path / "a"), "--out", str(tmp_path / "b")],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cfl_mpi.simulate",
+            "configs/digits.yaml",
+            "--resume",
+            str(tmp_path / "a"),
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"cfl_mpi: config error: --out: cannot be combined with --resume (the run "
-                                   f"continues in its own folder {tmp_path / 'a'})")
+    assert proc.stderr.strip() == (
+        f"cfl_mpi: config error: --out: cannot be combined with --resume (the run "
+        f"continues in its own folder {tmp_path / 'a'})"
+    )
 
 
 def test_the_simulator_s_first_line_says_where_the_silos_compute(tmp_path):
     """runtime.device: cpu says the CPU on any machine. The line comes before the data and weights
     are prepared: a weights file that is missing stops the run right after it, with exit 2."""
     out, weights = tmp_path / "run", tmp_path / "missing.pth"
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", "configs/digits.yaml", "--out", str(out),
-                           "--set", "silos=4", "--set", "train.rounds=2", "--set", "runtime.device=cpu",
-                           "--set", f"model.pretrained={weights}"],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cfl_mpi.simulate",
+            "configs/digits.yaml",
+            "--out",
+            str(out),
+            "--set",
+            "silos=4",
+            "--set",
+            "train.rounds=2",
+            "--set",
+            "runtime.device=cpu",
+            "--set",
+            f"model.pretrained={weights}",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "config error: model.pretrained: cannot load weights" in proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first == f"digits: emdcfl, 4 silos in one process on the CPU, 2 rounds; results in {out}"
 
 
-@pytest.mark.parametrize("command", ["main", "simulate", "compare", "reproduce", "launch", "prepare", "ranks",
-                                     "srun_mpi"])
+@pytest.mark.parametrize(
+    "command", ["main", "simulate", "compare", "reproduce", "launch", "prepare", "ranks", "srun_mpi"]
+)
 def test_every_command_s_help_says_what_it_does_in_a_sentence(command):
-    proc = subprocess.run([sys.executable, "-m", f"cfl_mpi.{command}", "--help"], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", f"cfl_mpi.{command}", "--help"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     description = proc.stdout.split("\n\n")[1]
     assert proc.returncode == 0 and description[0].isupper() and description.rstrip().endswith(".")
     assert "`" not in description, description
 
 
 # A rank ends as cfl_mpi.main ends it: a barrier, MPI_Finalize, then cli.exit_rank.
-RANK_EXIT = ("from mpi4py import MPI; from cfl_mpi.runtime.placement import wait_quietly; "
-             "from cfl_mpi.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)")
+RANK_EXIT = (
+    "from mpi4py import MPI; from cfl_mpi.runtime.placement import wait_quietly; "
+    "from cfl_mpi.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)"
+)
 
 
 @pytest.mark.mpi

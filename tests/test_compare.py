@@ -4,6 +4,7 @@ rotated-digits silos (2 rounds, a slimmer CNN) by the in-process simulator, whos
 folders are ordinary results folders and serve the baselines' whole-run assertions. (Every
 strategy also runs over MPI in test_backends.py.)
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ import time
 
 import numpy as np
 import pytest
+from jobs import PROJECT_ROOT, simulate_job
 
 from cfl_mpi.compare import failure_reason, markdown_table, run_overrides, summarise
-from jobs import PROJECT_ROOT, simulate_job
 
 DIGITS = "configs/digits.yaml"
 SMALL = ["train.rounds=2", "model.channels=[16,32]"]
@@ -31,8 +32,13 @@ METHODS = ["emdcfl", "pacfl", "cfl", "ifca", "fedwad", "fedavg", "oracle"]
 
 def test_run_overrides_put_method_and_seed_first_and_route_prefixed_sets():
     sets = ["train.rounds=2", "pacfl:strategy.beta=500", "cfl:strategy.eps1=3", "data.root=C:/x:y"]
-    assert run_overrides("pacfl", 1, sets) == ["strategy.name=pacfl", "seed=1", "train.rounds=2",
-                                               "data.root=C:/x:y", "strategy.beta=500"]
+    assert run_overrides("pacfl", 1, sets) == [
+        "strategy.name=pacfl",
+        "seed=1",
+        "train.rounds=2",
+        "data.root=C:/x:y",
+        "strategy.beta=500",
+    ]
     assert run_overrides("fedavg", 0, sets)[2:] == ["train.rounds=2", "data.root=C:/x:y"]
     # The strategy the config file tunes keeps the file's settings (no reset to defaults).
     assert run_overrides("emdcfl", 2, sets, file_method="emdcfl")[:2] == ["seed=2", "train.rounds=2"]
@@ -40,8 +46,10 @@ def test_run_overrides_put_method_and_seed_first_and_route_prefixed_sets():
 
 
 def test_table_is_shaped_like_the_papers():
-    runs = [{"avg_acc": 0.9, "worst_acc": 0.8, "ari": 1.0, "wall_s": 10.0, "n_clusters": 4},
-            {"avg_acc": 0.7, "worst_acc": 0.6, "ari": 0.5, "wall_s": 12.0, "n_clusters": 2}]
+    runs = [
+        {"avg_acc": 0.9, "worst_acc": 0.8, "ari": 1.0, "wall_s": 10.0, "n_clusters": 4},
+        {"avg_acc": 0.7, "worst_acc": 0.6, "ari": 0.5, "wall_s": 12.0, "n_clusters": 2},
+    ]
     rows = [summarise("emdcfl", runs), summarise("fedavg", runs[:1]), summarise("ifca", [])]
     table = markdown_table(rows, "t")
     lines = table.splitlines()
@@ -53,22 +61,31 @@ def test_table_is_shaped_like_the_papers():
 
 def test_a_failed_run_s_reason_is_its_failure_line_else_its_last_error_line(tmp_path):
     assert failure_reason(tmp_path) == "no output"
-    (tmp_path / "log.txt").write_text("mpirun -n 9 ...\nround 1/2 running\ncfl_mpi: config error: silos: bad\n"
-                                      "[mpiexec@vm] done\n")
+    (tmp_path / "log.txt").write_text(
+        "mpirun -n 9 ...\nround 1/2 running\ncfl_mpi: config error: silos: bad\n[mpiexec@vm] done\n"
+    )
     assert failure_reason(tmp_path) == "cfl_mpi: config error: silos: bad"
     (tmp_path / "failure.txt").write_text("cfl_mpi: rank 2 (silo 1) failed: ValueError: x\nTraceback ...\n")
     assert failure_reason(tmp_path) == "cfl_mpi: rank 2 (silo 1) failed: ValueError: x"
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--methods", "emdcfl,kmeans"], "--methods: unknown method 'kmeans'"),
-    (["--methods", "pacfl", "--set", "cfl:strategy.eps1=1"], "--set cfl:...: not one of the compared methods"),
-    (["--methods", "pacfl,cfl", "--set", "strategy.beta=1"], "strategy.beta: unknown key"),
-    (["--seeds", "0,x"], "--seeds: expected a comma-separated list"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--methods", "emdcfl,kmeans"], "--methods: unknown method 'kmeans'"),
+        (["--methods", "pacfl", "--set", "cfl:strategy.eps1=1"], "--set cfl:...: not one of the compared methods"),
+        (["--methods", "pacfl,cfl", "--set", "strategy.beta=1"], "strategy.beta: unknown key"),
+        (["--seeds", "0,x"], "--seeds: expected a comma-separated list"),
+    ],
+)
 def test_compare_config_errors_are_one_line_and_exit_2(args, words, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--out", str(tmp_path), *args],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--out", str(tmp_path), *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir()), "nothing runs before every config is valid"
 
@@ -78,16 +95,34 @@ def test_missing_data_is_one_error_before_any_job(tmp_path):
     to fix it with, and nothing written (no run folders, no table, no data folder)."""
     out, root = tmp_path / "out", tmp_path / "mnist"
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.compare", "configs/rotated_mnist_test.yaml", "--out", str(out),
-                           "--methods", "emdcfl,fedavg", "--set", f"data.root={root}", "--set", "data.download=false"],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cfl_mpi.compare",
+            "configs/rotated_mnist_test.yaml",
+            "--out",
+            str(out),
+            "--methods",
+            "emdcfl,fedavg",
+            "--set",
+            f"data.root={root}",
+            "--set",
+            "data.download=false",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     assert proc.stderr.strip() == (
         f"cfl_mpi.compare: config error: data.root: MNIST files t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte not "
         f"found in {root} (give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX "
         f"files (gzipped or not) directly or in DIR/MNIST/raw, as torchvision lays them out; or fetch them with "
         f"`python -m cfl_mpi.prepare` with the same config and --set options and data.download: true where a network "
-        f"is reachable)")
+        f"is reachable)"
+    )
     assert list(tmp_path.iterdir()) == [] and time.monotonic() - start < 30
 
 
@@ -122,9 +157,26 @@ def test_each_job_s_lines_reach_the_console_as_it_runs_then_its_outcome(tmp_path
     mpirun.write_text(FAKE_MPIRUN.format(python=sys.executable))
     mpirun.chmod(0o755)
     out = tmp_path / "out"
-    compare = subprocess.Popen([sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--methods", "emdcfl,fedavg",
-                                "--seeds", "0", "--out", str(out), "--mpirun", str(mpirun)],
-                               cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    compare = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cfl_mpi.compare",
+            DIGITS,
+            "--methods",
+            "emdcfl,fedavg",
+            "--seeds",
+            "0",
+            "--out",
+            str(out),
+            "--mpirun",
+            str(mpirun),
+        ],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     try:
         for line in compare.stdout:
@@ -140,13 +192,19 @@ def test_each_job_s_lines_reach_the_console_as_it_runs_then_its_outcome(tmp_path
         f"[1/2] emdcfl seed 0: running; log {out / 'emdcfl_s0' / 'log.txt'}",
         f"  [emdcfl s0] emdcfl: 2 silos, 2 rounds; results in {out / 'emdcfl_s0'}",
         "  [emdcfl s0] round 1/2  clusters 2  ARI 1.000  acc avg 50.00 worst 40.00",
-        "  [emdcfl s0] round 2/2  clusters 2  ARI 1.000  acc avg 90.00 worst 80.00"]
-    assert re.fullmatch(r"\[1/2\] emdcfl seed 0: done in \d+ s: ARI 1\.000, avg acc 90\.00 %, worst 80\.00 % "
-                        r"\(2 s of rounds, the table's wall time; the rest is start-up and writing the results\)",
-                        lines[4]), lines[4]
+        "  [emdcfl s0] round 2/2  clusters 2  ARI 1.000  acc avg 90.00 worst 80.00",
+    ]
+    assert re.fullmatch(
+        r"\[1/2\] emdcfl seed 0: done in \d+ s: ARI 1\.000, avg acc 90\.00 %, worst 80\.00 % "
+        r"\(2 s of rounds, the table's wall time; the rest is start-up and writing the results\)",
+        lines[4],
+    ), lines[4]
     failed = next(line for line in lines if line.startswith("[2/2] fedavg seed 0: FAILED"))
-    assert re.fullmatch(rf"\[2/2\] fedavg seed 0: FAILED \(exit 1\) in \d+ s: cfl_mpi: rank 1 \(silo 0\) failed: "
-                        rf"ValueError: broken \(log: {re.escape(str(out / 'fedavg_s0' / 'log.txt'))}\)", failed), failed
+    assert re.fullmatch(
+        rf"\[2/2\] fedavg seed 0: FAILED \(exit 1\) in \d+ s: cfl_mpi: rank 1 \(silo 0\) failed: "
+        rf"ValueError: broken \(log: {re.escape(str(out / 'fedavg_s0' / 'log.txt'))}\)",
+        failed,
+    ), failed
     assert "  [fedavg s0] cfl_mpi: rank 1 (silo 0) failed: ValueError: broken" in lines
     # log.txt keeps what it kept: the command, then the job's output as it came
     log = (out / "emdcfl_s0" / "log.txt").read_text().splitlines()
@@ -163,10 +221,29 @@ COMPARE_SETS = [*SMALL, *(f"cfl:{s}" for s in CFL_SPLITS)]
 
 def run_compare(out, *extra, timeout=900):
     sets = [a for s in COMPARE_SETS for a in ("--set", s)]
-    return subprocess.run([sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--methods", ",".join(METHODS),
-                           "--seeds", "0", "--out", str(out), "--backend", "simulate", *sets, *extra],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cfl_mpi.compare",
+            DIGITS,
+            "--methods",
+            ",".join(METHODS),
+            "--seeds",
+            "0",
+            "--out",
+            str(out),
+            "--backend",
+            "simulate",
+            *sets,
+            *extra,
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +269,16 @@ def results(out, method):
 @pytest.mark.parametrize("method,matrix", [("pacfl", "A"), ("cfl", "S"), ("ifca", "losses"), ("fedwad", "D")])
 def test_each_baseline_writes_the_standard_results_folder(compared, method, matrix):
     run, summary, records = results(compared[0], method)
-    for name in ("config.yaml", "metrics.jsonl", "summary.json", "clusters.json", "accuracy.png", "log.txt",
-                 f"{matrix}.npy", f"{matrix}.csv"):
+    for name in (
+        "config.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "clusters.json",
+        "accuracy.png",
+        "log.txt",
+        f"{matrix}.npy",
+        f"{matrix}.csv",
+    ):
         assert (run / name).stat().st_size > 0, name
     assert (run / "distances.png").exists() == (matrix != "losses")
     assert summary["strategy"] == method and summary["rounds"] == 2 and len(records) == 2
@@ -260,8 +345,9 @@ def test_cfl_splits_and_records_the_tree(compared):
 @pytest.mark.job
 def test_cfl_transform_leaves_the_clustering_unchanged(compared, tmp_path):
     _, plain, plain_records = results(compared[0], "cfl")
-    hidden, records = simulate_job(DIGITS, tmp_path, *SMALL, "strategy.name=cfl", *CFL_SPLITS,
-                                   "strategy.transform=true")
+    hidden, records = simulate_job(
+        DIGITS, tmp_path, *SMALL, "strategy.name=cfl", *CFL_SPLITS, "strategy.transform=true"
+    )
     assert [r["clusters"] for r in records] == [r["clusters"] for r in plain_records]
     assert hidden["cfl"]["tree"] == plain["cfl"]["tree"] and hidden["cfl"]["transform"] is True
     (a,), (b,) = plain["cfl"]["splits"], hidden["cfl"]["splits"]
@@ -280,8 +366,10 @@ def test_compare_writes_the_table_and_heat_maps(compared):
     for name in ("EMD-CFL", "PACFL", "CFL", "IFCA", "FedAvg", "Oracle"):
         assert f"| {name} |" in table and f"| {name} |" in proc.stdout
     for i, method in enumerate(METHODS, 1):  # each job's rounds as it ran, then its outcome
-        assert f"\n  [{method} s0] round 2/2 " in proc.stdout and f"\n[{i}/{len(METHODS)}] {method} seed 0: done in " \
-            in proc.stdout
+        assert (
+            f"\n  [{method} s0] round 2/2 " in proc.stdout
+            and f"\n[{i}/{len(METHODS)}] {method} seed 0: done in " in proc.stdout
+        )
     rows = (out / "table.csv").read_text().splitlines()
     assert rows[0].startswith("method,runs,avg_acc_mean,avg_acc_std") and [r.split(",")[0] for r in rows[1:]] == METHODS
     for method in ("emdcfl", "pacfl", "cfl"):

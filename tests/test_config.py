@@ -1,21 +1,23 @@
 """Every config mistake is one line naming the field and the fix."""
+
 import dataclasses
 import subprocess
 import sys
 import typing
 
 import pytest
-
-from cfl_mpi.data import REGISTRY as DATA_SETS
-from cfl_mpi.config import Config, ConfigError, check_world, load_config, read_yaml
-from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.strategies import REGISTRY
-from conftest import PROJECT_ROOT
 from config_files import write_config
+from conftest import PROJECT_ROOT
+
+from cfl_mpi.config import Config, ConfigError, check_world, load_config, read_yaml
+from cfl_mpi.data import REGISTRY as DATA_SETS
+from cfl_mpi.strategies import REGISTRY
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
 
 
 def check_data(cfg):
     cfg.data.check(cfg.data_facts())
+
 
 PROJECT_CONFIG = PROJECT_ROOT / "configs" / "digits.yaml"
 
@@ -35,25 +37,28 @@ def test_valid_config_and_overrides(tmp_path):
     assert cfg.data.rotations == [0.0, 180.0] and cfg.world_size == 5
 
 
-@pytest.mark.parametrize("override,field,words", [
-    ("train.epochs=3", "train.epochs", "unknown key"),
-    ("bogus=1", "bogus", "unknown key"),
-    ("strategy.epsilon=abc", "strategy.epsilon", "expected a number"),
-    ("train.rounds=2.5", "train.rounds", "expected an integer"),
-    ("train.rounds=0", "train.rounds", "at least 1"),
-    ("strategy.name=kmeans", "strategy.name", "unknown strategy"),
-    ("strategy.distance=fast", "strategy.distance", "one of 'exact', 'sinkhorn'"),
-    ("strategy.proj_ratio=1.5", "strategy.proj_ratio", "(0, 1]"),
-    ("silos=3", "silos", "multiple of 2"),
-    ("data.val_fraction=1", "data.val_fraction", "between 0 and 1"),
-    ("data.name=rotated_mnist", "data.root", "needs the folder"),
-    ("strategy.tolerance=1", "strategy.tolerance", "valid keys here"),
-    ("strategy.distance=fedwad", "strategy.ground_cost", "set ground_cost to chordal"),
-    ("strategy.fedwad_iterations=0", "strategy.fedwad_iterations", "at least 1"),
-    ("strategy.fedwad_support=100000", "strategy.fedwad_support", "sample_cap"),
-    ("data.silo_images=1", "data.silo_images", "at least 2 images"),
-    ("runtime.device=gpu", "runtime.device", "expected one of 'auto', 'cpu', 'cuda'"),
-])
+@pytest.mark.parametrize(
+    "override,field,words",
+    [
+        ("train.epochs=3", "train.epochs", "unknown key"),
+        ("bogus=1", "bogus", "unknown key"),
+        ("strategy.epsilon=abc", "strategy.epsilon", "expected a number"),
+        ("train.rounds=2.5", "train.rounds", "expected an integer"),
+        ("train.rounds=0", "train.rounds", "at least 1"),
+        ("strategy.name=kmeans", "strategy.name", "unknown strategy"),
+        ("strategy.distance=fast", "strategy.distance", "one of 'exact', 'sinkhorn'"),
+        ("strategy.proj_ratio=1.5", "strategy.proj_ratio", "(0, 1]"),
+        ("silos=3", "silos", "multiple of 2"),
+        ("data.val_fraction=1", "data.val_fraction", "between 0 and 1"),
+        ("data.name=rotated_mnist", "data.root", "needs the folder"),
+        ("strategy.tolerance=1", "strategy.tolerance", "valid keys here"),
+        ("strategy.distance=fedwad", "strategy.ground_cost", "set ground_cost to chordal"),
+        ("strategy.fedwad_iterations=0", "strategy.fedwad_iterations", "at least 1"),
+        ("strategy.fedwad_support=100000", "strategy.fedwad_support", "sample_cap"),
+        ("data.silo_images=1", "data.silo_images", "at least 2 images"),
+        ("runtime.device=gpu", "runtime.device", "expected one of 'auto', 'cpu', 'cuda'"),
+    ],
+)
 def test_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
         load_config(write_config(tmp_path, BASE), [override])
@@ -63,9 +68,11 @@ def test_errors_name_the_field(tmp_path, override, field, words):
 
 def test_runtime_device_is_checked_without_torch():
     """Every rank validates the config before any work: asking for a GPU must not load torch there."""
-    code = ("import sys; from cfl_mpi.config import load_config; "
-            "cfg = load_config('configs/digits.yaml', ['runtime.device=cuda']); "
-            "print(cfg.runtime.device, 'torch' in sys.modules)")
+    code = (
+        "import sys; from cfl_mpi.config import load_config; "
+        "cfg = load_config('configs/digits.yaml', ['runtime.device=cuda']); "
+        "print(cfg.runtime.device, 'torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["cuda", "False"], proc.stderr[-2000:]
     assert load_config(PROJECT_CONFIG).runtime.device == "auto"
@@ -76,8 +83,10 @@ def test_fedavg_has_no_epsilon(tmp_path):
         load_config(write_config(tmp_path, BASE.replace("name: emdcfl", "name: fedavg")))
     # Switching strategy on the command line drops the file's settings of the old one.
     assert load_config(write_config(tmp_path, BASE), ["strategy.name=fedavg"]).strategy.name == "fedavg"
-    cfg = load_config(write_config(tmp_path, BASE.replace("emdcfl, epsilon: 0.025", "fedavg")),
-                      ["strategy.name=emdcfl", "strategy.epsilon=0.5"])
+    cfg = load_config(
+        write_config(tmp_path, BASE.replace("emdcfl, epsilon: 0.025", "fedavg")),
+        ["strategy.name=emdcfl", "strategy.epsilon=0.5"],
+    )
     assert cfg.strategy.epsilon == 0.5
 
 
@@ -104,20 +113,27 @@ def test_rank_count_gives_the_silos_per_rank():
 
 
 def test_missing_data_folder(tmp_path):
-    cfg = load_config(write_config(tmp_path, BASE), ["data.name=rotated_mnist", f"data.root={tmp_path / 'none'}",
-                                               "data.download=false"])
+    cfg = load_config(
+        write_config(tmp_path, BASE),
+        ["data.name=rotated_mnist", f"data.root={tmp_path / 'none'}", "data.download=false"],
+    )
     with pytest.raises(ConfigError, match=r"^data.root: MNIST files .* not found"):
         check_data(cfg)
 
 
 # ------------------------------------------------------------------ numbers: YAML 1.2 floats, finite only
 
+
 def float_fields():
     """(overrides that select the section, dotted field, is a list) for every float field of the config."""
     for name, tp in typing.get_type_hints(Config).items():
-        classes = [(spec.params, [f"strategy.name={key}"]) for key, spec in REGISTRY.items()] if name == "strategy" else \
-            [(cls, [f"data.name={key}"]) for cls, key in {c: k for k, c in DATA_SETS.items()}.items()] \
-            if name == "data" else [(a, []) for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
+        classes = (
+            [(spec.params, [f"strategy.name={key}"]) for key, spec in REGISTRY.items()]
+            if name == "strategy"
+            else [(cls, [f"data.name={key}"]) for cls, key in {c: k for k, c in DATA_SETS.items()}.items()]
+            if name == "data"
+            else [(a, []) for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
+        )
         for cls, select in classes:
             for field, hint in typing.get_type_hints(cls).items():
                 if hint == list[float]:
@@ -131,9 +147,18 @@ FLOATS = list(float_fields())
 
 def test_the_catalogue_covers_every_float_field():
     names = {field for _, field, _ in FLOATS}
-    assert {"train.lr", "train.weight_decay", "train.momentum", "strategy.epsilon", "strategy.beta",
-            "runtime.message_timeout_s", "runtime.max_poll_sleep_ms", "data.rotations",
-            "participation.fraction", "strategy.eps1"} <= names
+    assert {
+        "train.lr",
+        "train.weight_decay",
+        "train.momentum",
+        "strategy.epsilon",
+        "strategy.beta",
+        "runtime.message_timeout_s",
+        "runtime.max_poll_sleep_ms",
+        "data.rotations",
+        "participation.fraction",
+        "strategy.eps1",
+    } <= names
 
 
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1" * 400])
@@ -147,8 +172,10 @@ def test_non_finite_numbers_are_refused_in_every_float_field(tmp_path, select, f
     assert "\n" not in message and len(message) < 120
 
 
-@pytest.mark.parametrize("text,value", [("1e-3", 0.001), ("1E3", 1000.0), ("-2e+5", -2e5), (".5e2", 50.0),
-                                        ("1.0e-3", 0.001), ("3", 3), ("0.025", 0.025)])
+@pytest.mark.parametrize(
+    "text,value",
+    [("1e-3", 0.001), ("1E3", 1000.0), ("-2e+5", -2e5), (".5e2", 50.0), ("1.0e-3", 0.001), ("3", 3), ("0.025", 0.025)],
+)
 def test_yaml_1_2_floats_are_numbers(tmp_path, text, value):
     assert read_yaml(text) == value and type(read_yaml(text)) is type(value)
     assert load_config(write_config(tmp_path, BASE), [f"strategy.epsilon={text}"]).strategy.epsilon == value
@@ -160,13 +187,16 @@ def test_strings_that_look_like_numbers_stay_strings():
     assert read_yaml("1e3x") == "1e3x" and read_yaml("'1e-3'") == "1e-3" and read_yaml("inf") == "inf"
 
 
-@pytest.mark.parametrize("override,field,words", [
-    ("train.lr=inf", "train.lr", "expected a number, got 'inf'"),
-    ("seed=18446744073709551616", "seed", "[0, 2**64)"),
-    ("seed=-1", "seed", "[0, 2**64)"),
-    ("data.rotations=[0,90", "--set data.rotations", "not a valid YAML value"),
-    ("train.rounds=1e3", "train.rounds", "expected an integer, got 1000.0"),
-])
+@pytest.mark.parametrize(
+    "override,field,words",
+    [
+        ("train.lr=inf", "train.lr", "expected a number, got 'inf'"),
+        ("seed=18446744073709551616", "seed", "[0, 2**64)"),
+        ("seed=-1", "seed", "[0, 2**64)"),
+        ("data.rotations=[0,90", "--set data.rotations", "not a valid YAML value"),
+        ("train.rounds=1e3", "train.rounds", "expected an integer, got 1000.0"),
+    ],
+)
 def test_number_errors_name_the_field(tmp_path, override, field, words):
     with pytest.raises(ConfigError) as err:
         load_config(write_config(tmp_path, BASE), [override])
@@ -174,7 +204,9 @@ def test_number_errors_name_the_field(tmp_path, override, field, words):
 
 
 def test_silo_images_only_for_rotated_sets_and_within_the_pool(tmp_path):
-    backdoor = BASE.replace("rotated_digits, rotations: [0, 180]", "backdoor_mnist, root: /x").replace("silos: 4", "silos: 3")
+    backdoor = BASE.replace("rotated_digits, rotations: [0, 180]", "backdoor_mnist, root: /x").replace(
+        "silos: 4", "silos: 3"
+    )
     with pytest.raises(ConfigError, match=r"^data.silo_images: unknown key \(valid keys here: name, group_clusters"):
         load_config(write_config(tmp_path, backdoor), ["data.silo_images=100"])
     cfg = load_config(write_config(tmp_path, BASE), ["data.silo_images=1439"])  # digits: 1,438 training-pool images

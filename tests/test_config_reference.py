@@ -1,17 +1,18 @@
 """docs/CONFIG.md is generated from the typed config and must never drift from it."""
+
 import dataclasses
 import difflib
 from typing import Any
 
 import pytest
+from conftest import PROJECT_ROOT
 
 from cfl_mpi import config_reference
 from cfl_mpi.config import Config, load_config
-from cfl_mpi.runtime.params import FaultConfig, LateSilo, RuntimeConfig
+from cfl_mpi.config_reference import COMMAND, CONFIG_MD, render, sections
 from cfl_mpi.data import REGISTRY as DATA_SETS
-from cfl_mpi.config_reference import CONFIG_MD, COMMAND, render, sections
+from cfl_mpi.runtime.params import FaultConfig, LateSilo, RuntimeConfig
 from cfl_mpi.strategies import REGISTRY
-from conftest import PROJECT_ROOT
 
 
 def _flatten(value: Any, prefix: str = "") -> set[str]:
@@ -32,15 +33,18 @@ def test_config_md_is_up_to_date():
     want = render()
     have = CONFIG_MD.read_text() if CONFIG_MD.is_file() else ""
     if have != want:
-        diff = "".join(list(difflib.unified_diff(have.splitlines(True), want.splitlines(True),
-                                                 "docs/CONFIG.md", "generated"))[:40])
+        diff = "".join(
+            list(difflib.unified_diff(have.splitlines(True), want.splitlines(True), "docs/CONFIG.md", "generated"))[:40]
+        )
         pytest.fail(f"docs/CONFIG.md is out of date with cfl_mpi/config.py: regenerate it with `{COMMAND}`\n{diff}")
 
 
 def test_every_key_and_section_is_explained():
     missing = config_reference.missing_explanations()
-    assert not missing, (f"no explanation in cfl_mpi/config.py for {', '.join(missing)}: add a comment above each "
-                         f"field (or a docstring for a section), then run `{COMMAND}`")
+    assert not missing, (
+        f"no explanation in cfl_mpi/config.py for {', '.join(missing)}: add a comment above each "
+        f"field (or a docstring for a section), then run `{COMMAND}`"
+    )
 
 
 def test_every_field_is_documented():
@@ -60,11 +64,17 @@ def test_each_key_is_taken_by_set_at_its_default(tmp_path, strategy):
     path = tmp_path / "c.yaml"
     path.write_text("silos: 4\n")
     section = next(s for s in sections() if s.title == f"strategy.name: {strategy}")
-    general = [k for s in sections() if not s.title.startswith(("strategy.name:", "data.name:")) for k in s.keys
-               if "[i]" not in k.key and k.key not in ("strategy.name", "data.name")]  # lists are set as a whole
+    general = [
+        k
+        for s in sections()
+        if not s.title.startswith(("strategy.name:", "data.name:"))
+        for k in s.keys
+        if "[i]" not in k.key and k.key not in ("strategy.name", "data.name")
+    ]  # lists are set as a whole
     general += next(s for s in sections() if s.title.startswith("data.name: rotated_digits")).keys
-    sets = [f"strategy.name={strategy}"] + [f"{k.key}={'1' if k.default == 'required' else k.default.strip('`')}"
-                                            for k in general + section.keys]
+    sets = [f"strategy.name={strategy}"] + [
+        f"{k.key}={'1' if k.default == 'required' else k.default.strip('`')}" for k in general + section.keys
+    ]
     cfg = load_config(path, sets)
     assert cfg.strategy.name == strategy
 
@@ -87,7 +97,14 @@ def test_the_comment_rule():
         "    # two lines.\n"
         "    wide: float = 0.5\n"
         "\n"
-        "    alone: bool = True\n")
+        "    alone: bool = True\n"
+    )
     got = {name: (m.text, m.shared_with) for name, m in config_reference.meanings_in(src, "C").items()}
-    assert got == {"lo": ("Bounds lo and hi, in '#' units.", None), "hi": (None, "lo"), "other": (None, None),
-                   "inline": ("Its own.", None), "wide": ("Spread over two lines.", None), "alone": (None, None)}
+    assert got == {
+        "lo": ("Bounds lo and hi, in '#' units.", None),
+        "hi": (None, "lo"),
+        "other": (None, None),
+        "inline": ("Its own.", None),
+        "wide": ("Spread over two lines.", None),
+        "alone": (None, None),
+    }

@@ -1,5 +1,6 @@
 """The figures a person reads at a glance (cfl_mpi/plots.py): asserted on matplotlib's objects,
 not on pixels."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,9 @@ def test_silo_order_groups_found_clusters_then_true_then_number():
 
 def test_robust_rule_heatmap_is_in_noise_units_ordered_and_outlined_by_found_clusters():
     W = _w()
-    noise, cut, label = plots.rule_view("W", {"W": W, "noise": NOISE},
-                                        {"name": "emdcfl", "rule": "robust", "noise_multiple": 3.5})
+    noise, cut, label = plots.rule_view(
+        "W", {"W": W, "noise": NOISE}, {"name": "emdcfl", "rule": "robust", "noise_multiple": 3.5}
+    )
     assert cut.value == 3.5 and label.startswith("distance in noise units (cut at 3.5)")
     fig = plots.heatmap_figure(W, TRUTH, "t", label, found=FOUND, noise=noise, cut=cut)
     assert _main_image(fig).colorbar.ax.get_ylabel() == label
@@ -110,16 +112,23 @@ def test_the_cut_is_on_the_colour_bar_and_the_colours_step_there():
     np.testing.assert_allclose(cmap(1.0), viridis(1.0))
 
 
-@pytest.mark.parametrize("name,strategy,words", [
-    ("W", {"name": "emdcfl", "rule": "robust", "noise_multiple": 5.0}, "distance in noise units (cut at 5)"),
-    ("W", {"name": "emdcfl", "rule": "robust", "distance": "energy"}, "energy distance in noise units (cut at 3.5)"),
-    ("W", {"name": "emdcfl", "rule": "neighbourhoods", "epsilon": 0.1}, "distance W1 − τ (cut at ε = 0.1)"),
-    ("A", {"name": "pacfl", "beta": 600.0}, "sum of principal angles (degrees), cut at β = 600°"),
-    ("A", {"name": "pacfl", "measure": "smallest", "beta": 40.0}, "smallest principal angle (degrees)"),
-    ("S", {"name": "cfl"}, "cosine similarity of the silos' weight updates"),
-    ("D", {"name": "fedwad", "p": 2, "space": "input"}, "W2 distance between the silos' inputs"),
-    ("D", {"name": "fedwad", "p": 1, "space": "embedding"}, "W1 distance between the silos' embeddings"),
-])
+@pytest.mark.parametrize(
+    "name,strategy,words",
+    [
+        ("W", {"name": "emdcfl", "rule": "robust", "noise_multiple": 5.0}, "distance in noise units (cut at 5)"),
+        (
+            "W",
+            {"name": "emdcfl", "rule": "robust", "distance": "energy"},
+            "energy distance in noise units (cut at 3.5)",
+        ),
+        ("W", {"name": "emdcfl", "rule": "neighbourhoods", "epsilon": 0.1}, "distance W1 − τ (cut at ε = 0.1)"),
+        ("A", {"name": "pacfl", "beta": 600.0}, "sum of principal angles (degrees), cut at β = 600°"),
+        ("A", {"name": "pacfl", "measure": "smallest", "beta": 40.0}, "smallest principal angle (degrees)"),
+        ("S", {"name": "cfl"}, "cosine similarity of the silos' weight updates"),
+        ("D", {"name": "fedwad", "p": 2, "space": "input"}, "W2 distance between the silos' inputs"),
+        ("D", {"name": "fedwad", "p": 1, "space": "embedding"}, "W1 distance between the silos' embeddings"),
+    ],
+)
 def test_colour_bar_labels_say_in_words_what_the_colours_are(name, strategy, words):
     """What each strategy's heat map shows, with the run's own cut: no formula to decode."""
     _, _, label = plots.rule_view(name, {name: np.zeros((4, 4)), "noise": np.ones(4)}, strategy)
@@ -137,8 +146,9 @@ def test_matrices_without_noise_are_shown_raw_with_their_own_cut():
     fig = plots.heatmap_figure(A, truth, "t", label, directed=False, found=truth, cut=cut)
     np.testing.assert_allclose(np.ma.getdata(_main_image(fig).get_array()), A)
     S = 1 - A / 1000
-    fig = plots.heatmap_figure(S, truth, "t", strategies.cfl.SPEC.pairwise["S"].label, similarity=True, directed=False,
-                               found=truth)
+    fig = plots.heatmap_figure(
+        S, truth, "t", strategies.cfl.SPEC.pairwise["S"].label, similarity=True, directed=False, found=truth
+    )
     image = _main_image(fig)
     np.testing.assert_allclose(np.ma.getdata(image.get_array()), S)
     # dark is close for a similarity too: the highest similarity gets viridis' darkest colour
@@ -146,8 +156,9 @@ def test_matrices_without_noise_are_shown_raw_with_their_own_cut():
 
 
 def test_neighbourhoods_rule_cuts_raw_symmetrised_w_at_epsilon():
-    noise, cut, _ = plots.rule_view("W", {"W": _w(), "noise": NOISE},
-                                    {"name": "emdcfl", "rule": "neighbourhoods", "epsilon": 0.025})
+    noise, cut, _ = plots.rule_view(
+        "W", {"W": _w(), "noise": NOISE}, {"name": "emdcfl", "rule": "neighbourhoods", "epsilon": 0.025}
+    )
     assert noise is None and cut.value == 0.025
 
 
@@ -166,11 +177,17 @@ def test_run_heatmap_reads_a_results_folder(tmp_path):
     W = _w()
     np.save(tmp_path / "W.npy", W)
     np.save(tmp_path / "noise.npy", NOISE)
-    (tmp_path / "clusters.json").write_text(json.dumps(
-        {"clusters": {str(s): int(k) for s, k in enumerate(FOUND)},
-         "truth": {str(s): int(k) for s, k in enumerate(TRUTH)}}))
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
-        {"strategy": {"name": "emdcfl", "rule": "robust", "noise_multiple": 5.0}}))
+    (tmp_path / "clusters.json").write_text(
+        json.dumps(
+            {
+                "clusters": {str(s): int(k) for s, k in enumerate(FOUND)},
+                "truth": {str(s): int(k) for s, k in enumerate(TRUTH)},
+            }
+        )
+    )
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump({"strategy": {"name": "emdcfl", "rule": "robust", "noise_multiple": 5.0}})
+    )
     assert plots.run_heatmap(tmp_path, tmp_path / "distances.png", "run")
     assert (tmp_path / "distances.png").stat().st_size > 0
     bare = tmp_path / "fedavg"  # a run without a pairwise matrix: no heat map
@@ -205,8 +222,14 @@ def test_accuracy_rounds_are_integers_with_many_rounds_and_late_silos():
 def test_coinciding_methods_stay_distinguishable():
     good, bad = np.array([90.0, 94.5, 95.75]), np.array([33.5, 60.0, 66.5])
     r = [1, 2, 3]
-    curves = {"EMD-CFL": (r, good), "PACFL": (r, good.copy()), "CFL": (r, bad), "IFCA": (r, good.copy()),
-              "FedAvg": (r, bad.copy()), "Oracle": (r, good.copy())}
+    curves = {
+        "EMD-CFL": (r, good),
+        "PACFL": (r, good.copy()),
+        "CFL": (r, bad),
+        "IFCA": (r, good.copy()),
+        "FedAvg": (r, bad.copy()),
+        "Oracle": (r, good.copy()),
+    }
     assert plots.coinciding(curves) == {"PACFL": "EMD-CFL", "IFCA": "EMD-CFL", "FedAvg": "CFL", "Oracle": "EMD-CFL"}
     fig = plots.methods_figure([("Rotated MNIST", curves), ("not run", {})])
     assert len(fig.axes) == 1  # no blank panel
@@ -220,8 +243,14 @@ def test_coinciding_methods_stay_distinguishable():
     assert len(set(xs)) == 6
     assert max(abs(x[0] - 1) for x in xs) < 0.25
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["EMD-CFL", "PACFL (same as EMD-CFL)", "CFL", "IFCA (same as EMD-CFL)",
-                      "FedAvg (same as CFL)", "Oracle (same as EMD-CFL)"]
+    assert labels == [
+        "EMD-CFL",
+        "PACFL (same as EMD-CFL)",
+        "CFL",
+        "IFCA (same as EMD-CFL)",
+        "FedAvg (same as CFL)",
+        "Oracle (same as EMD-CFL)",
+    ]
     assert list(ax.get_xticks()) == [1, 2, 3]
 
 

@@ -1,5 +1,6 @@
 """`python -m cfl_mpi.reproduce`: the machinery on one tiny block, the paper scale's sbatch line,
 and the paper's figures as transcribed."""
+
 from __future__ import annotations
 
 import os
@@ -9,10 +10,10 @@ import sys
 import time
 
 import pytest
+from jobs import PROJECT_ROOT
 
 from cfl_mpi import reproduce
 from cfl_mpi.paper_figures import TABLE_1_MNIST, TABLE_3_MNIST, TABLE_6
-from jobs import PROJECT_ROOT
 
 TINY = ("silos=4", "train.rounds=2", "model.channels=[8,16]", "model.embedding_dim=16", "participation.count=2")
 
@@ -20,8 +21,20 @@ TINY = ("silos=4", "train.rounds=2", "model.channels=[8,16]", "model.embedding_d
 @pytest.mark.job
 def test_one_tiny_block_writes_the_table_beside_the_paper_and_the_plot(shared_data, tmp_path, capsys):
     sets = [a for o in TINY for a in ("--set", o)]
-    code = reproduce.main(["E4", "--seeds", "0", "--blocks", "1", "--out", str(tmp_path), *sets,
-                           "--set", f"data.root={shared_data / 'mnist'}"])
+    code = reproduce.main(
+        [
+            "E4",
+            "--seeds",
+            "0",
+            "--blocks",
+            "1",
+            "--out",
+            str(tmp_path),
+            *sets,
+            "--set",
+            f"data.root={shared_data / 'mnist'}",
+        ]
+    )
     assert code == 0
     table = (tmp_path / "table6.md").read_text()
     assert "Rotated MNIST, 10 of 40 silos per round (the paper's Table 6, 10)" in table
@@ -46,15 +59,23 @@ def test_missing_data_is_one_error_before_any_job(tmp_path):
     out, root = tmp_path / "out", tmp_path / "mnist"
     unreachable = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.reproduce", "1", "--out", str(out), "--set",
-                           f"data.root={root}"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **unreachable})
+    proc = subprocess.run(
+        [sys.executable, "-m", "cfl_mpi.reproduce", "1", "--out", str(out), "--set", f"data.root={root}"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **unreachable},
+    )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     (line,) = proc.stderr.splitlines()
-    assert line.startswith(f"cfl_mpi.reproduce: config error: data.root: MNIST is not in {root} and downloading it "
-                           "failed (") and line.endswith(" [Rotated MNIST]")
-    assert ("(give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX files (gzipped "
-            "or not) directly or in DIR/MNIST/raw, as torchvision lays them out; ") in line
+    assert line.startswith(
+        f"cfl_mpi.reproduce: config error: data.root: MNIST is not in {root} and downloading it failed ("
+    ) and line.endswith(" [Rotated MNIST]")
+    assert (
+        "(give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX files (gzipped "
+        "or not) directly or in DIR/MNIST/raw, as torchvision lays them out; "
+    ) in line
     assert list(tmp_path.iterdir()) == []
     print(f"reproduce 1 without MNIST: {time.monotonic() - start:.1f} s")
 
@@ -87,8 +108,7 @@ def test_transcribed_figures_spot_checks():
 
 def test_a_method_whose_runs_all_failed_reads_failed_not_a_dash():
     block = reproduce.TABLES["1"][0]
-    failed = reproduce.block_table(block, {"emdcfl": []}, block.small, "python -m cfl_mpi.compare ...",
-                                   ran=("emdcfl",))
+    failed = reproduce.block_table(block, {"emdcfl": []}, block.small, "python -m cfl_mpi.compare ...", ran=("emdcfl",))
     not_run = reproduce.block_table(block, {}, block.small, "")
     row = next(line for line in failed.splitlines() if line.startswith("| EMD-CFL"))
     assert row.count("failed") == len(block.paper.columns)

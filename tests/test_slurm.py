@@ -1,4 +1,5 @@
 """The sbatch scripts, run with srun/mpirun replaced by stand-ins that record their command."""
+
 import os
 import shutil
 import stat
@@ -6,13 +7,15 @@ import subprocess
 import sys
 
 import pytest
-
-from cfl_mpi.srun_mpi import chosen_plugin, plugin_for
 from jobs import PROJECT_ROOT
 
+from cfl_mpi.srun_mpi import chosen_plugin, plugin_for
+
 SCRIPTS = sorted((PROJECT_ROOT / "slurm").glob("*.sbatch")) + sorted((PROJECT_ROOT / "slurm").glob("*.sh"))
-MPICH_WHEEL = ("MPICH Version:      5.0.2\nMPICH ABI:          18:2:6\nMPICH Device:       ch4:ucx ofi\n"
-               "MPICH configure:    --with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
+MPICH_WHEEL = (
+    "MPICH Version:      5.0.2\nMPICH ABI:          18:2:6\nMPICH Device:       ch4:ucx ofi\n"
+    "MPICH configure:    --with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n"
+)
 
 
 def probe(ranks: int, layout: str, mpi: str = "pmi2") -> str:
@@ -20,12 +23,16 @@ def probe(ranks: int, layout: str, mpi: str = "pmi2") -> str:
     return f"srun --mpi={mpi} {layout} --kill-on-bad-exit=1 {sys.executable} -m cfl_mpi.srun_mpi --check-world {ranks}"
 
 
-@pytest.mark.parametrize("version,plugin", [
-    (MPICH_WHEEL, "pmi2"),
-    ("MPICH Version: 4.1\nMPICH configure: --with-pmix=/usr --with-pm=no\n", "pmix"),
-    ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022", "pmix"),
-    ("Intel(R) MPI Library 2021.10 for Linux* OS", "pmi2"),
-], ids=["mpich_wheel", "mpich_with_pmix", "open_mpi", "intel_mpi"])
+@pytest.mark.parametrize(
+    "version,plugin",
+    [
+        (MPICH_WHEEL, "pmi2"),
+        ("MPICH Version: 4.1\nMPICH configure: --with-pmix=/usr --with-pm=no\n", "pmix"),
+        ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022", "pmix"),
+        ("Intel(R) MPI Library 2021.10 for Linux* OS", "pmi2"),
+    ],
+    ids=["mpich_wheel", "mpich_with_pmix", "open_mpi", "intel_mpi"],
+)
 def test_the_srun_plugin_follows_the_mpi_library(version, plugin):
     assert plugin_for(version) == plugin
 
@@ -43,38 +50,56 @@ def stand_ins(tmp_path):
     for name in ("srun", "mpirun", "scontrol"):
         tool = bin_dir / name
         if name == "scontrol":  # `show hostnames` lists two nodes; `requeue` is recorded
-            tool.write_text(f'#!/bin/bash\nif [ "$1" = requeue ]; then echo "scontrol $*" >> "{log}"; '
-                            'else echo node1; echo node2; fi\n')
+            tool.write_text(
+                f'#!/bin/bash\nif [ "$1" = requeue ]; then echo "scontrol $*" >> "{log}"; '
+                "else echo node1; echo node2; fi\n"
+            )
         else:
-            tool.write_text(f'#!/bin/bash\necho "{name} $*" >> "{log}"\n'
-                            f'[ -z "$FAIL_PROBE" ] || [[ "$*" != *--check-world* ]] || exit 1\n')
+            tool.write_text(
+                f'#!/bin/bash\necho "{name} $*" >> "{log}"\n'
+                f'[ -z "$FAIL_PROBE" ] || [[ "$*" != *--check-world* ]] || exit 1\n'
+            )
         tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     return bin_dir, log
 
 
 def run_script(script, stand_ins, env_extra, *args):
     bin_dir, log = stand_ins
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CFL_PYTHON": sys.executable,
-           "SLURM_SUBMIT_DIR": str(PROJECT_ROOT), "SLURM_JOB_ID": "123", **env_extra}
-    proc = subprocess.run(["bash", f"slurm/{script}", *args], cwd=PROJECT_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CFL_PYTHON": sys.executable,
+        "SLURM_SUBMIT_DIR": str(PROJECT_ROOT),
+        "SLURM_JOB_ID": "123",
+        **env_extra,
+    }
+    proc = subprocess.run(
+        ["bash", f"slurm/{script}", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     calls = log.read_text().splitlines() if log.exists() else []
     return proc, calls
 
 
 def test_single_node_prepares_checks_the_pmi_then_runs_srun_with_the_config_rank_count(stand_ins):
-    proc, calls = run_script("single_node.sbatch", stand_ins, {"SLURM_NTASKS": "9", "SLURM_JOB_NAME": "t"},
-                             "configs/digits.yaml")
+    proc, calls = run_script(
+        "single_node.sbatch", stand_ins, {"SLURM_NTASKS": "9", "SLURM_JOB_NAME": "t"}, "configs/digits.yaml"
+    )
     assert proc.returncode == 0, proc.stderr
     mpi = chosen_plugin()  # pmi2 for the MPICH wheel
-    assert calls == [probe(9, "--ntasks=9", mpi),
-                     f"srun --mpi={mpi} --ntasks=9 --kill-on-bad-exit=1 {sys.executable} -m cfl_mpi.main "
-                     f"configs/digits.yaml --out runs/t-123"]
+    assert calls == [
+        probe(9, "--ntasks=9", mpi),
+        f"srun --mpi={mpi} --ntasks=9 --kill-on-bad-exit=1 {sys.executable} -m cfl_mpi.main "
+        f"configs/digits.yaml --out runs/t-123",
+    ]
 
 
 def test_a_pmi_that_does_not_start_the_world_stops_the_job_in_one_line(stand_ins):
-    proc, calls = run_script("single_node.sbatch", stand_ins, {"SLURM_NTASKS": "9", "CFL_SRUN_MPI": "pmix",
-                                                               "FAIL_PROBE": "1"}, "configs/digits.yaml")
+    proc, calls = run_script(
+        "single_node.sbatch",
+        stand_ins,
+        {"SLURM_NTASKS": "9", "CFL_SRUN_MPI": "pmix", "FAIL_PROBE": "1"},
+        "configs/digits.yaml",
+    )
     assert proc.returncode == 2 and calls[0] == probe(9, "--ntasks=9", "pmix")
     assert not any("cfl_mpi.main" in call for call in calls)  # the run never starts
     lines = proc.stderr.strip().splitlines()
@@ -88,19 +113,27 @@ def test_single_node_refuses_a_wrong_task_count(stand_ins):
 
 
 def test_mpirun_fallback_and_overrides(stand_ins):
-    proc, calls = run_script("single_node.sbatch", stand_ins, {"SLURM_NTASKS": "5", "CFL_LAUNCHER": "mpirun"},
-                             "configs/digits.yaml", "--set", "silos=4")
+    proc, calls = run_script(
+        "single_node.sbatch",
+        stand_ins,
+        {"SLURM_NTASKS": "5", "CFL_LAUNCHER": "mpirun"},
+        "configs/digits.yaml",
+        "--set",
+        "silos=4",
+    )
     assert proc.returncode == 0, proc.stderr
-    assert calls == [f"mpirun -n 5 {sys.executable} -m cfl_mpi.main configs/digits.yaml --set silos=4 "
-                     f"--out runs/cfl_mpi-123"]
+    assert calls == [
+        f"mpirun -n 5 {sys.executable} -m cfl_mpi.main configs/digits.yaml --set silos=4 --out runs/cfl_mpi-123"
+    ]
 
 
 def test_several_silos_per_rank_set_the_task_count(stand_ins):
     sets = ["--set", "silos=8", "--set", "runtime.silos_per_rank=3"]
     proc, calls = run_script("single_node.sbatch", stand_ins, {"SLURM_NTASKS": "9"}, "configs/digits.yaml", *sets)
     assert proc.returncode == 2 and "needs 4 tasks but the job has 9 (submit with --ntasks=4)" in proc.stderr
-    proc, calls = run_script("single_node.sbatch", stand_ins, {"SLURM_NTASKS": "4", "CFL_SRUN_MPI": "pmi2"},
-                             "configs/digits.yaml", *sets)
+    proc, calls = run_script(
+        "single_node.sbatch", stand_ins, {"SLURM_NTASKS": "4", "CFL_SRUN_MPI": "pmi2"}, "configs/digits.yaml", *sets
+    )
     assert proc.returncode == 0 and calls[-1].startswith("srun --mpi=pmi2 --ntasks=4 ")
 
 
@@ -113,11 +146,19 @@ def test_multi_node_runs_both_components_in_one_world(stand_ins):
     proc, calls = run_script("multi_node_gpu.sbatch", stand_ins, {"CFL_LAUNCHER": "mpirun"}, "configs/digits.yaml")
     assert calls[-1] == f"mpirun -n 9 -hosts node1,node2 {main}"
     # 8 silos, 4 per rank: 2 silo ranks, whatever the script's default component size
-    proc, calls = run_script("multi_node_gpu.sbatch", stand_ins, {"SLURM_NTASKS_HET_GROUP_1": "8"},
-                             "configs/digits.yaml", "--set", "runtime.silos_per_rank=4")
+    proc, calls = run_script(
+        "multi_node_gpu.sbatch",
+        stand_ins,
+        {"SLURM_NTASKS_HET_GROUP_1": "8"},
+        "configs/digits.yaml",
+        "--set",
+        "runtime.silos_per_rank=4",
+    )
     assert proc.returncode == 2
-    assert "needs 2 silo ranks but the job's silo component has 8 tasks (submit with --ntasks=1 : --ntasks=2)" \
+    assert (
+        "needs 2 silo ranks but the job's silo component has 8 tasks (submit with --ntasks=1 : --ntasks=2)"
         in proc.stderr
+    )
 
 
 def test_requeue_resumes_and_requeues_until_the_run_is_complete(stand_ins, tmp_path):
@@ -160,7 +201,8 @@ def test_launch_print_follows_several_silos_per_rank(capsys):
         f"srun --mpi={chosen_plugin()} --ntasks=9 --kill-on-bad-exit=1 python -m cfl_mpi.main {args}",
         f"sbatch --ntasks=9 slurm/single_node.sbatch {args}",
         f"sbatch --ntasks=9 slurm/requeue.sbatch {args}",
-        f"sbatch --ntasks=1 : --ntasks=8 slurm/multi_node_gpu.sbatch {args}"]
+        f"sbatch --ntasks=1 : --ntasks=8 slurm/multi_node_gpu.sbatch {args}",
+    ]
 
 
 def test_launch_print_refuses_a_bad_config_in_one_line(capsys):
@@ -168,4 +210,7 @@ def test_launch_print_refuses_a_bad_config_in_one_line(capsys):
 
     with pytest.raises(SystemExit) as exit_:
         main(["--print", "configs/digits.yaml", "--set", "silos=x"])
-    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == "cfl_mpi: config error: silos: expected an integer, got 'x'"
+    assert (
+        exit_.value.code == 2
+        and capsys.readouterr().err.strip() == "cfl_mpi: config error: silos: expected an integer, got 'x'"
+    )

@@ -10,6 +10,7 @@ machine's network (the heterogeneous job, which needs two nodes, then skips).
 Skips with the reason where the cluster cannot run (not root, no apt-get, not Linux), or
 with CFL_TEST_SLURM=0. The daemons run for this module only and are stopped at its end.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from jobs import PROJECT_ROOT, read_results
 from nodes import EmulatedNodes, can_make_nodes
 
@@ -33,8 +33,13 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slurm]
 CLUSTER = PROJECT_ROOT / "slurm" / "local_cluster.sh"
 CONFIG = "configs/digits.yaml"
 # 4 silos in two rotation clusters, a small CNN: about a second a round on two shared cores.
-SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.embedding_dim=32",
-         "train.local_epochs=2"]
+SMALL = [
+    "silos=4",
+    "data.rotations=[0, 90]",
+    "model.channels=[16, 32]",
+    "model.embedding_dim=32",
+    "train.local_epochs=2",
+]
 # requeue.sbatch's own warning (--signal=TERM@600 in a --time=04:00:00 job) comes when the time
 # left is at most 10 minutes, checked every 30 s. The test brings that moment forward, once
 # the job has done its first round, by shortening its time limit as an admin would (`scontrol
@@ -64,8 +69,9 @@ class Cluster:
     def sbatch(self, name: str, *args: str, env: dict[str, str] | None = None) -> str:
         """Submit as the README says, plus a job name and a log file of the test's own."""
         cmd = ["sbatch", "--parsable", f"--job-name={name}", f"--output={self.logs / name}.out", *args]
-        proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env={**self.env, **(env or {})},
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            cmd, cwd=PROJECT_ROOT, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip().split(";")[0]
 
@@ -92,11 +98,20 @@ class Cluster:
         """What a failed job left: its output, the run's failure.txt, the daemons' last lines."""
         failure = out / "failure.txt"
         daemons = sorted(self.logs.parent.glob("slurmd-*.log"))
-        tails = [f"--- {p.name}\n" + "\n".join([line for line in p.read_text(errors="replace").splitlines()
-                                                  if "gres.conf" not in line][-15:]) for p in daemons]
-        return "\n".join([f"--- {name}.out", self.log(name),
-                          f"--- {failure}", failure.read_text(errors="replace") if failure.exists() else "(none)",
-                          *tails])
+        tails = [
+            f"--- {p.name}\n"
+            + "\n".join([line for line in p.read_text(errors="replace").splitlines() if "gres.conf" not in line][-15:])
+            for p in daemons
+        ]
+        return "\n".join(
+            [
+                f"--- {name}.out",
+                self.log(name),
+                f"--- {failure}",
+                failure.read_text(errors="replace") if failure.exists() else "(none)",
+                *tails,
+            ]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -109,21 +124,35 @@ def cluster():
     nodes, daemons = None, {}
     if can_make_nodes() is None:
         nodes = EmulatedNodes(2, state / "nodes")
-        daemons = {"CFL_SLURM_NODES": " ".join(f"{n.host}:{n.namespace}:{n.address}" for n in nodes.nodes),
-                   "CFL_SLURM_HEAD": nodes.head}
+        daemons = {
+            "CFL_SLURM_NODES": " ".join(f"{n.host}:{n.namespace}:{n.address}" for n in nodes.nodes),
+            "CFL_SLURM_HEAD": nodes.head,
+        }
     started = time.monotonic()
     try:
-        proc = subprocess.run(["bash", str(CLUSTER), "start", str(state)], capture_output=True, text=True,
-                              timeout=900, env={**os.environ, **daemons})
+        proc = subprocess.run(
+            ["bash", str(CLUSTER), "start", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, **daemons},
+        )
         if proc.returncode == 3:
             pytest.skip(proc.stderr.strip())
         assert proc.returncode == 0, proc.stderr
-        print(f"local SLURM up in {time.monotonic() - started:.1f} s, "
-              f"{'each slurmd in an emulated node' if nodes else 'both slurmd on this machine'}")
+        print(
+            f"local SLURM up in {time.monotonic() - started:.1f} s, "
+            f"{'each slurmd in an emulated node' if nodes else 'both slurmd on this machine'}"
+        )
         logs = state / "logs"
         logs.mkdir()
-        env = {**os.environ, **daemons, "SLURM_CONF": str(state / "slurm.conf"), "OMP_NUM_THREADS": "1",
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        env = {
+            **os.environ,
+            **daemons,
+            "SLURM_CONF": str(state / "slurm.conf"),
+            "OMP_NUM_THREADS": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        }
         yield Cluster(env, logs, nodes)
     finally:
         subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=120, env={**os.environ, **daemons})
@@ -144,11 +173,17 @@ def long_jobs(cluster):
     submitted = time.monotonic()
     folders = [PROJECT_ROOT / "runs" / f"{tag}single-{single}", PROJECT_ROOT / "runs" / f"{tag}requeue-{requeue}"]
     seen: dict[str, float] = {}
-    threading.Thread(target=warn_mid_run_then_restore, args=(cluster, requeue, folders[1] / "metrics.jsonl", seen),
-                     daemon=True).start()
+    threading.Thread(
+        target=warn_mid_run_then_restore, args=(cluster, requeue, folders[1] / "metrics.jsonl", seen), daemon=True
+    ).start()
     try:
-        yield {"single": (f"{tag}single", single), "requeue": (f"{tag}requeue", requeue),
-               "folders": folders, "submitted": submitted, "seen": seen}
+        yield {
+            "single": (f"{tag}single", single),
+            "requeue": (f"{tag}requeue", requeue),
+            "folders": folders,
+            "submitted": submitted,
+            "seen": seen,
+        }
     finally:
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
@@ -161,8 +196,9 @@ def seconds(run_time: str) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
-def warn_mid_run_then_restore(cluster: Cluster, job_id: str, metrics: Path, seen: dict[str, float],
-                              timeout: float = 1500) -> None:
+def warn_mid_run_then_restore(
+    cluster: Cluster, job_id: str, metrics: Path, seen: dict[str, float], timeout: float = 1500
+) -> None:
     """After WARN_AFTER_ROUND rounds: time limit = elapsed + 5-6 minutes, inside the script's
     10-minute --signal margin. After the requeue: the script's 4 hours again. Records when."""
     deadline = time.monotonic() + timeout
@@ -204,9 +240,11 @@ def test_requeue_job_is_signalled_requeued_and_resumes_to_the_uninterrupted_resu
     name, job_id = long_jobs["requeue"]
     info = cluster.wait(job_id)
     seen, start = long_jobs["seen"], long_jobs["submitted"]
-    print(f"requeue.sbatch: {time.monotonic() - start:.1f} s from submission, {info['Restarts']} restart(s); "
-          f"limit cut at {seen.get('limit_cut', 0) - start:.1f} s, requeued at {seen.get('requeued', 0) - start:.1f} s, "
-          f"running again {seen.get('running_again', 0) - seen.get('requeued', 0):.1f} s later")
+    print(
+        f"requeue.sbatch: {time.monotonic() - start:.1f} s from submission, {info['Restarts']} restart(s); "
+        f"limit cut at {seen.get('limit_cut', 0) - start:.1f} s, requeued at {seen.get('requeued', 0) - start:.1f} s, "
+        f"running again {seen.get('running_again', 0) - seen.get('requeued', 0):.1f} s later"
+    )
     log = cluster.log(name)
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), cluster.why(name, long_jobs["folders"][1])
     assert info["Restarts"] == "1" and "stopped after round" in log and "requeueing job" in log, log
@@ -221,8 +259,17 @@ def test_requeue_job_is_signalled_requeued_and_resumes_to_the_uninterrupted_resu
 
 def test_a_pmi_the_mpi_does_not_speak_fails_in_one_line(cluster):
     name = f"t{os.getpid()}pmix"
-    job_id = cluster.sbatch(name, "--ntasks=3", "slurm/single_node.sbatch", CONFIG, "--set", "silos=2",
-                            "--set", "data.rotations=[0, 90]", env={"CFL_SRUN_MPI": "pmix"})
+    job_id = cluster.sbatch(
+        name,
+        "--ntasks=3",
+        "slurm/single_node.sbatch",
+        CONFIG,
+        "--set",
+        "silos=2",
+        "--set",
+        "data.rotations=[0, 90]",
+        env={"CFL_SRUN_MPI": "pmix"},
+    )
     info = cluster.wait(job_id, timeout=300)
     assert (info["JobState"], info["ExitCode"]) == ("FAILED", "2:0")
     lines = [line for line in cluster.log(name).splitlines() if line.startswith("cfl_mpi")]
@@ -245,8 +292,9 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
     name = f"t{os.getpid()}het"
     sets = [a for s in [*SMALL, "train.rounds=2", "runtime.silos_per_rank=2"] for a in ("--set", s)]
     before = cluster.nodes.link_bytes()
-    job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets,
-                            env=OFI_TCP)
+    job_id = cluster.sbatch(
+        name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets, env=OFI_TCP
+    )
     out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
     try:
         info = cluster.wait(job_id, timeout=600)
@@ -260,11 +308,14 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
         crossed = {host: n - before[host] for host, n in cluster.nodes.link_bytes().items()}
         assert all(n > 100_000 for n in crossed.values()), crossed  # the models and updates, both ways
         print(f"het job across two nodes: {crossed} bytes over the links")
-        wrong = cluster.sbatch(f"{name}wrong", "--ntasks=1", ":", "--ntasks=4", "slurm/multi_node_gpu.sbatch",
-                               CONFIG, *sets)
+        wrong = cluster.sbatch(
+            f"{name}wrong", "--ntasks=1", ":", "--ntasks=4", "slurm/multi_node_gpu.sbatch", CONFIG, *sets
+        )
         assert cluster.wait(wrong, timeout=300)["ExitCode"] == "2:0"
-        assert "needs 2 silo ranks but the job's silo component has 4 tasks (submit with --ntasks=1 : --ntasks=2)" \
+        assert (
+            "needs 2 silo ranks but the job's silo component has 4 tasks (submit with --ntasks=1 : --ntasks=2)"
             in cluster.log(f"{name}wrong")
+        )
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -278,15 +329,19 @@ def test_a_rank_that_dies_under_srun_is_named_with_its_silos_and_node(cluster):
     name = f"t{os.getpid()}dies"
     sets = [a for s in [*SMALL, "train.rounds=3", "runtime.silos_per_rank=2", "runtime.fault.silo=2",
                         "runtime.fault.round=2", "runtime.fault.kind=exit"] for a in ("--set", s)]  # fmt: skip
-    job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets,
-                            env=OFI_TCP)
+    job_id = cluster.sbatch(
+        name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets, env=OFI_TCP
+    )
     out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
     try:
         info = cluster.wait(job_id, timeout=600)
         log = cluster.log(name)
         assert info["JobState"] == "FAILED", (info, log)
-        host = next(n["host"] for n in json.loads((out / "nodes.json").read_text())["nodes"]
-                    if any(r["rank"] == 2 for r in n["ranks"]))
+        host = next(
+            n["host"]
+            for n in json.loads((out / "nodes.json").read_text())["nodes"]
+            if any(r["rank"] == 2 for r in n["ranks"])
+        )
         line = f"cfl_mpi: rank 2 (silos 2-3) on {host} ended (Exited with exit code"
         assert line in log and line in (out / "failure.txt").read_text(), log
         assert "the checkpoint after round 1 is intact" in log
@@ -295,8 +350,17 @@ def test_a_rank_that_dies_under_srun_is_named_with_its_silos_and_node(cluster):
 
 
 def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
-    proc = cluster.run(sys.executable, "-m", "cfl_mpi.launch", "--print", CONFIG, "--set", "silos=40",
-                       "--set", "runtime.silos_per_rank=5")
+    proc = cluster.run(
+        sys.executable,
+        "-m",
+        "cfl_mpi.launch",
+        "--print",
+        CONFIG,
+        "--set",
+        "silos=40",
+        "--set",
+        "runtime.silos_per_rank=5",
+    )
     lines = proc.stdout.splitlines()
     assert "9 ranks (1 server + 8 silo ranks)" in lines[0]
     assert f"srun --mpi=pmi2 --ntasks=9 --kill-on-bad-exit=1 python -m cfl_mpi.main {CONFIG}" in proc.stdout
@@ -315,16 +379,20 @@ def test_a_node_lost_under_srun_is_named_with_its_ranks_and_silos(cluster):
         pytest.skip(f"a heterogeneous job needs two nodes: {can_make_nodes()}")
     name = f"t{os.getpid()}lost"
     sets = [a for s in [*SMALL, "train.rounds=40", "runtime.silos_per_rank=2"] for a in ("--set", s)]
-    job_id = cluster.sbatch(name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets,
-                            env=OFI_TCP)
+    job_id = cluster.sbatch(
+        name, "--ntasks=1", ":", "--ntasks=2", "slurm/multi_node_gpu.sbatch", CONFIG, *sets, env=OFI_TCP
+    )
     out = PROJECT_ROOT / "runs" / f"{name}-{job_id}"
     try:
         deadline = time.monotonic() + 300
         while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1):
             assert time.monotonic() < deadline and cluster.job(job_id)["JobState"] not in FINAL, cluster.why(name, out)
             time.sleep(0.2)
-        silo_host = next(n["host"] for n in json.loads((out / "nodes.json").read_text())["nodes"]
-                         if all(r["rank"] != 0 for r in n["ranks"]))
+        silo_host = next(
+            n["host"]
+            for n in json.loads((out / "nodes.json").read_text())["nodes"]
+            if all(r["rank"] != 0 for r in n["ranks"])
+        )
         killed = time.monotonic()
         cluster.nodes.kill(silo_host)
         cluster.run("scontrol", "update", f"NodeName={silo_host}", "State=DOWN", "Reason=lost")

@@ -1,4 +1,5 @@
 """The launcher's watch (supervise.py): what it makes of the launcher's words and nodes.json."""
+
 from __future__ import annotations
 
 import io
@@ -81,7 +82,10 @@ def test_srun_naming_the_task_that_ended_first_names_its_rank_and_silos(tmp_path
         "rank 4 (silos 6-7) on node3 ended (Killed), and srun ended the job (exit 137)"
     )
     assert words("srun: error: node1: tasks 1-2,4: Exited with exit code 1\n").tasks_ended == (
-        "node1", [1, 2, 4], "Exited with exit code 1")
+        "node1",
+        [1, 2, 4],
+        "Exited with exit code 1",
+    )
 
 
 def test_srun_naming_a_node_failure_names_the_node_with_every_rank_and_silo_there(tmp_path):
@@ -93,7 +97,8 @@ def test_srun_naming_a_node_failure_names_the_node_with_every_rank_and_silo_ther
         "node node2 lost (SLURM: node failure): ranks 2-3 (silos 2-5) with it, and srun ended the job"
     )
     assert _srun_ended(tmp_path / "no_nodes_json", 1, "node2", None, []) == (
-        "node node2 lost (SLURM: node failure), and srun ended the job (exit 1) before any rank could say why")
+        "node node2 lost (SLURM: node failure), and srun ended the job (exit 1) before any rank could say why"
+    )
 
 
 def test_the_supervised_command_names_its_results_folder():
@@ -113,7 +118,9 @@ def test_srun_numbers_a_heterogeneous_jobs_tasks_within_their_component(tmp_path
     layout = het_components({"SLURM_HET_SIZE": "2", "SLURM_NTASKS_HET_GROUP_0": "1", "SLURM_NTASKS_HET_GROUP_1": "2"})
     assert layout == [1, 2] and het_components({}) == []
     assert _srun_ended(tmp_path, 137, None, ("node2", [1], "Exited with exit code 3"), layout).startswith(
-        "rank 2 (silos 2-3) on node2 ended (Exited with exit code 3)")
+        "rank 2 (silos 2-3) on node2 ended (Exited with exit code 3)"
+    )
     assert _srun_ended(tmp_path, 137, None, ("node1", [0], "Killed"), layout).startswith("rank 0 on node1 ended")
     assert _srun_ended(tmp_path / "none", 137, None, ("node2", [0], "Killed"), layout).startswith(
-        "task 0 of srun's step on node2 ended (Killed)")
+        "task 0 of srun's step on node2 ended (Killed)"
+    )

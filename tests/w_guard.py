@@ -5,6 +5,7 @@ seeded EMD-CFL run, and the machine kind that wrote them.
 
 Rewrite it only for a change that is meant to move W, and say why in the commit.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,15 @@ CONFIG = "configs/digits.yaml"
 # 6 silos in 3 rotations, one round of one epoch of a slim CNN: every EMD-CFL pair is measured,
 # through the paper's Gaussian R (the fixture predates the orthonormal one; the default's W is
 # held to a seeded run's by `python -m benchmarks.projection_variance --check-run RUN`).
-OVERRIDES = ["silos=6", "data.rotations=[0,90,180]", "train.rounds=1", "train.local_epochs=1",
-             "model.channels=[16,32]", "strategy.pair_keys=seeded", "strategy.projection=gaussian"]
+OVERRIDES = [
+    "silos=6",
+    "data.rotations=[0,90,180]",
+    "train.rounds=1",
+    "train.local_epochs=1",
+    "model.channels=[16,32]",
+    "strategy.pair_keys=seeded",
+    "strategy.projection=gaussian",
+]
 
 
 def machine_kind() -> dict[str, str]:
@@ -37,8 +45,13 @@ def machine_kind() -> dict[str, str]:
             if key.strip() in ("model name", "flags") and key.strip() not in cpu:
                 cpu[key.strip()] = value.strip()
     flags = hashlib.sha256(cpu.get("flags", "").encode()).hexdigest()[:16]
-    return {"cpu": cpu.get("model name", platform.processor()), "cpu_flags_sha256": flags,
-            "machine": platform.machine(), "torch": torch.__version__, "numpy": np.__version__}
+    return {
+        "cpu": cpu.get("model name", platform.processor()),
+        "cpu_flags_sha256": flags,
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
 
 
 def write(run: Path) -> None:

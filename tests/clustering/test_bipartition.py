@@ -1,4 +1,5 @@
 """CFL maths (bipartition, split criterion, orthonormal transform, parameter tree)."""
+
 from __future__ import annotations
 
 import json
@@ -109,8 +110,9 @@ def _tree_with_two_splits() -> ClusterTree:
     """Root {0..5}: {0,1,2} lean to e0, {3,4,5} to e1; then {3,4,5}: {3,4} to e2, {5} to e3."""
     e = np.eye(6)
     tree = ClusterTree(list(range(6)))
-    left, right = tree.split(0, [2, 0, 1], [3, 4, 5], round=21,
-                             left_updates=e[[0, 0, 0]] + 0.1, right_updates=3 * e[[1, 1, 1]] + 0.1)
+    left, right = tree.split(
+        0, [2, 0, 1], [3, 4, 5], round=21, left_updates=e[[0, 0, 0]] + 0.1, right_updates=3 * e[[1, 1, 1]] + 0.1
+    )
     assert (left, right) == (1, 2)
     assert tree.split(2, [3, 4], [5], round=40, left_updates=e[[2, 2]], right_updates=e[[3]]) == (3, 4)
     return tree
@@ -143,7 +145,13 @@ def test_cluster_tree_route_and_add_silo() -> None:
 def test_cluster_tree_to_dict_is_json() -> None:
     d = json.loads(json.dumps(_tree_with_two_splits().to_dict()))
     nodes = {n["id"]: n for n in d["nodes"]}
-    assert nodes[0] == {"id": 0, "parent": None, "children": [1, 2], "members": [0, 1, 2, 3, 4, 5],
-                        "split_round": 21, "n_references": 0}
+    assert nodes[0] == {
+        "id": 0,
+        "parent": None,
+        "children": [1, 2],
+        "members": [0, 1, 2, 3, 4, 5],
+        "split_round": 21,
+        "n_references": 0,
+    }
     assert nodes[2]["split_round"] == 40 and nodes[2]["n_references"] == 3
     assert nodes[4] == {"id": 4, "parent": 2, "children": [], "members": [5], "split_round": None, "n_references": 1}

@@ -1,4 +1,5 @@
 """Cluster extraction: the paper's neighbourhood rule and the robust default."""
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,7 @@ def _fixture(shared_data: Path, silos: int) -> dict:
     return json.loads(path.read_text())
 
 
-def _matrix(
-    sizes: list[int], separation: float = 8 * NOISE, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
+def _matrix(sizes: list[int], separation: float = 8 * NOISE, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """W for clusters of the given sizes: 0 +- NOISE inside, separation to 2x separation across."""
     rng = np.random.default_rng(seed)
     truth = np.repeat(np.arange(len(sizes)), sizes)

@@ -2,7 +2,6 @@
 silo counts and data sets, one cluster when there is one, and the margin reported."""
 
 import pytest
-
 from jobs import simulate_job
 
 pytestmark = pytest.mark.job
@@ -39,8 +38,9 @@ def test_digits_base_variant_is_one_cluster(tmp_path):
 
 
 def test_digits_two_variant_is_two_clusters(tmp_path):
-    summary, records = simulate_job(DIGITS, tmp_path, "data.rotations=[-3,3,177,183]",
-                                  "data.group_clusters=[0,0,1,1]", ONE_ROUND, SEEDED)
+    summary, records = simulate_job(
+        DIGITS, tmp_path, "data.rotations=[-3,3,177,183]", "data.group_clusters=[0,0,1,1]", ONE_ROUND, SEEDED
+    )
     # Silos 0-3 hold -3°/3°, silos 4-7 hold 177°/183°: two true clusters.
     assert records[0]["clusters"] == [0, 0, 0, 0, 1, 1, 1, 1] and records[0]["ari"] == 1.0
 

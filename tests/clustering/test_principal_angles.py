@@ -1,4 +1,5 @@
 """PACFL maths: signatures, principal angles, proximity matrix, HC and newcomer placement."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -70,7 +71,7 @@ def test_class_subspace_basis_per_class_and_plain() -> None:
     basis = class_subspace_basis(features, labels, p=P)
     assert basis.shape == (D, N_CLASSES * P)
     for c, g in enumerate(group):  # blocks in ascending label order, each orthonormal
-        block = basis[:, c * P:(c + 1) * P]
+        block = basis[:, c * P : (c + 1) * P]
         np.testing.assert_allclose(block.T @ block, np.eye(P), atol=1e-10)
         assert np.degrees(principal_angles(block, g)).max() < 2.0
 
@@ -136,13 +137,16 @@ def test_newcomers_keep_existing_labels(federation: dict) -> None:
 
 def test_newcomer_bridging_two_clusters_goes_to_the_nearer() -> None:
     """HC may merge two existing clusters through a newcomer; neither moves, it picks one."""
-    A = np.array([
-        [0, 1, 10, 10, 4],
-        [1, 0, 10, 10, 4],
-        [10, 10, 0, 1, 5],
-        [10, 10, 1, 0, 5],
-        [4, 4, 5, 5, 0],
-    ], dtype=float)
+    A = np.array(
+        [
+            [0, 1, 10, 10, 4],
+            [1, 0, 10, 10, 4],
+            [10, 10, 0, 1, 5],
+            [10, 10, 1, 0, 5],
+            [4, 4, 5, 5, 0],
+        ],
+        dtype=float,
+    )
     assert hierarchical_clusters(A[:4, :4], 9.0).tolist() == [0, 0, 1, 1]
     assert hierarchical_clusters(A, 9.0).tolist() == [0, 0, 0, 0, 0]  # the newcomer bridges them
     np.testing.assert_array_equal(place_new_silos(A, np.array([0, 0, 1, 1]), beta=9.0), [0, 0, 1, 1, 0])

@@ -11,6 +11,7 @@ digits, whether their models learn the shortcut at all depends on the seed (seed
 not, even at E = 10; seed 0 at E = 5 sat on the cut, so a CPU's round-off decided the test);
 seed 2 at E = 7 puts every between-group pair 2x above the cut and the groups' mean 3.5x.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,14 @@ CONFIG = "configs/backdoor_mnist.yaml"
 # 3 silos on each of 2 ranks: on 2 cores, 2 silo ranks instead of 6 import torch and read MNIST
 # (test_backends.py: the results do not depend on the ranks, bit for bit).
 RANKS = 3
-SMALL = ("silos=6", "data.pool=test", "data.download=false", "train.rounds=1", "train.local_epochs=5",
-         "model.channels=[32,64]")
+SMALL = (
+    "silos=6",
+    "data.pool=test",
+    "data.download=false",
+    "train.rounds=1",
+    "train.local_epochs=5",
+    "model.channels=[32,64]",
+)
 
 
 def small(shared_data, *extra: str) -> tuple[str, ...]:
@@ -30,8 +37,9 @@ def small(shared_data, *extra: str) -> tuple[str, ...]:
 
 @pytest.mark.mpi
 def test_emdcfl_separates_the_three_groups_and_reports_the_targets(shared_data, tmp_path):
-    proc, summary, records = run_job(CONFIG, tmp_path, *small(shared_data, "strategy.pair_keys=seeded", "seed=2",
-                                                                 "train.local_epochs=7"), n=RANKS)
+    proc, summary, records = run_job(
+        CONFIG, tmp_path, *small(shared_data, "strategy.pair_keys=seeded", "seed=2", "train.local_epochs=7"), n=RANKS
+    )
     assert records[0]["ari"] == 1.0 and records[0]["clusters"] == [0, 0, 1, 1, 2, 2]
     clean, backdoor = records[0]["target_clean_acc"], records[0]["target_backdoor_acc"]
     assert records[0]["backdoor_acc"][2:] == [None] * 4 and all(0 < a <= 1 for a in records[0]["backdoor_acc"][:2])
@@ -44,11 +52,14 @@ def test_emdcfl_separates_the_three_groups_and_reports_the_targets(shared_data, 
 
 @pytest.mark.mpi
 def test_fedavg_learns_the_backdoor(shared_data, tmp_path):
-    _, summary, records = run_job(CONFIG, tmp_path, *small(shared_data, "strategy.name=fedavg", "train.rounds=3"),
-                                  n=RANKS)
+    _, summary, records = run_job(
+        CONFIG, tmp_path, *small(shared_data, "strategy.name=fedavg", "train.rounds=3"), n=RANKS
+    )
     gaps = [r["target_clean_acc"] - r["target_backdoor_acc"] for r in records]
     clean, backdoor = summary["target_clean_acc"], summary["target_backdoor_acc"]
-    print(f"FedAvg: target silos' clean acc {clean:.4f}, backdoor acc {backdoor:.4f}; gap per round "
-          f"{', '.join(f'{g:.4f}' for g in gaps)}")
+    print(
+        f"FedAvg: target silos' clean acc {clean:.4f}, backdoor acc {backdoor:.4f}; gap per round "
+        f"{', '.join(f'{g:.4f}' for g in gaps)}"
+    )
     # The shared model reads the colour as the label: 3.8 points, 68 of the targets' 1,780 test digits.
     assert clean > 0.9 and clean - backdoor > 0.02 and gaps[-1] > gaps[0]

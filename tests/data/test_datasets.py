@@ -1,5 +1,6 @@
 """Every data set of the EMD-CFL paper (§4.1, Appendix C), built from small files written in the
 real on-disk formats."""
+
 from __future__ import annotations
 
 import textwrap
@@ -18,7 +19,6 @@ from cfl_mpi.data import backdoor, cifar
 from cfl_mpi.data.images import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
 
 
-
 def check_data(cfg):
     cfg.data.check(cfg.data_facts())
 
@@ -33,9 +33,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("data")
-    return {"mnist": write_mnist(root / "mnist", n_train=400, n_test=200),
-            "cifar": write_cifar10(root / "cifar", per_batch=40, n_test=60),
-            "pacs": write_pacs(root / "pacs", {"photo": 30, "art_painting": 40, "cartoon": 40, "sketch": 70})}
+    return {
+        "mnist": write_mnist(root / "mnist", n_train=400, n_test=200),
+        "cifar": write_cifar10(root / "cifar", per_batch=40, n_test=60),
+        "pacs": write_pacs(root / "pacs", {"photo": 30, "art_painting": 40, "cartoon": 40, "sketch": 70}),
+    }
 
 
 def silos(cfg):
@@ -57,7 +59,7 @@ def assert_disjoint_within_groups(shards, groups):
         for i, a in enumerate(members):
             own = rows(np.concatenate([a.x_train, a.x_val]))
             assert not rows(a.x_train) & rows(a.x_val)
-            for b in members[i + 1:]:
+            for b in members[i + 1 :]:
                 assert not own & rows(np.concatenate([b.x_train, b.x_val]))
                 assert not rows(a.x_test) & rows(b.x_test)
 
@@ -66,8 +68,9 @@ def assert_disjoint_within_groups(shards, groups):
 
 
 def test_rotated_mnist_from_idx_files(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=8, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False}))
+    cfg = config_from(
+        tmp_path, dict(silos=8, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False})
+    )
     shards = silos(cfg)
     np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 1, 1, 2, 2, 3, 3])
     assert not cfg.data.backdoor_targets(cfg.silos).any() and all(s.x_backdoor is None for s in shards)
@@ -82,9 +85,13 @@ def test_rotated_mnist_from_idx_files(files, tmp_path):
 
 
 def test_rotated_cifar10_copies_are_the_same_pool_rotated(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]), "rotations": [0, 90],
-                       "download": False}))
+    cfg = config_from(
+        tmp_path,
+        dict(
+            silos=4,
+            data={"name": "rotated_cifar10", "root": str(files["cifar"]), "rotations": [0, 90], "download": False},
+        ),
+    )
     shards = silos(cfg)
     assert shards[0].x_train.shape[1:] == (3, 32, 32) and cfg.data.image_size == 32
     upright = rows(np.concatenate([s.x_train for s in shards[:2]] + [s.x_val for s in shards[:2]]))
@@ -112,16 +119,33 @@ def test_rotation_is_torchvisions_nearest_rotation():
         theirs = np.stack([np.asarray(TF.rotate(Image.fromarray(g), angle)) for g in grey]) / 255.0
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
         ours = rotate(colour / 255.0, angle, expand=True, border=2)
-        theirs = np.stack([np.asarray(TF.rotate(Image.fromarray(np.pad(c, ((2, 2), (2, 2), (0, 0)))), angle,
-                                                expand=True)) for c in colour]) / 255.0
+        theirs = (
+            np.stack(
+                [
+                    np.asarray(TF.rotate(Image.fromarray(np.pad(c, ((2, 2), (2, 2), (0, 0)))), angle, expand=True))
+                    for c in colour
+                ]
+            )
+            / 255.0
+        )
         assert ours.shape == theirs.shape
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
 
 
 def test_rotated_cifar10_min_is_bordered_expanded_and_resized(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=4, data={"name": "rotated_cifar10", "root": str(files["cifar"]), "download": False,
-                       "rotations": [-3, 3], "rotation_border": 2}))
+    cfg = config_from(
+        tmp_path,
+        dict(
+            silos=4,
+            data={
+                "name": "rotated_cifar10",
+                "root": str(files["cifar"]),
+                "download": False,
+                "rotations": [-3, 3],
+                "rotation_border": 2,
+            },
+        ),
+    )
     shards = silos(cfg)
     assert shards[0].x_train.shape[1:] == (3, 32, 32)
     corner = unnormalise(shards[0].x_train, CIFAR10_MEAN, CIFAR10_STD)[:, 0, 0, :]
@@ -136,9 +160,14 @@ def test_rotation_variants_set_their_true_clusters(tmp_path):
 
 
 def test_imagenet_models_get_three_channels_and_imagenet_statistics(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=4, data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False},
-        model={"name": "resnet18"}))
+    cfg = config_from(
+        tmp_path,
+        dict(
+            silos=4,
+            data={"name": "rotated_mnist", "root": str(files["mnist"]), "download": False},
+            model={"name": "resnet18"},
+        ),
+    )
     s = cfg.data.build(0, cfg.data_facts())
     assert s.x_train.shape[1:] == (3, 28, 28) and cfg.model.input_size == 224  # resized on the device
     pixels = unnormalise(s.x_train, IMAGENET_MEAN, IMAGENET_STD)
@@ -165,18 +194,21 @@ def test_backdoor_mnist_is_the_authors_construction(files, tmp_path):
     """The authors' colormnist.ipynb: target digits in (0.26, 0.63, 0.4), backdoor digits in summer(40)[y],
     the third group purple; targets and purple keep half their training shard; ImageNet
     statistics; the backdoor test colours the target's test digits summer(40)[9 − y]."""
-    cfg = config_from(tmp_path, dict(
-        silos=6, data={"name": "backdoor_mnist", "root": str(files["mnist"]), "download": False}))
+    cfg = config_from(
+        tmp_path, dict(silos=6, data={"name": "backdoor_mnist", "root": str(files["mnist"]), "download": False})
+    )
     shards = silos(cfg)
     np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 1, 1, 2, 2])
     np.testing.assert_array_equal(cfg.data.backdoor_targets(cfg.silos), [True, True, False, False, False, False])
     assert_disjoint_within_groups(shards, cfg.data.true_clusters(cfg.silos))
     rgb = [unnormalise(s.x_train, IMAGENET_MEAN, IMAGENET_STD) for s in shards]
-    expected = [unit_colours(backdoor.TARGET_COLOUR), unit_colours(backdoor.SUMMER_40[shards[2].y_train]),
-                unit_colours(backdoor.PURPLE)]
+    expected = [
+        unit_colours(backdoor.TARGET_COLOUR),
+        unit_colours(backdoor.SUMMER_40[shards[2].y_train]),
+        unit_colours(backdoor.PURPLE),
+    ]
     for g in range(3):
-        np.testing.assert_allclose(direction(rgb[2 * g]), np.broadcast_to(expected[g], (len(rgb[2 * g]), 3)),
-                                   atol=1e-4)
+        np.testing.assert_allclose(direction(rgb[2 * g]), np.broadcast_to(expected[g], (len(rgb[2 * g]), 3)), atol=1e-4)
     np.testing.assert_allclose(backdoor.SUMMER_40[10], backdoor.TARGET_COLOUR, atol=5e-3)  # one step past 9
     half = len(shards[2].y_train) / 2
     assert abs(len(shards[0].y_train) - half) <= 1 and abs(len(shards[4].y_train) - half) <= 1
@@ -205,8 +237,9 @@ def test_backdoor_silo_counts(tmp_path):
 
 
 def test_backdoor_cifar10_classes_patch_and_backdoor_test(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=6, data={"name": "backdoor_cifar10", "root": str(files["cifar"]), "download": False}))
+    cfg = config_from(
+        tmp_path, dict(silos=6, data={"name": "backdoor_cifar10", "root": str(files["cifar"]), "download": False})
+    )
     shards = silos(cfg)
     np.testing.assert_array_equal(cfg.data.true_clusters(cfg.silos), [0, 0, 1, 1, 2, 2])
     assert_disjoint_within_groups(shards, cfg.data.true_clusters(cfg.silos))
@@ -216,9 +249,11 @@ def test_backdoor_cifar10_classes_patch_and_backdoor_test(files, tmp_path):
     # 200 training images, half of them in classes 0-4; each group's copy split over 2 silos.
     assert sum(len(s.y_train) + len(s.y_val) for s in shards[:2]) == 100
     patched = unnormalise(shards[2].x_train, CIFAR10_MEAN, CIFAR10_STD)
-    np.testing.assert_allclose(patched[:, :3, :3, :],
-                               np.broadcast_to(backdoor.PATCH_COLOURS[shards[2].y_train][:, None, None, :],
-                                               (len(patched), 3, 3, 3)), atol=1e-5)
+    np.testing.assert_allclose(
+        patched[:, :3, :3, :],
+        np.broadcast_to(backdoor.PATCH_COLOURS[shards[2].y_train][:, None, None, :], (len(patched), 3, 3, 3)),
+        atol=1e-5,
+    )
     for s in shards[:2]:
         clean = unnormalise(s.x_test, CIFAR10_MEAN, CIFAR10_STD)
         poisoned = unnormalise(s.x_backdoor, CIFAR10_MEAN, CIFAR10_STD)
@@ -245,8 +280,10 @@ def test_patched_image_differs_from_its_clean_twin_only_in_the_corner():
 
 
 def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16}))
+    cfg = config_from(
+        tmp_path,
+        dict(silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16}),
+    )
     check_data(cfg)
     shards = silos(cfg)
     truth = cfg.data.true_clusters(cfg.silos)
@@ -264,9 +301,19 @@ def test_pacs_silos_per_domain_split_80_10_10(files, tmp_path):
 def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
     """The authors' pacs.ipynb: 20 % of each shuffled domain is test, the rest dealt round-robin to the
     domain's silos, each silo's share split 80/20 into training and validation."""
-    cfg = config_from(tmp_path, dict(
-        silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 10, "image_size": 16,
-                        "pacs_split": "authors"}))
+    cfg = config_from(
+        tmp_path,
+        dict(
+            silos=18,
+            data={
+                "name": "pacs",
+                "root": str(files["pacs"]),
+                "min_silo_images": 10,
+                "image_size": 16,
+                "pacs_split": "authors",
+            },
+        ),
+    )
     shards = silos(cfg)
     truth = cfg.data.true_clusters(cfg.silos)
     for domain, n in enumerate([30, 40, 40, 70]):
@@ -280,8 +327,9 @@ def test_pacs_authors_split_deals_80_percent_round_robin(files, tmp_path):
 
 
 def test_pacs_errors_name_the_folder_and_the_fix(files, tmp_path):
-    cfg = config_from(tmp_path, dict(
-        silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 20}))
+    cfg = config_from(
+        tmp_path, dict(silos=18, data={"name": "pacs", "root": str(files["pacs"]), "min_silo_images": 20})
+    )
     with pytest.raises(ConfigError, match=r"^data.domain_silos: domain photo has 30 images .* at most 1 silos"):
         check_data(cfg)
     with pytest.raises(ConfigError, match=r"^silos: data.domain_silos \[3, 4, 4, 7\] adds up to 18"):
@@ -290,8 +338,13 @@ def test_pacs_errors_name_the_folder_and_the_fix(files, tmp_path):
     with pytest.raises(ConfigError) as err:
         prepare_data(empty)
     message = str(err.value)
-    assert message.startswith("data.root: PACS domain folders photo, art_painting, cartoon, sketch not found in "
-                              f"{tmp_path / 'none'}") and "python -m cfl_mpi.prepare" in message and "\n" not in message
+    assert (
+        message.startswith(
+            f"data.root: PACS domain folders photo, art_painting, cartoon, sketch not found in {tmp_path / 'none'}"
+        )
+        and "python -m cfl_mpi.prepare" in message
+        and "\n" not in message
+    )
     assert "--set data.root=DIR, where DIR/<domain>/<class>/ holds the images (.jpg, .jpeg, .png)" in message
 
 
@@ -308,17 +361,21 @@ def test_missing_cifar_without_network_is_one_clear_error(tmp_path, monkeypatch)
     with pytest.raises(ConfigError) as err:
         prepare_data(cfg)
     message = str(err.value)
-    assert message.startswith(f"data.root: CIFAR-10 is not in {tmp_path / 'c10'} and "
-                              "downloading it failed (URLError") and "python -m cfl_mpi.prepare" in message
+    assert (
+        message.startswith(f"data.root: CIFAR-10 is not in {tmp_path / 'c10'} and downloading it failed (URLError")
+        and "python -m cfl_mpi.prepare" in message
+    )
     assert "--set data.root=DIR, where DIR/cifar-10-batches-py holds data_batch_1" in message and "\n" not in message
 
 
 def test_prepare_command_exits_2_with_one_line(tmp_path, capsys):
     path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         silos: 3
-        data: {{name: backdoor_mnist, root: {tmp_path / 'm'}, download: false}}
-    """))
+        data: {{name: backdoor_mnist, root: {tmp_path / "m"}, download: false}}
+    """)
+    )
     with pytest.raises(SystemExit) as code:
         prepare_module.main([str(path)])
     err = capsys.readouterr().err.strip()
@@ -367,8 +424,13 @@ def test_paper_configs(name):
     clusters = {"min": 1, "two": 2, "base": 1}.get(variant, 3 if "backdoor" in name else 4)
     assert len(np.unique(cfg.data.true_clusters(cfg.silos))) == clusters
     s = cfg.strategy  # the authors' silo-side choices (docs/FIDELITY.md); the robust rule
-    assert (s.sample_fraction, s.sample_cap, s.embed_mode, s.tau_projection, s.rule) == (1.0, 512, "train", "full",
-                                                                                        "robust")
+    assert (s.sample_fraction, s.sample_cap, s.embed_mode, s.tau_projection, s.rule) == (
+        1.0,
+        512,
+        "train",
+        "full",
+        "robust",
+    )
     assert getattr(cfg.data, "rotation_border", 0) == (2 if name == "rotated_cifar10_min" else 0)
 
 
@@ -394,9 +456,16 @@ def test_a_silo_rank_imports_only_what_it_uses():
     import subprocess
     import sys
 
-    code = ("import sys; import cfl_mpi.main, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
-            "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'scipy.ndimage', 'matplotlib', 'torch._dynamo') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys; import cfl_mpi.main, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
+        "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'scipy.ndimage', 'matplotlib', 'torch._dynamo') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "[]"

@@ -39,8 +39,9 @@ def test_rotated_digits_rotation_and_sizes():
 
 
 @settings(max_examples=60, deadline=None)
-@given(silo_images=st.integers(2, 60), per_group=st.integers(1, 40), n_pool=st.integers(60, 400),
-       seed=st.integers(0, 3))
+@given(
+    silo_images=st.integers(2, 60), per_group=st.integers(1, 40), n_pool=st.integers(60, 400), seed=st.integers(0, 3)
+)
 def test_sized_shards_hold_their_size_and_share_as_little_as_the_pool_allows(silo_images, per_group, n_pool, seed):
     shards = [sized_shard(1, local, silo_images, n_pool, n_pool // 4, 0.3, seed) for local in range(per_group)]
     held = Counter()
@@ -58,8 +59,11 @@ def test_sized_shards_hold_their_size_and_share_as_little_as_the_pool_allows(sil
 
 def test_ifca_shape_on_digits_shares_images_only_beyond_the_pool():
     small = Config(silos=40, data=RotatedData(silo_images=100))  # 10 silos of 100 per rotation < 1,438
-    big = Config(silos=80, data=RotatedData(silo_images=100))    # 20 x 100 > 1,438: 2 shuffles
-    assert small.data.silo_images_shared_by(small.data_facts()) == 1 and big.data.silo_images_shared_by(big.data_facts()) == 2
+    big = Config(silos=80, data=RotatedData(silo_images=100))  # 20 x 100 > 1,438: 2 shuffles
+    assert (
+        small.data.silo_images_shared_by(small.data_facts()) == 1
+        and big.data.silo_images_shared_by(big.data_facts()) == 2
+    )
     a, b = small.data.build(0, small.data_facts()), small.data.build(1, small.data_facts())
     assert len(a.y_train) + len(a.y_val) == 100 == len(b.y_train) + len(b.y_val)
     assert not np.array_equal(a.x_train[:5], b.x_train[:5])

@@ -2,9 +2,9 @@
 round (every bad file one line naming the silo and its file), the registry's seam for a new
 data set, and `export`: a built-in federation written as files gives the built-in run's
 results bit for bit."""
+
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +31,18 @@ FACTS = DataFacts(silos=4, seed=0)
 
 def files_config(tmp_path: Path, data: dict, silos: int = 4, **top) -> Path:
     path = tmp_path / "files.yaml"
-    path.write_text(yaml.safe_dump({"silos": silos, "data": {"name": "silo_files", **data},
-                                    "train": {"rounds": 1, "local_epochs": 1}, "model": {"channels": [8, 16]},
-                                    "strategy": {"name": "fedavg"}, **top}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "silos": silos,
+                "data": {"name": "silo_files", **data},
+                "train": {"rounds": 1, "local_epochs": 1},
+                "model": {"channels": [8, 16]},
+                "strategy": {"name": "fedavg"},
+                **top,
+            }
+        )
+    )
     return path
 
 
@@ -41,8 +50,7 @@ def write_silos(folder: Path, silos: int = 4, n: int = 40, shape=(1, 8, 8), clas
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     for s in range(silos):
-        np.savez(folder / f"site{s}.npz", x=rng.random((n, *shape), dtype=np.float32),
-                 y=np.arange(n) % classes)
+        np.savez(folder / f"site{s}.npz", x=rng.random((n, *shape), dtype=np.float32), y=np.arange(n) % classes)
 
 
 # --------------------------------------------------------------------------- formats
@@ -58,8 +66,11 @@ def test_x_and_y_are_split_by_the_seed_and_the_silo_into_disjoint_sets(tmp_path)
     rows = {tuple(r.ravel()) for r in x}
     parts = [{tuple(r.ravel()) for r in part} for part in (a.x_train, a.x_val, a.x_test)]
     assert set.union(*parts) == rows and sum(map(len, parts)) == len(rows)
-    assert not np.array_equal(a.y_train, other.y_train[: len(a.y_train)]) or len(other.y_train) != len(a.y_train) \
+    assert (
+        not np.array_equal(a.y_train, other.y_train[: len(a.y_train)])
+        or len(other.y_train) != len(a.y_train)
         or not np.array_equal(a.x_train[:3], other.x_train[:3])
+    )
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc", "nhw"])
@@ -156,7 +167,9 @@ def test_each_file_is_read_once_the_agreement_hands_its_data_to_the_silo(tmp_pat
     monkeypatch.setattr(silo_files, "_BUILT", {})  # other tests agree without building
     reads = []
     read = silo_files.SiloFiles._read
-    monkeypatch.setattr(silo_files.SiloFiles, "_read", lambda self, silo, facts: reads.append(silo) or read(self, silo, facts))
+    monkeypatch.setattr(
+        silo_files.SiloFiles, "_read", lambda self, silo, facts: reads.append(silo) or read(self, silo, facts)
+    )
     agreed = agreed_in_process(cfg)
     for silo in range(4):
         agreed.data.build(silo, agreed.data_facts())
@@ -178,8 +191,10 @@ def test_a_report_frame_reads_back_and_a_hostile_one_is_refused_naming_the_silo(
 
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[callable, str]]:
     """Each bad file a site may bring: how to make it (on silo 2) and what the one line says."""
+
     def npz(**arrays):
         return lambda p: np.savez(p, **arrays)
+
     x, y = np.zeros((40, 1, 8, 8), np.float32), np.arange(40) % 3
     nan = x.copy()
     nan[7, 0, 3, 3] = np.nan
@@ -249,6 +264,7 @@ class Blobs(DataParams):
             y = rng.integers(0, 2, n)
             x = rng.normal(size=(n, 6)).astype(np.float32) + (2 * y - 1)[:, None] * (1 - 2 * group)
             return x.astype(np.float32), y
+
         return SiloData(group, *part(60), *part(10), *part(20))
 
 
@@ -258,9 +274,18 @@ def test_a_new_data_set_is_one_class_and_one_registry_line(tmp_path, monkeypatch
 
     monkeypatch.setitem(data_sets.REGISTRY, "blobs", Blobs)
     path = tmp_path / "blobs.yaml"
-    path.write_text(yaml.safe_dump({"silos": 4, "data": {"name": "blobs"}, "model": {"name": "mlp"},
-                                    "train": {"rounds": 2, "local_epochs": 2}, "strategy": {"name": "oracle"},
-                                    "out": str(tmp_path / "run")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "silos": 4,
+                "data": {"name": "blobs"},
+                "model": {"name": "mlp"},
+                "train": {"rounds": 2, "local_epochs": 2},
+                "strategy": {"name": "oracle"},
+                "out": str(tmp_path / "run"),
+            }
+        )
+    )
     summary = simulate(load_config(path))
     assert summary["ari"] == 1.0 and summary["avg_acc"] > 0.8
 
@@ -304,8 +329,16 @@ def test_the_exported_rotated_mnist_gives_the_built_in_results_bit_for_bit(tmp_p
     clusters, per-silo accuracies and W as the built-in data set. 300 training-pool images a
     silo (data.silo_images) are enough to compare, bit for bit: the silos still fall into two
     clusters (ARI 0.44), so the clusters compared are not all one."""
-    sets = [f"data.root={shared_data / 'mnist'}", "data.download=false", "silos=16", "data.silo_images=300",
-            "train.rounds=1", "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]
+    sets = [
+        f"data.root={shared_data / 'mnist'}",
+        "data.download=false",
+        "silos=16",
+        "data.silo_images=300",
+        "train.rounds=1",
+        "train.local_epochs=1",
+        "model.channels=[8,16]",
+        "strategy.pair_keys=seeded",
+    ]
     built_in = load_config(PROJECT_ROOT / "configs/rotated.yaml", [*sets, f"out={tmp_path / 'built_in'}"])
     from cfl_mpi.simulate import simulate
 
@@ -361,7 +394,9 @@ def test_under_mpirun_a_bad_silo_file_ends_the_job_in_seconds_with_one_line_and_
     seconds = time.monotonic() - start
     errors = [line for line in result.stderr.splitlines() if line.startswith("cfl_mpi:")]
     assert result.returncode == 2, result.stderr[-3000:]
-    assert errors == [f"cfl_mpi: config error: data: silo 5 ({tmp_path / 'files' / 'silo_0005.npz'}): y_train holds "
-                      "the label 19, out of range for data.classes 10 (labels run from 0 to 9)"], result.stderr
+    assert errors == [
+        f"cfl_mpi: config error: data: silo 5 ({tmp_path / 'files' / 'silo_0005.npz'}): y_train holds "
+        "the label 19, out of range for data.classes 10 (labels run from 0 to 9)"
+    ], result.stderr
     assert not out.exists(), "nothing is written before the agreement"
     print(f"bad silo file under mpirun -n 9: exit 2 after {seconds:.1f} s")

@@ -1,19 +1,25 @@
 """A process's silos trained as one computation (batched_training.py) against one by one."""
+
 from __future__ import annotations
 
 import copy
 
 import pytest
 import torch
+from jobs import PROJECT_ROOT, simulate_job
 
-from cfl_mpi.batched_training import (Evaluation, LocalTraining, batchable, batches_silos, evaluate_together,
-                                      train_together)
+from cfl_mpi.batched_training import (
+    Evaluation,
+    LocalTraining,
+    batchable,
+    batches_silos,
+    evaluate_together,
+    train_together,
+)
 from cfl_mpi.config import ConfigError, TrainConfig, load_config
 from cfl_mpi.models.mlp import Mlp
 from cfl_mpi.models.simple_cnn import SimpleCNN
 from cfl_mpi.training import evaluate, train_local
-
-from jobs import PROJECT_ROOT, simulate_job
 
 # Batched and one-by-one weights differ by float rounding (a batched product sums in another
 # order): ≤ 8e-8 here after 3 epochs, on weights of size ≤ 0.4, and a median of 1.5e-8 over
@@ -34,11 +40,14 @@ def models_and_data(make, sizes):
     return base, data
 
 
-@pytest.mark.parametrize("make, batch_size, momentum, weight_decay", [
-    (lambda: Mlp(784, 10, hidden=32), "all", 0.0, 0.0),     # IFCA's regime: full-batch steps
-    (lambda: Mlp(784, 10, hidden=32), 16, 0.9, 1e-4),
-    (lambda: SimpleCNN(1, 10, 28, (4, 8), 16), 16, 0.9, 5e-4),
-])
+@pytest.mark.parametrize(
+    "make, batch_size, momentum, weight_decay",
+    [
+        (lambda: Mlp(784, 10, hidden=32), "all", 0.0, 0.0),  # IFCA's regime: full-batch steps
+        (lambda: Mlp(784, 10, hidden=32), 16, 0.9, 1e-4),
+        (lambda: SimpleCNN(1, 10, 28, (4, 8), 16), 16, 0.9, 5e-4),
+    ],
+)
 def test_batched_training_gives_each_silo_its_one_by_one_weights(make, batch_size, momentum, weight_decay):
     cfg = TrainConfig(local_epochs=3, lr=0.1, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size)
     base, data = models_and_data(make, SIZES)
@@ -46,8 +55,10 @@ def test_batched_training_gives_each_silo_its_one_by_one_weights(make, batch_siz
     cpu = torch.device("cpu")
     for i, (model, (x, y)) in enumerate(zip(alone, data)):
         train_local(model, x, y, cfg, torch.Generator().manual_seed(i), cpu)
-    jobs = [LocalTraining(model, x, y, torch.Generator().manual_seed(i))
-            for i, (model, (x, y)) in enumerate(zip(together, data))]
+    jobs = [
+        LocalTraining(model, x, y, torch.Generator().manual_seed(i))
+        for i, (model, (x, y)) in enumerate(zip(together, data))
+    ]
     assert train_together(jobs, cfg, cpu) == [None] * len(SIZES)
     gaps = []
     for n, a, b in zip(SIZES, alone, together):
@@ -101,10 +112,19 @@ def test_auto_batches_silos_on_a_gpu_only(tmp_path):
 def test_a_batched_run_clusters_and_learns_as_one_by_one(tmp_path):
     """IFCA's MLP in full-batch steps on the digits, the silos of the simulator trained batched
     and one by one: the same clusters, accuracies within a test image or two of each other."""
-    regime = ["model.name=mlp", "train.batch_size=all", "train.local_epochs=10", "train.lr=0.1",
-              "train.momentum=0", "train.weight_decay=0", "train.rounds=3"]
-    runs = {how: simulate_job("configs/digits.yaml", tmp_path / how, *regime, f"runtime.silo_training={how}")
-            for how in ("batched", "one_by_one")}
+    regime = [
+        "model.name=mlp",
+        "train.batch_size=all",
+        "train.local_epochs=10",
+        "train.lr=0.1",
+        "train.momentum=0",
+        "train.weight_decay=0",
+        "train.rounds=3",
+    ]
+    runs = {
+        how: simulate_job("configs/digits.yaml", tmp_path / how, *regime, f"runtime.silo_training={how}")
+        for how in ("batched", "one_by_one")
+    }
     (batched, batched_records), (alone, alone_records) = runs["batched"], runs["one_by_one"]
     assert batched["ari"] == alone["ari"] == 1.0
     assert batched["avg_acc"] > 0.85  # 0.92 measured
@@ -120,8 +140,14 @@ def test_a_batched_run_is_a_function_of_its_config_and_seed(tmp_path):
     models bit for bit (with the silos grouped by timing, three runs gave three W)."""
     import numpy as np
 
-    small = ["silos=8", "data.rotations=[0, 90]", "train.rounds=2", "model.channels=[16, 32]",
-             "strategy.pair_keys=seeded", "runtime.silo_training=batched"]
+    small = [
+        "silos=8",
+        "data.rotations=[0, 90]",
+        "train.rounds=2",
+        "model.channels=[16, 32]",
+        "strategy.pair_keys=seeded",
+        "runtime.silo_training=batched",
+    ]
     runs = [simulate_job("configs/digits.yaml", tmp_path / str(i), *small)[1] for i in range(2)]
     assert [r["accuracy"] for r in runs[0]] == [r["accuracy"] for r in runs[1]]
     np.testing.assert_array_equal(np.load(tmp_path / "0" / "W.npy"), np.load(tmp_path / "1" / "W.npy"))

@@ -1,20 +1,28 @@
 """On a CUDA device: every silo trains, embeds and evaluates on the GPU with its sets already
 there, several silos share one GPU, the server stays on the CPU. Skips without CUDA."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-
 from jobs import run_job, run_mpi, simulate_job
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device: torch.cuda.is_available() is False")]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: torch.cuda.is_available() is False"),
+]
 
 CONFIG = "configs/digits.yaml"
-SMALL = ["silos=4", "data.rotations=[0, 90]", "model.channels=[16, 32]", "model.embedding_dim=32",
-         "train.local_epochs=1", "train.rounds=2"]
+SMALL = [
+    "silos=4",
+    "data.rotations=[0, 90]",
+    "model.channels=[16, 32]",
+    "model.embedding_dim=32",
+    "train.local_epochs=1",
+    "train.rounds=2",
+]
 
 
 def test_simulated_silos_share_the_gpu_for_training_embedding_and_evaluation(tmp_path, monkeypatch):
@@ -28,6 +36,7 @@ def test_simulated_silos_share_the_gpu_for_training_embedding_and_evaluation(tmp
         def wrapped(module, x, *args, **kwargs):
             seen.append((name, next(module.parameters()).device.type, training.tensor(x).device.type))
             return original(module, x, *args, **kwargs)
+
         return wrapped
 
     for name in ("train_local", "evaluate", "embed"):

@@ -1,5 +1,6 @@
 """Every model the EMD-CFL paper uses (Appendix D.2 and E.3): embedding size, head, the split,
 weights from a file or torch's cache."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,19 +8,20 @@ import sys
 
 import pytest
 import torch
+from config_files import config_from
 
 from cfl_mpi.config import ConfigError
 from cfl_mpi.models.build import WeightsError, build_model
 from cfl_mpi.prepare import prepare_weights
-from config_files import config_from
 
 EMBEDDING_DIMS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536, "vit_b_16": 768, "convnext_base": 1024}
 
 
 def config(tmp_path, silos=3, data=None, **model):
     """A config of `model` settings (CIFAR-10 shaped data unless given)."""
-    return config_from(tmp_path, {"silos": silos, "data": data or {"name": "backdoor_cifar10", "root": "x"},
-                                  "model": model})
+    return config_from(
+        tmp_path, {"silos": silos, "data": data or {"name": "backdoor_cifar10", "root": "x"}, "model": model}
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EMBEDDING_DIMS))
@@ -47,11 +49,13 @@ def test_defaults_resize_to_224_and_check_sizes(tmp_path):
     with torch.no_grad():
         model(torch.randn(1, 3, 32, 32))  # the silo keeps 32x32 images; the device sees 224x224
     assert seen == [(1, 3, 224, 224)]
-    for model_set, field in [({"name": "resnet18", "embedding_dim": 128}, "model.embedding_dim: resnet18's embedding has 512"),
-                             ({"name": "vit_b_16", "input_size": 40}, "model.input_size: vit_b_16 needs a multiple of 16"),
-                             ({"name": "vit_b_16", "input_size": 32, "pretrained": True}, "model.input_size: vit_b_16's weights"),
-                             ({"name": "simple_cnn", "pretrained": True}, "model.pretrained: torchvision has no weights"),
-                             ({"name": "simple_cnn", "input_size": 64}, "model.input_size: the simple CNN is built")]:
+    for model_set, field in [
+        ({"name": "resnet18", "embedding_dim": 128}, "model.embedding_dim: resnet18's embedding has 512"),
+        ({"name": "vit_b_16", "input_size": 40}, "model.input_size: vit_b_16 needs a multiple of 16"),
+        ({"name": "vit_b_16", "input_size": 32, "pretrained": True}, "model.input_size: vit_b_16's weights"),
+        ({"name": "simple_cnn", "pretrained": True}, "model.pretrained: torchvision has no weights"),
+        ({"name": "simple_cnn", "input_size": 64}, "model.input_size: the simple CNN is built"),
+    ]:
         with pytest.raises(ConfigError) as err:
             config(tmp_path, **model_set)
         assert str(err.value).startswith(field) and "\n" not in str(err.value)
@@ -60,7 +64,10 @@ def test_defaults_resize_to_224_and_check_sizes(tmp_path):
 def test_simple_cnn_takes_the_data_channels(tmp_path):
     cfg = config(tmp_path, data={"name": "backdoor_mnist", "root": "x"}, name="simple_cnn")
     model = build_model(cfg, 10)
-    assert model(torch.randn(2, 3, 28, 28)).shape == (2, 10) and model.embedding(torch.randn(1, 3, 28, 28)).shape == (1, 128)
+    assert model(torch.randn(2, 3, 28, 28)).shape == (2, 10) and model.embedding(torch.randn(1, 3, 28, 28)).shape == (
+        1,
+        128,
+    )
 
 
 def test_pretrained_path_loads_a_torchvision_weights_file(tmp_path):
@@ -86,7 +93,9 @@ def test_pretrained_path_loads_a_cfl_mpi_model_with_its_head(tmp_path):
     torch.manual_seed(3)
     trained = build_model(cfg, 10)
     torch.save(trained.state_dict(), tmp_path / "model.pt")
-    loaded = build_model(config(tmp_path, name="efficientnet_b3", input_size=32, pretrained=str(tmp_path / "model.pt")), 10)
+    loaded = build_model(
+        config(tmp_path, name="efficientnet_b3", input_size=32, pretrained=str(tmp_path / "model.pt")), 10
+    )
     for key, value in trained.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[key], value)
 
@@ -125,8 +134,10 @@ def test_pretrained_true_reads_torchs_cache_without_network(tmp_path):
 
 
 def test_the_server_imports_torchvision_only_for_torchvision_models():
-    code = ("import sys; from cfl_mpi.config import Config; from cfl_mpi.models.build import initial_model; "
-            "initial_model(Config()); print('torchvision' in sys.modules)")
+    code = (
+        "import sys; from cfl_mpi.config import Config; from cfl_mpi.models.build import initial_model; "
+        "initial_model(Config()); print('torchvision' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -143,7 +154,10 @@ def test_batchnorm_state_round_trips_with_its_scalar_counter(tmp_path):
     assert arrays["embedding.net.bn1.num_batches_tracked"].shape == ()
     arrays["embedding.net.bn1.num_batches_tracked"] = np.array(7)
     load_arrays(model, arrays)
-    assert model.embedding.net.bn1.num_batches_tracked.shape == () and int(model.embedding.net.bn1.num_batches_tracked) == 7
+    assert (
+        model.embedding.net.bn1.num_batches_tracked.shape == ()
+        and int(model.embedding.net.bn1.num_batches_tracked) == 7
+    )
 
 
 def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, monkeypatch):
@@ -161,8 +175,10 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
     finally:
         torch.hub.set_dir(before)
     message = str(err.value)
-    assert message.startswith("model.pretrained: torchvision's resnet18 weights are not in torch's cache "
-                              f"({tmp_path / 'empty_hub' / 'checkpoints' / 'resnet18-f37072fd.pth'})")
+    assert message.startswith(
+        "model.pretrained: torchvision's resnet18 weights are not in torch's cache "
+        f"({tmp_path / 'empty_hub' / 'checkpoints' / 'resnet18-f37072fd.pth'})"
+    )
     assert "URLError" in message and "python -m cfl_mpi.prepare" in message and "\n" not in message
 
 

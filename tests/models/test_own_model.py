@@ -1,6 +1,7 @@
 """A model of the user's own, named "package.module:factory": found at the config check, called
 and checked at the start of the job (one line for each way it can be wrong), and trained like
 a built-in one, here a 1-D CNN on signals each silo brings as feature vectors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,9 +46,21 @@ def signals(tmp_path, monkeypatch):
         path = tmp_path / "c.yaml"
         data = {"name": "silo_files", "files": str(tmp_path / "site{silo}.npz")}
         train = {"rounds": 3, "local_epochs": 10, "lr": 0.05}
-        path.write_text(yaml.safe_dump({"silos": 4, "data": data, "model": model, "train": train,
-                                        "strategy": {"name": "fedavg"}, "out": str(tmp_path / "run"), **top}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "silos": 4,
+                    "data": data,
+                    "model": model,
+                    "train": train,
+                    "strategy": {"name": "fedavg"},
+                    "out": str(tmp_path / "run"),
+                    **top,
+                }
+            )
+        )
         return path
+
     return config
 
 
@@ -62,11 +75,17 @@ def test_a_missing_module_or_a_bad_name_is_one_line_at_the_config_check(signals)
         load_config(signals({"name": "resnet19"}))
 
 
-@pytest.mark.parametrize("model, says", [
-    ({"name": "my_signals:plain", "embedding_dim": 16}, "returned a Linear, not a cfl_mpi.models.split_model"),
-    ({"name": "my_signals:missing", "embedding_dim": 16}, "my_signals has no function missing"),
-    ({"name": "my_signals:conv1d", "embedding_dim": 12}, r"model.embedding_dim: my_signals:conv1d's embedding gives"),
-])
+@pytest.mark.parametrize(
+    "model, says",
+    [
+        ({"name": "my_signals:plain", "embedding_dim": 16}, "returned a Linear, not a cfl_mpi.models.split_model"),
+        ({"name": "my_signals:missing", "embedding_dim": 16}, "my_signals has no function missing"),
+        (
+            {"name": "my_signals:conv1d", "embedding_dim": 12},
+            r"model.embedding_dim: my_signals:conv1d's embedding gives",
+        ),
+    ],
+)
 def test_a_model_that_cannot_serve_is_one_line_before_any_work(signals, model, says):
     cfg = agreed_in_process(load_config(signals(model)))
     with pytest.raises(ConfigError, match=says):

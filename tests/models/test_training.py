@@ -1,4 +1,5 @@
 """Local training's SGD against torch.optim.SGD, bit for bit."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,17 +10,17 @@ from cfl_mpi.models.simple_cnn import SimpleCNN
 from cfl_mpi.training import Sgd, train_local
 
 
-def reference_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
-                    generator: torch.Generator) -> None:
+def reference_train(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, generator: torch.Generator
+) -> None:
     """train_local's loop with torch's own optimiser."""
     model.train()
-    optimiser = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    optimiser = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     for _ in range(cfg.local_epochs):
         order = torch.randperm(len(y), generator=generator)
         for start in range(0, len(y), cfg.batch_size):
-            idx = order[start:start + cfg.batch_size]
+            idx = order[start : start + cfg.batch_size]
             optimiser.zero_grad(set_to_none=True)
             loss_fn(model(x[idx]), y[idx]).backward()
             optimiser.step()

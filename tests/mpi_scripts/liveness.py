@@ -1,6 +1,7 @@
 """Run under `mpirun -n 4` (one machine). Rank 0 watches ranks 1-3 (silos 0-2) with heartbeats
 every 0.2 s and a 1.2 s timeout: rank 1 beats, then says goodbye; rank 2 beats throughout;
 rank 3 stops beating. Then rank 1 sends a heartbeat of the wrong size. Rank 0 prints a JSON report."""
+
 import json
 import time
 

@@ -4,6 +4,7 @@ and the round. Part 2 (rank 1 hosts silos 0-2, one thread each): co-located silo
 server exchange messages concurrently and every one reaches the right party. Part 3: messages
 to several parties (`isend_all`) arrive once per rank, shared read-only, and malformed
 envelopes end the wait with an error naming the sender. Rank 0 prints a JSON report."""
+
 import json
 import threading
 import time
@@ -174,8 +175,10 @@ def to_several(report):
             server = channel(SERVER, box)
             server.isend_all([0, 1, 2], MODEL, 1, w).wait()
             msg = server.recv(0, Expect.like(EVAL, 1, w))
-            report["to_several"] = {"server_got": float(msg.arrays["w"].sum()),
-                                    "server_bytes": server.sent_bytes["test_model"]}
+            report["to_several"] = {
+                "server_got": float(msg.arrays["w"].sum()),
+                "server_bytes": server.sent_bytes["test_model"],
+            }
         else:
             channels = {c: channel(c, box) for c in range(3)}
             got = {}
@@ -193,8 +196,15 @@ def to_several(report):
                 t.start()
             for t in threads:
                 t.join()
-            rows = [[int(got[c].sum()), int(got[c].flags.writeable), int(np.shares_memory(got[c], got[0])),
-                     int(got[(c, 0)].sum()) if c else -1] for c in range(3)]
+            rows = [
+                [
+                    int(got[c].sum()),
+                    int(got[c].flags.writeable),
+                    int(np.shares_memory(got[c], got[0])),
+                    int(got[(c, 0)].sum()) if c else -1,
+                ]
+                for c in range(3)
+            ]
         comm.Barrier()
     gather_to_server(report, "to_several_silos", rows)
 

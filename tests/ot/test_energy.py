@@ -1,5 +1,6 @@
 """The energy distance (ot/energy.py) against a brute-force reference and scipy, and the
 property EMD-CFL's `distance: energy` relies on: unbiased, 0 on average for one distribution."""
+
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,7 @@ def chordal(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a / np.linalg.norm(a) - b / np.linalg.norm(b)))
 
 
-@pytest.mark.parametrize("metric, d", [("euclidean", lambda a, b: float(np.linalg.norm(a - b))),
-                                       ("chordal", chordal)])
+@pytest.mark.parametrize("metric, d", [("euclidean", lambda a, b: float(np.linalg.norm(a - b))), ("chordal", chordal)])
 def test_energy_distance_is_the_u_statistic(metric, d):
     rng = np.random.default_rng(0)
     x, y = rng.random((9, 5)), rng.random((6, 5)) + 0.3

@@ -16,9 +16,10 @@ or an assertion of what does hold) instead of loosening a tolerance:
 * Theorem 3's "one iteration is enough" is about the server-side 2 W2(ξ_μ(1), ξ_ν(1)); the
   Algorithm 1 output W2(μ, ξ(1)) + W2(ξ(1), ν) is still far above W2 after one iteration.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import ot
@@ -55,12 +56,12 @@ def _pot_w(x: np.ndarray, y: np.ndarray, p: int) -> float:
     return float(ot.emd2(a, b, ot.dist(x, y, metric=metric))) ** (1 / p)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _exact_w(d: int, n: int, m: int, p: int) -> float:
     return _pot_w(*_clouds(d, n, m), p)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _run(d: int, n: int, m: int, p: int, method: str, support: int, t="0.5", k: int = 10):
     x, y = _clouds(d, n, m)
     t_arg = "random" if t == "random" else float(t)
@@ -88,9 +89,7 @@ def test_wasserstein_is_translation_invariant_far_from_origin():
     # ot.dist's |x|²+|y|²-2x·y expansion alone would lose ~all digits at 1e7 from the origin.
     x, y = _clouds(2, 50, 50)
     far = np.array([3e7, -2e7])
-    assert wasserstein(x + far, None, y + far, None) == pytest.approx(
-        wasserstein(x, None, y, None), rel=1e-6
-    )
+    assert wasserstein(x + far, None, y + far, None) == pytest.approx(wasserstein(x, None, y, None), rel=1e-6)
 
 
 @pytest.mark.parametrize("method", ["exact", "approx"])

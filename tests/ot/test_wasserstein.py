@@ -1,4 +1,5 @@
 """Exact W1 (assignment) against POT's network simplex, and the Sinkhorn variant against POT."""
+
 import numpy as np
 import ot
 import pytest
@@ -103,15 +104,19 @@ def test_ground_cost_is_pots_dist_bit_for_bit(metric):
         np.testing.assert_array_equal(ground_cost(x, y, metric), expected)
 
 
-def test_pot_loads_without_its_other_array_backends():
-    """POT, loaded through cfl_mpi, imports neither torch nor jax for backends it never gets."""
+def test_pot_loads_without_its_other_array_backends_and_optional_imports():
+    """POT, loaded through cfl_mpi, imports neither torch nor jax for backends it never gets,
+    nor scikit-learn or networkx for solvers the package never calls; both import normally after."""
     import subprocess
     import sys
 
-    code = ("import sys; from cfl_mpi.ot.pot import ot; "
-            "print(sorted(m for m in ('torch', 'jax', 'cupy', 'tensorflow') if m in sys.modules))")
+    code = (
+        "import sys; from cfl_mpi.ot.pot import ot; "
+        "print(sorted(m for m in ('torch', 'jax', 'cupy', 'tensorflow', 'sklearn', 'networkx') if m in sys.modules)); "
+        "import sklearn.cluster, networkx; print(ot.emd2([0.5, 0.5], [1.0], [[1.0], [3.0]]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out.split() == ["[]", "2.0"]
 
 
 @pytest.mark.parametrize("metric", ["cosine", "sqeuclidean", "euclidean", "chordal"])

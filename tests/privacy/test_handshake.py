@@ -1,12 +1,19 @@
 """Seed handshake: both silos of a pair build the same R; the server's view does not give it.
 R's two distributions: the paper's Gaussian one and the orthonormal one, checked against the
 law of a uniformly random unit vector."""
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from cfl_mpi.privacy.handshake import (PROJECTIONS, new_private_key, pair_seed, projection_matrix, public_bytes,
-                                       random_projection)
+from cfl_mpi.privacy.handshake import (
+    PROJECTIONS,
+    new_private_key,
+    pair_seed,
+    projection_matrix,
+    public_bytes,
+    random_projection,
+)
 
 
 @pytest.mark.parametrize("kind", PROJECTIONS)
@@ -54,8 +61,13 @@ def test_server_view_does_not_give_the_projection():
     pub_a, pub_b = public_bytes(a), public_bytes(b)
     true_r = projection_matrix(pair_seed(a, pub_b, 0, 1, b"ctx"), 16, 14, "orthonormal")
     server = new_private_key()
-    guesses = [pair_seed(server, pub_a, 0, 1, b"ctx"), pair_seed(server, pub_b, 0, 1, b"ctx"),
-               bytes(pub_a), bytes(pub_b), bytes(pub_a ^ pub_b)]
+    guesses = [
+        pair_seed(server, pub_a, 0, 1, b"ctx"),
+        pair_seed(server, pub_b, 0, 1, b"ctx"),
+        bytes(pub_a),
+        bytes(pub_b),
+        bytes(pub_a ^ pub_b),
+    ]
     for guess in guesses:
         assert not np.allclose(projection_matrix(guess, 16, 14, "orthonormal"), true_r)
 

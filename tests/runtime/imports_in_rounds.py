@@ -4,6 +4,7 @@ on the compute workers (tests/runtime/test_imports_in_rounds.py).
 
     python tests/runtime/imports_in_rounds.py CONFIG [KEY=VALUE ...]
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,6 +24,7 @@ def record(event: str, args: tuple) -> None:
 
 def in_round(fn):
     """`fn`, with its thread marked as in a round while it runs."""
+
     @functools.wraps(fn)
     def marked(*args, **kwargs):
         IN_ROUND.depth = getattr(IN_ROUND, "depth", 0) + 1
@@ -30,21 +32,25 @@ def in_round(fn):
             return fn(*args, **kwargs)
         finally:
             IN_ROUND.depth -= 1
+
     return marked
 
 
 def main(argv: list[str]) -> None:
     from cfl_mpi import training
     from cfl_mpi.config import load_config
+    from cfl_mpi.runtime.halves import halves as halves_of
     from cfl_mpi.runtime.server import Server
     from cfl_mpi.simulate import simulate
-    from cfl_mpi.runtime.halves import halves as halves_of
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(argv[0], [*argv[1:], f"out={out}"])
         halves = halves_of(cfg)
-        for cls, names in ((Server, ("round",)), (halves.silo, ("before_training", "after_training")),
-                           (training, ("train_local", "embed", "evaluate"))):
+        for cls, names in (
+            (Server, ("round",)),
+            (halves.silo, ("before_training", "after_training")),
+            (training, ("train_local", "embed", "evaluate")),
+        ):
             for name in names:
                 setattr(cls, name, in_round(getattr(cls, name)))
         sys.addaudithook(record)

@@ -2,11 +2,11 @@
 pairwise matrices, bit for bit, in the in-process simulator, in an MPI job with one silo per
 rank, and in an MPI job whose ranks host several silos (messages between co-located silos
 stay in the process)."""
+
 import json
 
 import numpy as np
 import pytest
-
 from jobs import run_job, simulate_job
 
 pytestmark = pytest.mark.mpi
@@ -17,8 +17,12 @@ DIGITS = "configs/digits.yaml"
 SMALL = ["silos=4", "data.rotations=[0,180]", "train.rounds=2", "train.local_epochs=1", "model.channels=[16,32]"]
 STRATEGIES = {
     "emdcfl": ["strategy.pair_keys=seeded"],
-    "emdcfl_fedwad": ["strategy.pair_keys=seeded", "strategy.distance=fedwad", "strategy.ground_cost=chordal",
-                      "strategy.fedwad_iterations=5"],
+    "emdcfl_fedwad": [
+        "strategy.pair_keys=seeded",
+        "strategy.distance=fedwad",
+        "strategy.ground_cost=chordal",
+        "strategy.fedwad_iterations=5",
+    ],
     "pacfl": ["strategy.name=pacfl"],
     "cfl": ["strategy.name=cfl", "strategy.warmup_rounds=1", "strategy.eps1=10", "strategy.eps2=1"],
     "ifca": ["strategy.name=ifca"],

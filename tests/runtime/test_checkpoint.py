@@ -1,5 +1,6 @@
 """Checkpoints round-trip exactly, share cluster models, replace each other atomically, and
 a resume refuses every missing, truncated, altered, stale or misfitting one with one line."""
+
 import json
 
 import numpy as np
@@ -9,8 +10,14 @@ import yaml
 from cfl_mpi.config import ConfigError, config_digest, load_config
 from cfl_mpi.models.build import initial_model
 from cfl_mpi.results import remove_run
-from cfl_mpi.runtime.checkpoint import (Checkpoint, check_results_folder, check_resume_arrays, dedupe_models,
-                                        load_checkpoint, save_checkpoint)
+from cfl_mpi.runtime.checkpoint import (
+    Checkpoint,
+    check_results_folder,
+    check_resume_arrays,
+    dedupe_models,
+    load_checkpoint,
+    save_checkpoint,
+)
 from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.strategies import REGISTRY
 
@@ -69,10 +76,23 @@ def write_run(out, *overrides, round=1, theta=None, strategy_arrays=None):
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     arrays, meta = server_half(cfg).state_dict()
-    run_meta = {"strategy": meta, "trained": [0, 1], "first_counts": {"0": 10, "1": 12},
-                "records": [{"round": r + 1} for r in range(round)]}
-    save_checkpoint(out, Checkpoint(round, [theta or initial_model(cfg)], [0] * cfg.silos,
-                                    strategy_arrays or arrays, run_meta, config_digest(cfg)))
+    run_meta = {
+        "strategy": meta,
+        "trained": [0, 1],
+        "first_counts": {"0": 10, "1": 12},
+        "records": [{"round": r + 1} for r in range(round)],
+    }
+    save_checkpoint(
+        out,
+        Checkpoint(
+            round,
+            [theta or initial_model(cfg)],
+            [0] * cfg.silos,
+            strategy_arrays or arrays,
+            run_meta,
+            config_digest(cfg),
+        ),
+    )
     return cfg
 
 
@@ -128,19 +148,22 @@ def test_missing_truncated_or_altered_arrays_are_refused(tmp_path):
     refused(cfg, "round1.npz is missing")
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda i: i.update(arrays="../round1.npz"), ["'../round1.npz' is not a plain file name"]),
-    (lambda i: i.update(arrays="/etc/passwd"), ["is not a plain file name"]),
-    (lambda i: i.update(arrays=".."), ["is not a plain file name"]),
-    (lambda i: i.update(arrays="round2.npz"), ["not the file of round 1"]),
-    (lambda i: i.update(round=2), ["not the file of round 2"]),
-    (lambda i: i.update(round=True), ["must be integers"]),
-    (lambda i: i.update(silo_model=[0, 5]), ["silo_model must index"]),
-    (lambda i: i.pop("arrays_sha256"), ["must hold exactly the keys"]),
-    (lambda i: i.update(config_sha256="x"), ["SHA-256 hex"]),
-    (lambda i: i["meta"].update(records=[]), ["one record per round"]),
-    (lambda i: i["meta"].update(trained=[7]), ["meta.trained"]),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda i: i.update(arrays="../round1.npz"), ["'../round1.npz' is not a plain file name"]),
+        (lambda i: i.update(arrays="/etc/passwd"), ["is not a plain file name"]),
+        (lambda i: i.update(arrays=".."), ["is not a plain file name"]),
+        (lambda i: i.update(arrays="round2.npz"), ["not the file of round 1"]),
+        (lambda i: i.update(round=2), ["not the file of round 2"]),
+        (lambda i: i.update(round=True), ["must be integers"]),
+        (lambda i: i.update(silo_model=[0, 5]), ["silo_model must index"]),
+        (lambda i: i.pop("arrays_sha256"), ["must hold exactly the keys"]),
+        (lambda i: i.update(config_sha256="x"), ["SHA-256 hex"]),
+        (lambda i: i["meta"].update(records=[]), ["one record per round"]),
+        (lambda i: i["meta"].update(trained=[7]), ["meta.trained"]),
+    ],
+)
 def test_a_tampered_index_is_refused(tmp_path, change, words):
     cfg = write_run(tmp_path / "run")
     path = tmp_path / "run" / "checkpoint" / "index.json"
@@ -192,6 +215,7 @@ def test_arrays_that_do_not_fit_theta0_or_the_strategy_are_refused(tmp_path):
 
 
 # ------------------------------------------------------------------ fresh runs and --overwrite
+
 
 def test_a_fresh_run_refuses_a_folder_holding_a_run_unless_asked_to_overwrite(tmp_path):
     out = tmp_path / "run"

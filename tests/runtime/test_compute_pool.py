@@ -1,4 +1,5 @@
 """The compute pool (runtime/compute.py): where the silos of a process compute."""
+
 from __future__ import annotations
 
 import threading
@@ -25,6 +26,7 @@ def test_silos_compute_on_the_pools_workers_at_most_slots_at_once_and_each_gets_
         return i * i
 
     with ComputePool(2) as compute:
+
         def silo(i: int) -> None:
             results[i] = compute(work, i)
 
@@ -48,13 +50,16 @@ def test_a_failure_reaches_its_caller_and_frees_the_worker():
         assert compute(lambda: 7) == 7  # would block forever had the worker been lost
 
 
-@pytest.mark.parametrize("cores, threads, silos, node_silos, slots", [
-    (2, 1, 50, 100, 1),    # 100 silos on 2 ranks of a 2-core node: one each
-    (2, 1, 100, 100, 2),   # the simulator: the process's 2 cores
-    (8, 1, 8, 8, 8),       # 8 silos on one rank of 8 cores: all at once
-    (16, 4, 1, 4, 1),      # one silo per rank, 4 threads each
-    (2, 1, 1, 41, 1),      # 41 ranks on 2 cores: at least one
-])
+@pytest.mark.parametrize(
+    "cores, threads, silos, node_silos, slots",
+    [
+        (2, 1, 50, 100, 1),  # 100 silos on 2 ranks of a 2-core node: one each
+        (2, 1, 100, 100, 2),  # the simulator: the process's 2 cores
+        (8, 1, 8, 8, 8),  # 8 silos on one rank of 8 cores: all at once
+        (16, 4, 1, 4, 1),  # one silo per rank, 4 threads each
+        (2, 1, 1, 41, 1),  # 41 ranks on 2 cores: at least one
+    ],
+)
 def test_the_workers_are_the_process_share_of_the_cores(cores, threads, silos, node_silos, slots):
     with ComputePool.for_share(cores, threads, silos, node_silos) as pool:
         assert pool.slots == slots
@@ -71,6 +76,7 @@ def test_callers_of_one_key_queued_behind_a_busy_worker_share_a_call_up_to_the_l
         def fn(items: list[int]) -> list[int]:
             calls.append((key, list(items)))
             return [i * i for i in items]
+
         return fn
 
     with ComputePool(1) as compute:
@@ -79,8 +85,10 @@ def test_callers_of_one_key_queued_behind_a_busy_worker_share_a_call_up_to_the_l
         time.sleep(0.1)  # the worker is now busy
         threads = []
         for key, i in [("a", i) for i in range(7)] + [("b", i) for i in range(2)]:
+
             def caller(key=key, i=i):
                 results[(key, i)] = compute.batched(key, square_all(key), i, limit=3)
+
             threads.append(threading.Thread(target=caller))
             threads[-1].start()
             time.sleep(0.01)  # in this order
@@ -99,6 +107,7 @@ def test_a_failure_of_a_batched_call_reaches_each_of_its_callers():
 
     errors = []
     with ComputePool(1) as compute:
+
         def caller(i: int) -> None:
             try:
                 compute.batched("k", boom, i, limit=8)
@@ -125,6 +134,7 @@ def test_a_group_computes_together_once_every_member_queued_in_the_members_order
         return [i * i for i in items]
 
     with ComputePool(2) as compute:
+
         def member(i: int) -> None:
             results[i] = compute.together("train", square_all, i, i, lambda: [1, 2, 3])
 

@@ -1,4 +1,5 @@
 """Partial participation, late silos, resumable strategy state and config checks, without MPI."""
+
 from __future__ import annotations
 
 import json
@@ -6,16 +7,16 @@ import json
 import numpy as np
 import pytest
 import yaml
+from config_files import config_from
 from sklearn.metrics import adjusted_rand_score
 
-from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.clustering.extraction import place_newcomer, symmetrised
 from cfl_mpi.config import ConfigError
 from cfl_mpi.runtime.checkpoint import check_resumable
 from cfl_mpi.runtime.control import newcomers, participants, present
 from cfl_mpi.runtime.halves import server_half
+from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.emdcfl.plans import extract
-from config_files import config_from
 
 BASE = """
 name: t
@@ -34,8 +35,9 @@ def json_round_trip(meta):
 
 
 def test_participants_are_a_seeded_sample_that_always_includes_arrivals(tmp_path):
-    cfg = config_from(tmp_path, BASE,
-        "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]")
+    cfg = config_from(
+        tmp_path, BASE, "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]"
+    )
     assert present(cfg, 2) == [0, 1, 2, 3, 4, 5] and present(cfg, 3) == list(range(8))
     draws = [participants(cfg, t) for t in range(1, 7)]
     assert all(len(d) == n for d, n in zip(draws, [3, 3, 4, 4, 4, 4]))
@@ -51,8 +53,9 @@ def test_participants_are_a_seeded_sample_that_always_includes_arrivals(tmp_path
 
 def test_newcomers_are_the_silos_training_for_the_first_time_by_the_config_alone(tmp_path):
     """Where a silo that fails cannot leave under drop (EMD-CFL pairs them): the rounds with newcomers."""
-    cfg = config_from(tmp_path, BASE,
-        "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]")
+    cfg = config_from(
+        tmp_path, BASE, "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]"
+    )
     draws = [set(participants(cfg, t)) for t in range(1, 7)]
     expected = [d - set().union(*draws[:t]) for t, d in enumerate(draws)]
     assert [newcomers(cfg, t) for t in range(1, 7)] == expected
@@ -60,17 +63,20 @@ def test_newcomers_are_the_silos_training_for_the_first_time_by_the_config_alone
     assert [newcomers(config_from(tmp_path, BASE), t) for t in (1, 2)] == [set(range(8)), set()]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("participation={fraction: 0.5, count: 2}", "participation: give either fraction or count"),
-    ("participation.fraction=0", "participation.fraction: must lie in (0, 1]"),
-    ("participation.count=9", "participation.count: must lie between 1 and silos (8)"),
-    ("late_silos=[{silo: 8, round: 2}]", "late_silos[0].silo: must be a distinct silo index in 0..7"),
-    ("late_silos=[{silo: 1, round: 1}]", "late_silos[0].round: must lie between 2 and train.rounds (6)"),
-    ("late_silos=[{silo: 1, round: 2}, {silo: 1, round: 3}]", "late_silos[1].silo"),
-    ("late_silos=[{silo: 1}]", "late_silos[0].round: missing"),
-    ("runtime.fault={silo: 1, round: 7}", "runtime.fault.round: must lie between 1 and train.rounds (6)"),
-    ("runtime.fault={silo: 1, round: 2, kind: boom}", "runtime.fault.kind: expected one of"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("participation={fraction: 0.5, count: 2}", "participation: give either fraction or count"),
+        ("participation.fraction=0", "participation.fraction: must lie in (0, 1]"),
+        ("participation.count=9", "participation.count: must lie between 1 and silos (8)"),
+        ("late_silos=[{silo: 8, round: 2}]", "late_silos[0].silo: must be a distinct silo index in 0..7"),
+        ("late_silos=[{silo: 1, round: 1}]", "late_silos[0].round: must lie between 2 and train.rounds (6)"),
+        ("late_silos=[{silo: 1, round: 2}, {silo: 1, round: 3}]", "late_silos[1].silo"),
+        ("late_silos=[{silo: 1}]", "late_silos[0].round: missing"),
+        ("runtime.fault={silo: 1, round: 7}", "runtime.fault.round: must lie between 1 and train.rounds (6)"),
+        ("runtime.fault={silo: 1, round: 2, kind: boom}", "runtime.fault.kind: expected one of"),
+    ],
+)
 def test_federation_config_errors_name_the_field(tmp_path, override, message):
     with pytest.raises(ConfigError, match=None) as err:
         config_from(tmp_path, BASE, override)
@@ -123,17 +129,26 @@ def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
 
 def test_a_newcomer_far_from_everyone_opens_a_cluster():
     labels = np.array([0, 0, 1, 1, -1])
-    D = symmetrised(np.array([[0, .1, 5, 5, 9], [.1, 0, 5, 5, 9], [5, 5, 0, .1, 8], [5, 5, .1, 0, 8],
-                              [9, 9, 8, 8, 0]], dtype=float))
+    D = symmetrised(
+        np.array(
+            [[0, 0.1, 5, 5, 9], [0.1, 0, 5, 5, 9], [5, 5, 0, 0.1, 8], [5, 5, 0.1, 0, 8], [9, 9, 8, 8, 0]], dtype=float
+        )
+    )
     assert place_newcomer(D[4], labels, cut=3.5) == 2
     assert place_newcomer(np.array([0.1, 0.2, 5, np.nan, 0]), labels, cut=3.5) == 0
     assert place_newcomer(np.array([1.0, 4.0, 5, 5, 0]), labels, cut=3.5, linkage_method="complete") == 2
 
 
 def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
-    cfg = config_from(tmp_path, BASE,
-        "strategy.name=cfl", "strategy.warmup_rounds=0", "strategy.eps1=10", "strategy.eps2=0.1",
-        "late_silos=[{silo: 7, round: 3}]")
+    cfg = config_from(
+        tmp_path,
+        BASE,
+        "strategy.name=cfl",
+        "strategy.warmup_rounds=0",
+        "strategy.eps1=10",
+        "strategy.eps2=0.1",
+        "late_silos=[{silo: 7, round: 3}]",
+    )
     strategy = server_half(cfg)
     assert strategy.tree.members(0) == list(range(7))
     rng = np.random.default_rng(0)
@@ -144,8 +159,7 @@ def test_cfl_routes_a_late_silo_down_the_tree(tmp_path):
     def update(c):
         return {"w": (directions[c % 2] + 0.05 * rng.standard_normal(50)).astype(np.float32)}
 
-    ctx = ServerRound(1, None, list(range(7)), {c: update(c) for c in range(7)},
-                      {c: 10 for c in range(7)}, start)
+    ctx = ServerRound(1, None, list(range(7)), {c: update(c) for c in range(7)}, {c: 10 for c in range(7)}, start)
     clusters = strategy.after_training(ctx).copy()
     assert len(strategy.splits) == 1 and clusters[7] == 0  # split by direction; silo 7 not there
     assert len(set(clusters[[0, 2, 4, 6]])) == 1 and clusters[0] != clusters[1]

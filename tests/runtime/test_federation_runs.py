@@ -2,6 +2,7 @@
 uninterrupted run; a failing or silent silo ends the job cleanly with the last checkpoint
 intact (MPI and simulator); partial participation and late silos cluster correctly
 (simulated in-process: the backends agree, test_backends.py)."""
+
 from __future__ import annotations
 
 import json
@@ -14,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from jobs import PROJECT_ROOT, failure_of, mpirun, run_job, simulate_job
 from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.config import load_config
 from cfl_mpi.runtime.checkpoint import load_checkpoint
 from cfl_mpi.runtime.parties import PartyFailure
 from cfl_mpi.simulate import simulate
-from jobs import PROJECT_ROOT, failure_of, mpirun, run_job, simulate_job
 
 DIGITS = "configs/digits.yaml"
 # 4 silos (one per rotation), small CNN, one local epoch: ~1 min per job on 2 cores.
@@ -35,9 +36,15 @@ def start_job(out: Path, *overrides: str, n: int = 5, resume: bool = False) -> s
     sets = [a for o in overrides for a in ("--set", o)]
     where = ["--resume", str(out)] if resume else ["--out", str(out)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([mpirun(), "-n", str(n), sys.executable, "-m", "cfl_mpi.main", DIGITS, *where, *sets],
-                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, as a terminal gives a job
+    return subprocess.Popen(
+        [mpirun(), "-n", str(n), sys.executable, "-m", "cfl_mpi.main", DIGITS, *where, *sets],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group, as a terminal gives a job
 
 
 def rank_pids(out: Path) -> list[int]:
@@ -139,20 +146,36 @@ def test_a_silo_that_raises_ends_the_job_within_seconds_and_the_checkpoint_survi
 @pytest.mark.mpi
 def test_a_silent_silo_is_caught_by_the_message_timeout(tmp_path):
     out = tmp_path / "hang"
-    code, failure, _ = _failing_job(out, "runtime.fault={silo: 1, round: 2, kind: hang}",
-                                    "runtime.message_timeout_s=20")
+    code, failure, _ = _failing_job(
+        out, "runtime.fault={silo: 1, round: 2, kind: hang}", "runtime.message_timeout_s=20"
+    )
     assert code != 0
-    assert failure.startswith("cfl_mpi: rank 0 (server) failed: PeerTimeout: the server (rank 0): "
-                              "waited 20 s for a message from silo 1 (rank 2)"), failure
+    assert failure.startswith(
+        "cfl_mpi: rank 0 (server) failed: PeerTimeout: the server (rank 0): "
+        "waited 20 s for a message from silo 1 (rank 2)"
+    ), failure
     assert load_checkpoint(out).round == 1
 
 
 @pytest.mark.job
-@pytest.mark.parametrize("kind,words", [("raise", "InjectedFault: silo 2 fails in round 2"),
-                                        ("exit", "InjectedExit: silo 2 exits without a word in round 2")])
+@pytest.mark.parametrize(
+    "kind,words",
+    [
+        ("raise", "InjectedFault: silo 2 fails in round 2"),
+        ("exit", "InjectedExit: silo 2 exits without a word in round 2"),
+    ],
+)
 def test_the_simulator_names_a_failing_silo_and_stops_every_party(tmp_path, kind, words):
-    cfg = load_config(PROJECT_ROOT / DIGITS, [*FOUR, "strategy.name=fedavg", "train.rounds=3",
-                                              f"runtime.fault={{silo: 2, round: 2, kind: {kind}}}", f"out={tmp_path}"])
+    cfg = load_config(
+        PROJECT_ROOT / DIGITS,
+        [
+            *FOUR,
+            "strategy.name=fedavg",
+            "train.rounds=3",
+            f"runtime.fault={{silo: 2, round: 2, kind: {kind}}}",
+            f"out={tmp_path}",
+        ],
+    )
     start = time.monotonic()
     with pytest.raises(PartyFailure, match=f"silo 2 failed: {words}"):
         simulate(cfg)
@@ -165,9 +188,16 @@ def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_pa
     train. With two rotations (four silos each) every silo is linked to its cluster within
     a few rounds: the run's seed draws the participants, the test checks the outcome."""
     out = tmp_path / "half"
-    summary, recs = simulate_job(DIGITS, out, "participation.fraction=0.5", "data.rotations=[0,90]",
-                                 "train.rounds=4", "train.local_epochs=1", "strategy.pair_keys=seeded",
-                                 "model.channels=[16,32]")
+    summary, recs = simulate_job(
+        DIGITS,
+        out,
+        "participation.fraction=0.5",
+        "data.rotations=[0,90]",
+        "train.rounds=4",
+        "train.local_epochs=1",
+        "strategy.pair_keys=seeded",
+        "model.channels=[16,32]",
+    )
     W = np.load(out / "W.npy")
     together = np.eye(8, dtype=bool)
     for r in recs:
@@ -182,8 +212,15 @@ def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_pa
 @pytest.mark.job
 def test_a_late_silo_lands_in_its_true_cluster_and_nobody_moves(tmp_path):
     out = tmp_path / "late"
-    summary, recs = simulate_job(DIGITS, out, "late_silos=[{silo: 5, round: 3}]", "train.rounds=3",
-                                 "train.local_epochs=1", "strategy.pair_keys=seeded", "model.channels=[16,32]")
+    summary, recs = simulate_job(
+        DIGITS,
+        out,
+        "late_silos=[{silo: 5, round: 3}]",
+        "train.rounds=3",
+        "train.local_epochs=1",
+        "strategy.pair_keys=seeded",
+        "model.channels=[16,32]",
+    )
     truth_of = json.loads((out / "clusters.json").read_text())["truth"]
     truth = np.array([truth_of[str(c)] for c in range(8)])
     others = [c for c in range(8) if c != 5]

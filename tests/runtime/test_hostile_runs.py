@@ -3,22 +3,22 @@ on 3 silo ranks: a hostile update is rejected with its sender named while the ru
 and its honest cluster-mates keep their accuracy; a protocol slip ends the job within
 seconds, naming the silo, its rank, the kind and the round, or, with
 `runtime.on_silo_failure: drop`, drops that silo while the others finish."""
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
 import pytest
+from jobs import failure_of, read_results, run_mpi
 
 from cfl_mpi.runtime.checkpoint import load_checkpoint
-from jobs import failure_of, read_results, run_mpi
 
 pytestmark = pytest.mark.mpi
 
 DIGITS = "configs/digits.yaml"
 # two rotation clusters of three silos: silo 1's mates are silos 0 and 2
-SMALL = ("silos=6", "data.rotations=[0,180]", "train.rounds=4", "model.channels=[32,64]",
-         "runtime.silos_per_rank=2")
+SMALL = ("silos=6", "data.rotations=[0,180]", "train.rounds=4", "model.channels=[32,64]", "runtime.silos_per_rank=2")
 RANKS = 4  # the server and 3 ranks of 2 silos: silo 1 lives on rank 1
 HOSTILE, MATES = 1, (0, 2)
 FEW_POINTS = 0.05
@@ -63,8 +63,10 @@ def test_a_hostile_update_is_rejected_and_the_honest_mates_keep_their_accuracy(c
 
 
 SLIPS = [
-    ("duplicate_update", "silo 1 (rank 1) sent a bad message (expected eval of round 2): an unexpected message "
-                         "of kind 'update'"),
+    (
+        "duplicate_update",
+        "silo 1 (rank 1) sent a bad message (expected eval of round 2): an unexpected message of kind 'update'",
+    ),
     ("header_only", "silo 1 (rank 1) sent a header of update (round 2) whose payload did not follow within 3 s"),
 ]
 
@@ -90,8 +92,12 @@ def test_with_drop_a_protocol_slip_drops_the_silo_and_its_rank_mate_and_the_othe
     proc, _ = job(tmp_path, fault(kind), "runtime.payload_timeout_s=3", "runtime.on_silo_failure=drop")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary, records = read_results(tmp_path)
-    assert [r["dropped"] for r in records] == [[], [{"silo": HOSTILE, "round": 2, "from": "silo 1 (rank 1)",
-                                                     "why": words}], [], []]
+    assert [r["dropped"] for r in records] == [
+        [],
+        [{"silo": HOSTILE, "round": 2, "from": "silo 1 (rank 1)", "why": words}],
+        [],
+        [],
+    ]
     assert f"round 2: dropped silo 1 (rank 1), which broke the protocol: {words}" in failure_of(tmp_path)
     assert all(r["accuracy"][HOSTILE] is None for r in records[1:]) and summary["rounds"] == 4
     _, clean_records = clean

@@ -1,6 +1,7 @@
 """Jobs across emulated nodes (tests/nodes.py): each node a network namespace with its own host
 name, address and private folder; MPI between them over TCP. The results are one machine's,
 bit for bit, with each node's silos reading their files from that node's folder alone."""
+
 from __future__ import annotations
 
 import csv
@@ -9,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from jobs import PROJECT_ROOT, assert_same_results, run_results
+from nodes import EmulatedNodes
 
 from cfl_mpi.channel import RankLayout
 from cfl_mpi.config import load_config
 from cfl_mpi.export import export
-from jobs import PROJECT_ROOT, assert_same_results, run_results
-from nodes import EmulatedNodes, emulated_nodes  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.mpi, pytest.mark.nodes]
 
@@ -86,11 +87,9 @@ def test_the_quick_start_across_three_nodes_one_of_them_slow_gives_one_machines_
     assert all(s["seconds"] >= t for s, t in zip(slowest, at_link_rate)), (slowest, at_link_rate)
 
 
-def test_rotated_mnist_across_three_nodes_gives_one_machines_results_bit_for_bit(
-    tmp_path, emulated_nodes, shared_data
-):
-    sets = [f"data.root={shared_data / 'mnist'}", "data.download=false", "silos=16", "data.silo_images=600", "train.rounds=1",
-            "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]  # fmt: skip
+def test_rotated_mnist_across_three_nodes_gives_one_machines_results_bit_for_bit(tmp_path, emulated_nodes, shared_data):
+    sets = [f"data.root={shared_data / 'mnist'}", "data.download=false", "silos=16", "data.silo_images=600",
+            "train.rounds=1", "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]  # fmt: skip
     nodes = emulated_nodes(3)
     assert_bit_for_bit(across_nodes(tmp_path, nodes, "configs/rotated.yaml", sets, 16))
 
@@ -184,4 +183,3 @@ def test_a_node_whose_processes_are_killed_ends_the_job_at_once_and_the_run_resu
     (out / "failure.txt").unlink()
     assert checkpoint_round(out) in (1, 2)
     assert_same_results(uninterrupted, resume_on_the_nodes_left(nodes, out))
-

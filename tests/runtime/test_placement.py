@@ -1,6 +1,7 @@
 """Which device a party computes on under `runtime.device`, with torch's view of CUDA mocked
 (so the GPU paths run on a machine without one), and the device reports a silo rank sends
 at start: checked as untrusted input, and summed up for the console's first line."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -42,15 +43,23 @@ def test_cuda_takes_the_gpu_where_there_is_one(two_gpus):
     require_gpu("cuda", "rank 2")
 
 
-TOO_OLD = ("The NVIDIA driver on your system is too old (found version 11040). Please update your GPU driver by "
-           "downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx")
+TOO_OLD = (
+    "The NVIDIA driver on your system is too old (found version 11040). Please update your GPU driver by "
+    "downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx"
+)
 
 
-@pytest.mark.parametrize("build, words", [
-    (None, "torch {} is a CPU-only build"),
-    ("12.6", "torch {} (CUDA 12.6) says: The NVIDIA driver on your system is too old (found version 11040) "
-             "(CUDA_VISIBLE_DEVICES='') ("),
-])
+@pytest.mark.parametrize(
+    "build, words",
+    [
+        (None, "torch {} is a CPU-only build"),
+        (
+            "12.6",
+            "torch {} (CUDA 12.6) says: The NVIDIA driver on your system is too old (found version 11040) "
+            "(CUDA_VISIBLE_DEVICES='') (",
+        ),
+    ],
+)
 def test_cuda_without_a_gpu_is_one_config_error_that_says_why(monkeypatch, build, words):
     def init() -> None:
         raise RuntimeError(TOO_OLD)
@@ -59,8 +68,10 @@ def test_cuda_without_a_gpu_is_one_config_error_that_says_why(monkeypatch, build
     monkeypatch.setattr(torch.cuda, "init", init)
     monkeypatch.setattr(torch.version, "cuda", build)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    for call, who in ((lambda: require_gpu("cuda", "rank 3 on node7"), "rank 3 on node7"),
-                      (lambda: device_for(0, "cuda"), "this process")):
+    for call, who in (
+        (lambda: require_gpu("cuda", "rank 3 on node7"), "rank 3 on node7"),
+        (lambda: device_for(0, "cuda"), "this process"),
+    ):
         with pytest.raises(ConfigError) as err:
             call()
         message = str(err.value)
@@ -77,10 +88,12 @@ def test_device_reports_travel_as_raw_bytes_and_are_checked():
         assert record.dtype == np.uint8 and record.shape == (DEVICE_RECORD_BYTES,)
         assert DeviceReport.decode(record, "rank 1") == report
     assert [gpu.label, DeviceReport.of(torch.device("cpu")).label] == ["cuda:1 (NVIDIA H200)", "cpu"]
-    bad = {"an index out of range": DeviceReport(1 << 20, "NVIDIA H200", bytes(16)).encode(),
-           "a GPU without a name": DeviceReport(0, "", bytes(16)).encode(),
-           "the CPU with a name": DeviceReport(-1, "NVIDIA H200", bytes(16)).encode(),
-           "a control character": DeviceReport(0, "GPU\x1b[2J", bytes(16)).encode()}
+    bad = {
+        "an index out of range": DeviceReport(1 << 20, "NVIDIA H200", bytes(16)).encode(),
+        "a GPU without a name": DeviceReport(0, "", bytes(16)).encode(),
+        "the CPU with a name": DeviceReport(-1, "NVIDIA H200", bytes(16)).encode(),
+        "a control character": DeviceReport(0, "GPU\x1b[2J", bytes(16)).encode(),
+    }
     broken = gpu.encode()
     broken[8 + 16] = 0xFF  # not UTF-8
     bad["bytes that are not UTF-8"] = broken

@@ -1,6 +1,7 @@
 """Real `mpirun` jobs: a damaged or occupied results folder, a failed download and a GPU asked
 for where there is none are one config-error line and exit code 2 before any work, and leave
 nothing behind on disk."""
+
 from __future__ import annotations
 
 import os
@@ -8,21 +9,31 @@ import subprocess
 import sys
 
 import pytest
-
 from jobs import PROJECT_ROOT, mpirun, run_job
 
 pytestmark = pytest.mark.mpi
 
 DIGITS = "configs/digits.yaml"
-TWO = ["silos=2", "data.rotations=[0,180]", "train.rounds=1", "train.local_epochs=1", "model.channels=[8,16]",
-       "strategy.name=fedavg"]
+TWO = [
+    "silos=2",
+    "data.rotations=[0,180]",
+    "train.rounds=1",
+    "train.local_epochs=1",
+    "model.channels=[8,16]",
+    "strategy.name=fedavg",
+]
 
 
 def main_job(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     sets = [a for o in TWO for a in ("--set", o)]
-    return subprocess.run([mpirun(), "-n", "3", sys.executable, "-m", "cfl_mpi.main", DIGITS, *args, *sets],
-                          cwd=PROJECT_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [mpirun(), "-n", "3", sys.executable, "-m", "cfl_mpi.main", DIGITS, *args, *sets],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def config_error(proc: subprocess.CompletedProcess, field: str) -> str:
@@ -62,6 +73,8 @@ def test_cuda_without_a_gpu_stops_the_job_before_any_work(tmp_path):
 def test_a_failed_download_leaves_no_data_folder_and_no_results_folder(tmp_path):
     root, out = tmp_path / "data" / "mnist", tmp_path / "out"
     unreachable = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
-    proc = main_job("--out", str(out), "--set", "data.name=rotated_mnist", "--set", f"data.root={root}", env=unreachable)
+    proc = main_job(
+        "--out", str(out), "--set", "data.name=rotated_mnist", "--set", f"data.root={root}", env=unreachable
+    )
     assert "downloading it failed" in config_error(proc, "data.root")
     assert list(tmp_path.iterdir()) == []  # torchvision made data/mnist/MNIST/raw before it failed

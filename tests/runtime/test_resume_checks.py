@@ -1,6 +1,7 @@
 """A mistaken `--resume` under mpirun (a finished run, a missing folder, another config) is one
 config-error line and exit code 2 from every rank before any rank imports torch: the ranks run
 with torch made unimportable, so a check that needs it fails the job instead."""
+
 from __future__ import annotations
 
 import json
@@ -11,18 +12,24 @@ import time
 
 import pytest
 import yaml
+from jobs import PROJECT_ROOT, mpirun
 
 from cfl_mpi.config import config_digest, load_config
 from cfl_mpi.models.build import initial_model
 from cfl_mpi.runtime.checkpoint import Checkpoint, save_checkpoint
 from cfl_mpi.runtime.halves import server_half
-from jobs import PROJECT_ROOT, mpirun
 
 pytestmark = pytest.mark.mpi
 
 DIGITS = "configs/digits.yaml"
-TWO = ["silos=2", "data.rotations=[0,180]", "train.rounds=2", "train.local_epochs=1", "model.channels=[8,16]",
-       "strategy.name=fedavg"]
+TWO = [
+    "silos=2",
+    "data.rotations=[0,180]",
+    "train.rounds=2",
+    "train.local_epochs=1",
+    "model.channels=[8,16]",
+    "strategy.name=fedavg",
+]
 # cfl_mpi.main with `import torch` failing (ImportError) on every rank
 WITHOUT_TORCH = "import sys; sys.modules['torch'] = None; from cfl_mpi.main import cli; cli()"
 
@@ -33,17 +40,26 @@ def write_run(out, rounds: int) -> None:
     out.mkdir(parents=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     arrays, meta = server_half(cfg).state_dict()
-    run_meta = {"strategy": meta, "trained": [0, 1], "first_counts": {"0": 10, "1": 12},
-                "records": [{"round": r + 1} for r in range(rounds)]}
+    run_meta = {
+        "strategy": meta,
+        "trained": [0, 1],
+        "first_counts": {"0": 10, "1": 12},
+        "records": [{"round": r + 1} for r in range(rounds)],
+    }
     save_checkpoint(out, Checkpoint(rounds, [initial_model(cfg)], [0, 0], arrays, run_meta, config_digest(cfg)))
 
 
 def resume_without_torch(folder, *sets: str) -> tuple[subprocess.CompletedProcess, float]:
     args = [a for o in (*TWO, *sets) for a in ("--set", o)]
     start = time.monotonic()
-    proc = subprocess.run([mpirun(), "-n", "3", sys.executable, "-c", WITHOUT_TORCH, DIGITS, "--resume", str(folder),
-                           *args], cwd=PROJECT_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [mpirun(), "-n", "3", sys.executable, "-c", WITHOUT_TORCH, DIGITS, "--resume", str(folder), *args],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, time.monotonic() - start
 
 
@@ -56,14 +72,28 @@ def runs(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("folder,sets,line", [
-    ("finished", (), "--resume: {root}/finished finished all 2 rounds (its summary.json is written): nothing to "
-                     "continue"),
-    ("typo", (), "--resume: {root}/typo does not exist (give the results folder of the run to continue, or start a "
-                 "fresh run with --out)"),
-    ("stopped", ("train.lr=0.5",), "train.lr: differs from the run being resumed in {root}/stopped (resume with the "
-                                   "config and --set options it was started with)"),
-])
+@pytest.mark.parametrize(
+    "folder,sets,line",
+    [
+        (
+            "finished",
+            (),
+            "--resume: {root}/finished finished all 2 rounds (its summary.json is written): nothing to continue",
+        ),
+        (
+            "typo",
+            (),
+            "--resume: {root}/typo does not exist (give the results folder of the run to continue, or start a "
+            "fresh run with --out)",
+        ),
+        (
+            "stopped",
+            ("train.lr=0.5",),
+            "train.lr: differs from the run being resumed in {root}/stopped (resume with the "
+            "config and --set options it was started with)",
+        ),
+    ],
+)
 def test_a_mistaken_resume_is_one_line_before_torch(runs, folder, sets, line):
     proc, wall = resume_without_torch(runs / folder, *sets)
     assert proc.returncode == 2, proc.stderr[-3000:]

@@ -2,6 +2,7 @@
 loss, out of memory) leaves the federation and the others go on; the console, failure.txt and
 metrics.jsonl name it, the round and why. Its cluster trains without it; the job stops with a
 checkpoint once more than `runtime.max_dropped` of the silos are gone."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-
 from jobs import PROJECT_ROOT, assert_same_results, run_job, run_results, simulate_job
 
 CONFIG = "configs/digits.yaml"
@@ -44,7 +44,9 @@ def test_with_drop_a_silo_whose_computation_fails_leaves_and_the_others_go_on(tm
     assert [r["dropped"] for r in records] == [[], [left], [], [], []]
     assert all(r["accuracy"][SILO] is None for r in records[ROUND - 1 :])
     assert summary["dropped"] == {str(SILO): {k: v for k, v in left.items() if k != "silo"}}
-    assert f"cfl_mpi: round 2: dropped silo 3, which left the federation: {why}" in (tmp_path / "failure.txt").read_text()
+    assert (
+        f"cfl_mpi: round 2: dropped silo 3, which left the federation: {why}" in (tmp_path / "failure.txt").read_text()
+    )
     # the clusters as in the clean run (found in round 1); its cluster trains on without it
     assert [r["clusters"] for r in records] == [r["clusters"] for r in clean]
     others = [c for c in range(8) if c != SILO]
@@ -78,9 +80,10 @@ def test_under_mpirun_the_failing_silos_rank_mate_goes_on_and_the_results_are_th
     simulate_job(CONFIG, tmp_path / "one_process", *SMALL, *fails)
     run_job(CONFIG, tmp_path / "mpi", *SMALL, *fails, n=5)
     assert_same_results(run_results(tmp_path / "one_process"), run_results(tmp_path / "mpi"))
-    assert "round 1: dropped silo 3 (rank 2), which left the federation: InjectedFault" in (
-        tmp_path / "mpi" / "failure.txt"
-    ).read_text()
+    assert (
+        "round 1: dropped silo 3 (rank 2), which left the federation: InjectedFault"
+        in (tmp_path / "mpi" / "failure.txt").read_text()
+    )
 
 
 @pytest.mark.job
@@ -168,8 +171,6 @@ def test_abort_stays_the_default():
     from cfl_mpi.config import load_config
 
     assert load_config(PROJECT_ROOT / CONFIG).runtime.on_silo_failure == "abort"
-
-
 
 
 def test_why_a_silo_left_reaches_the_console_and_failure_txt_as_printable_text_only(tmp_path):

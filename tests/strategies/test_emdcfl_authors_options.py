@@ -1,5 +1,6 @@
 """EMD-CFL's switches for the authors' code (docs/FIDELITY.md): embedding in train mode, τ
 through a full-rank projection, the partner's validation sample."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,12 @@ from torch import nn
 from cfl_mpi.training import embed
 
 DIGITS = "configs/digits.yaml"
-AUTHORS = ("strategy.embed_mode=train", "strategy.tau_projection=full", "strategy.partner_sample=val",
-           "strategy.sample_fraction=1.0")
+AUTHORS = (
+    "strategy.embed_mode=train",
+    "strategy.tau_projection=full",
+    "strategy.partner_sample=val",
+    "strategy.sample_fraction=1.0",
+)
 
 
 def test_train_mode_embeds_with_batch_statistics_and_leaves_the_model_alone():
@@ -37,8 +42,9 @@ def test_train_mode_embeds_with_batch_statistics_and_leaves_the_model_alone():
 
 @pytest.mark.job
 def test_authors_options_run_and_find_the_rotations(tmp_path):
-    summary, records = simulate_job(DIGITS, tmp_path, "silos=4", "data.rotations=[0,180]", "train.rounds=1",
-                                    "strategy.pair_keys=seeded", *AUTHORS)
+    summary, records = simulate_job(
+        DIGITS, tmp_path, "silos=4", "data.rotations=[0,180]", "train.rounds=1", "strategy.pair_keys=seeded", *AUTHORS
+    )
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 2
     tau = np.load(tmp_path / "tau.npy")
     assert np.all(np.isfinite(tau)) and np.all(tau > 0)

@@ -1,4 +1,5 @@
 """The server's batched pair distances: each entry the bits of the one-pair distance."""
+
 import numpy as np
 import pytest
 

@@ -1,11 +1,11 @@
 """The silo's reference distance τ and noise scale (emdcfl.reference_distance)."""
+
 import numpy as np
 import ot
 
-from cfl_mpi.strategies.emdcfl.distances import sample_size
-from cfl_mpi.strategies.emdcfl.distances import reference_distance
-from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.ot.wasserstein import w1
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
+from cfl_mpi.strategies.emdcfl.distances import reference_distance, sample_size
 
 
 def clouds(seed, n, scale=1.0):

@@ -8,21 +8,24 @@ fixture written on one machine differed from a run on another by 2.6e-4), so W i
 1e-9 on the machine kind that wrote the fixture and to CROSS_MACHINE_ATOL elsewhere; the
 clusters must agree everywhere.
 """
+
 import json
 
 import numpy as np
 import ot
 import pytest
-
-from cfl_mpi.strategies.emdcfl.server import EmdCfl
-from cfl_mpi.ot.wasserstein import ground_cost
 from jobs import simulate_job
 from w_guard import CONFIG, FIXTURE, OVERRIDES, machine_kind
+
+from cfl_mpi.ot.wasserstein import ground_cost
+from cfl_mpi.strategies.emdcfl.server import EmdCfl
 
 pytestmark = pytest.mark.job
 
 SAME_MACHINE_ATOL = 1e-9
-CROSS_MACHINE_ATOL = 2e-3  # ~8x the 2.6e-4 seen between two machines (W here: 0.001-0.005 within a rotation, 0.01-0.17 between)
+CROSS_MACHINE_ATOL = (
+    2e-3  # ~8x the 2.6e-4 seen between two machines (W here: 0.001-0.005 within a rotation, 0.01-0.17 between)
+)
 
 
 def emd2(x: np.ndarray, y: np.ndarray, metric: str) -> float:
@@ -47,8 +50,13 @@ def test_seeded_run_gives_the_clusters_and_w_of_the_fixture(tmp_path, monkeypatc
     assert records[0]["clusters"] == meta["clusters"]
     atol = SAME_MACHINE_ATOL if meta["machine"] == machine_kind() else CROSS_MACHINE_ATOL
     for name in ("W", "tau"):
-        np.testing.assert_allclose(np.load(tmp_path / f"{name}.npy"), fixture[name], rtol=0, atol=atol,
-                                   err_msg=f"{name} (machine kind of the fixture: {meta['machine']})")
+        np.testing.assert_allclose(
+            np.load(tmp_path / f"{name}.npy"),
+            fixture[name],
+            rtol=0,
+            atol=atol,
+            err_msg=f"{name} (machine kind of the fixture: {meta['machine']})",
+        )
     silos = len(records[0]["clusters"])
     assert len(solved) == silos * (silos - 1)
     for x, y, metric, value in solved:

@@ -1,5 +1,6 @@
 """EMD-CFL's options for federations of small silos (docs/SMALL_SILOS.md): each option's
 decision, on its own."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,11 +8,12 @@ import ot
 import pytest
 from jobs import PROJECT_ROOT, run_job, simulate_job
 
-from cfl_mpi.strategies.emdcfl.distances import pair_reference, reference_distance
 from cfl_mpi.config import ConfigError, load_config
-from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.ot.energy import energy_distance
 from cfl_mpi.privacy.handshake import random_projection
+from cfl_mpi.strategies.emdcfl import EmdCflConfig
+from cfl_mpi.strategies.emdcfl.distances import pair_reference, reference_distance
+
 
 def test_pair_tau_is_w1_through_the_pairs_projection():
     rng = np.random.default_rng(0)
@@ -29,17 +31,27 @@ def test_pair_tau_takes_the_projections_distortion_out_of_the_noise():
     centres = rng.random((10, 32)) * 3
     cloud = np.maximum(centres[rng.integers(0, 10, 330)] + rng.normal(size=(330, 32)), 0.0)
     z, v = cloud[:300], cloud[300:]
-    noise = {mode: reference_distance(z, v, 28, EmdCflConfig(tau_projection=mode, projection="gaussian"),
-                                      np.random.default_rng(2))
-             for mode in ("none", "pair")}
+    noise = {
+        mode: reference_distance(
+            z, v, 28, EmdCflConfig(tau_projection=mode, projection="gaussian"), np.random.default_rng(2)
+        )
+        for mode in ("none", "pair")
+    }
     assert noise["pair"][0] is None and noise["none"][0] > 0
     assert noise["none"][1] > 2 * noise["pair"][1]
 
 
 @pytest.mark.job
 def test_pair_tau_run_records_one_tau_per_ordered_pair(tmp_path):
-    summary, records = simulate_job("configs/digits.yaml", tmp_path, "silos=4", "data.rotations=[0,180]",
-                                    "train.rounds=1", "strategy.pair_keys=seeded", "strategy.tau_projection=pair")
+    summary, records = simulate_job(
+        "configs/digits.yaml",
+        tmp_path,
+        "silos=4",
+        "data.rotations=[0,180]",
+        "train.rounds=1",
+        "strategy.pair_keys=seeded",
+        "strategy.tau_projection=pair",
+    )
     tau = np.load(tmp_path / "tau.npy")
     off = ~np.eye(4, dtype=bool)
     assert tau.shape == (4, 4) and np.isnan(tau[~off]).all() and (tau[off] > 0).all()
@@ -58,8 +70,12 @@ def test_energy_noise_is_the_spread_of_w_between_samples_of_one_distribution():
         return np.maximum(centres[rng.integers(0, 10, n)] + rng.normal(size=(n, 32)), 0.0)
 
     s = EmdCflConfig(distance="energy", ground_cost="chordal")
-    spread = np.std([energy_distance(draw(60) @ (r := random_projection(rng, 32, 28, "gaussian")), draw(60) @ r, "chordal")
-                     for _ in range(200)])
+    spread = np.std(
+        [
+            energy_distance(draw(60) @ (r := random_projection(rng, 32, 28, "gaussian")), draw(60) @ r, "chordal")
+            for _ in range(200)
+        ]
+    )
     estimates = [reference_distance(draw(60), draw(6), 28, s, rng) for _ in range(20)]
     assert all(tau == 0.0 for tau, _ in estimates)
     assert 0.75 < np.mean([noise for _, noise in estimates]) / spread < 1.33
@@ -67,9 +83,16 @@ def test_energy_noise_is_the_spread_of_w_between_samples_of_one_distribution():
 
 @pytest.mark.job
 def test_energy_run_finds_the_rotations_with_no_tau(tmp_path):
-    summary, records = simulate_job("configs/digits.yaml", tmp_path, "silos=4", "data.rotations=[0,180]",
-                                    "train.rounds=1", "strategy.pair_keys=seeded", "strategy.distance=energy",
-                                    "strategy.ground_cost=chordal")
+    summary, records = simulate_job(
+        "configs/digits.yaml",
+        tmp_path,
+        "silos=4",
+        "data.rotations=[0,180]",
+        "train.rounds=1",
+        "strategy.pair_keys=seeded",
+        "strategy.distance=energy",
+        "strategy.ground_cost=chordal",
+    )
     assert (np.load(tmp_path / "tau.npy") == 0).all() and (np.load(tmp_path / "noise.npy") > 0).all()
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 2
     print(f"digits, 4 silos, energy: margin {summary['extraction']['margin']:.2f}")
@@ -82,23 +105,38 @@ def test_one_hundred_small_silos_on_two_ranks_find_the_four_rotations(shared_dat
     (all 4,950 pairs took ~3.5x as long, the silos' cross embeddings most of it). Measured:
     the extraction's margin over the 1,260 pairs it measures 3.16 (seed 0) and 5.29 (seed 1)
     (all pairs: 3.99 and 5.88), against the asserted 1.0."""
-    proc, summary, records = run_job("configs/rotated_mnist_small_silos.yaml", tmp_path,
-                                     f"data.root={shared_data / 'mnist'}", "data.download=false", "train.rounds=1",
-                                     "model.channels=[16,32]", "model.embedding_dim=64", "strategy.pair_keys=seeded",
-                                     "strategy.pairs=staged", n=3)
+    proc, summary, records = run_job(
+        "configs/rotated_mnist_small_silos.yaml",
+        tmp_path,
+        f"data.root={shared_data / 'mnist'}",
+        "data.download=false",
+        "train.rounds=1",
+        "model.channels=[16,32]",
+        "model.embedding_dim=64",
+        "strategy.pair_keys=seeded",
+        "strategy.pairs=staged",
+        n=3,
+    )
     assert "100 silos on 2 ranks (up to 50 per rank)" in proc.stdout
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4
     assert summary["extraction"]["margin"] > 1.0
     print(f"C = 100: ARI 1.0, margin {summary['extraction']['margin']:.2f}")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("strategy.tau_projection=pair --set strategy.distance=fedwad --set strategy.ground_cost=chordal",
-     "strategy.tau_projection: pair needs the server to measure each pair"),
-    ("strategy.distance=energy", "strategy.ground_cost: distance energy needs a Euclidean distance"),
-    ("strategy.distance=energy --set strategy.ground_cost=chordal --set strategy.tau_projection=pair",
-     "strategy.tau_projection: distance energy subtracts no τ"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "strategy.tau_projection=pair --set strategy.distance=fedwad --set strategy.ground_cost=chordal",
+            "strategy.tau_projection: pair needs the server to measure each pair",
+        ),
+        ("strategy.distance=energy", "strategy.ground_cost: distance energy needs a Euclidean distance"),
+        (
+            "strategy.distance=energy --set strategy.ground_cost=chordal --set strategy.tau_projection=pair",
+            "strategy.tau_projection: distance energy subtracts no τ",
+        ),
+    ],
+)
 def test_option_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(PROJECT_ROOT / "configs/digits.yaml", override.split(" --set "))

@@ -1,11 +1,12 @@
 """FedWaD clustering's server side (spectral clustering of a FedWaD distance matrix) on
 fixture matrices, and its config."""
+
 import numpy as np
 import pytest
 
-from cfl_mpi.strategies.fedwad.halves import fedwad_params, pair_jobs, spectral_clusters
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.runtime.halves import run_facts
+from cfl_mpi.strategies.fedwad.halves import fedwad_params, pair_jobs, spectral_clusters
 
 
 def block_matrix(groups, within=0.1, between=1.0, seed=0):
@@ -53,10 +54,15 @@ def test_config_and_jobs(tmp_path):
     assert fedwad_params(emb.strategy, run_facts(emb)).dim == 128
 
 
-@pytest.mark.parametrize("override,field", [("strategy.clusters=9", "strategy.clusters"),
-                                            ("strategy.p=3", "strategy.p"),
-                                            ("strategy.support=500", "strategy.support"),
-                                            ("strategy.iterations=0", "strategy.iterations")])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("strategy.clusters=9", "strategy.clusters"),
+        ("strategy.p=3", "strategy.p"),
+        ("strategy.support=500", "strategy.support"),
+        ("strategy.iterations=0", "strategy.iterations"),
+    ],
+)
 def test_config_errors(override, field):
     with pytest.raises(ConfigError) as err:
         load_config("configs/digits.yaml", ["strategy.name=fedwad", override])

@@ -2,21 +2,32 @@
 server and two silos in threads: the distributed jobs equal the local `fedwad()` bit for bit,
 and malformed messages on either side are refused with the sender, the kind and the round
 named. (The MPI path of the same code runs in the backend-equality job tests.)"""
+
 import threading
 
 import numpy as np
 import pytest
 
-from cfl_mpi.strategies.fedwad.exchange import (FedWaDRequest, T_RANGE, FedWaDParams, Job, job_rng, job_times,
-                                                run_jobs, serve)
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub, PeerTimeout
 from cfl_mpi.ot.fedwad import fedwad, uniform_measure
+from cfl_mpi.strategies.fedwad.exchange import (
+    T_RANGE,
+    FedWaDParams,
+    FedWaDRequest,
+    Job,
+    job_rng,
+    job_times,
+    run_jobs,
+    serve,
+)
 from cfl_mpi.wire.messages import ProtocolError
 
 ROUND, SEED, DIM, K, S = 7, 3, 3, 6, 12
 rng = np.random.default_rng(0)
-CLOUDS = {0: (rng.normal(size=(40, DIM)), rng.normal(size=(30, DIM)) + 1.0),  # silo 0: μ of 0>1, ν of 1>0
-          1: (rng.normal(size=(25, DIM)) * 2.0, rng.normal(size=(40, DIM)) - 1.0)}
+CLOUDS = {
+    0: (rng.normal(size=(40, DIM)), rng.normal(size=(30, DIM)) + 1.0),  # silo 0: μ of 0>1, ν of 1>0
+    1: (rng.normal(size=(25, DIM)) * 2.0, rng.normal(size=(40, DIM)) - 1.0),
+}
 JOBS = [Job(0, 1, S), Job(1, 0, S)]
 
 
@@ -53,12 +64,23 @@ def in_threads(*bodies):
 def test_distributed_jobs_equal_local_fedwad(p, cores):
     server, silo0, silo1 = parties()
     params = FedWaDParams(p=p, n_iter=K, dim=DIM, max_support=S)
-    got, _, _ = in_threads(lambda: run_jobs(server, ROUND, JOBS, params, SEED, cores),
-                           lambda: serve(silo0, ROUND, measures(0), params, SEED),
-                           lambda: serve(silo1, ROUND, measures(1), params, SEED))
-    local = {job.key: fedwad(measures(job.mu)[job.key], measures(job.nu)[job.key], p=p, n_iter=K,
-                             t=job_times(SEED, ROUND, job.key, K), support_size=S,
-                             seed=job_rng(SEED, ROUND, job)).distance for job in JOBS}
+    got, _, _ = in_threads(
+        lambda: run_jobs(server, ROUND, JOBS, params, SEED, cores),
+        lambda: serve(silo0, ROUND, measures(0), params, SEED),
+        lambda: serve(silo1, ROUND, measures(1), params, SEED),
+    )
+    local = {
+        job.key: fedwad(
+            measures(job.mu)[job.key],
+            measures(job.nu)[job.key],
+            p=p,
+            n_iter=K,
+            t=job_times(SEED, ROUND, job.key, K),
+            support_size=S,
+            seed=job_rng(SEED, ROUND, job),
+        ).distance
+        for job in JOBS
+    }
     assert got == local and set(got) == {"0>1", "1>0"}
     # Only measures and scalars travel: the server sends ξ, the silos ξ_own and two distances.
     assert set(server.sent_bytes) == {"fedwad_measure"}
@@ -75,14 +97,28 @@ def test_bad_reply_names_the_silo_and_premature_done_is_refused():
             run_jobs(server, ROUND, JOBS, params, SEED)
         finally:  # end both loops early: silo 0 must refuse a premature done
             for silo in (0, 1):
-                server.send(silo, FedWaDRequest.KIND, ROUND, {"points": np.zeros((0, DIM)), "weights": np.zeros(0)},
-                            op="done", job="", k=0, t=0.0)
+                server.send(
+                    silo,
+                    FedWaDRequest.KIND,
+                    ROUND,
+                    {"points": np.zeros((0, DIM)), "weights": np.zeros(0)},
+                    op="done",
+                    job="",
+                    k=0,
+                    t=0.0,
+                )
 
     def cheat():
         """Silo 1 answers its first request with weights summing to 2."""
         msg = silo1.recv(SERVER, spec)
-        silo1.send(SERVER, FedWaDRequest.KIND, ROUND, {"points": msg.arrays["points"], "weights": 2 * msg.arrays["weights"]},
-                   job=msg.meta["job"], k=msg.meta["k"])
+        silo1.send(
+            SERVER,
+            FedWaDRequest.KIND,
+            ROUND,
+            {"points": msg.arrays["points"], "weights": 2 * msg.arrays["weights"]},
+            job=msg.meta["job"],
+            k=msg.meta["k"],
+        )
 
     server_error, good_silo_error, _ = in_threads(drive, lambda: serve(silo0, ROUND, measures(0), params, SEED), cheat)
     assert isinstance(server_error, ProtocolError)
@@ -91,14 +127,20 @@ def test_bad_reply_names_the_silo_and_premature_done_is_refused():
     assert "the server" in str(good_silo_error) and "before jobs" in str(good_silo_error)
 
 
-@pytest.mark.parametrize("meta,words", [
-    ({"op": "interpolate", "job": "5>9", "k": 1, "t": 0.5}, "one of the jobs"),
-    ({"op": "interpolate", "job": "0>1", "k": 2, "t": 0.5}, "step 2"),
-    ({"op": "interpolate", "job": "0>1", "k": 1, "t": 1.5}, "t 1.5"),
-    # a curious server's t near 0 would return the silo's own points: only the schedule's t passes
-    ({"op": "interpolate", "job": "0>1", "k": 1, "t": 1e-9}, "the scheduled t"),
-    ({"op": "interpolate", "job": "0>1", "k": 1, "t": float(job_times(SEED, ROUND, "0>1", K)[1])}, "the scheduled t"),
-])
+@pytest.mark.parametrize(
+    "meta,words",
+    [
+        ({"op": "interpolate", "job": "5>9", "k": 1, "t": 0.5}, "one of the jobs"),
+        ({"op": "interpolate", "job": "0>1", "k": 2, "t": 0.5}, "step 2"),
+        ({"op": "interpolate", "job": "0>1", "k": 1, "t": 1.5}, "t 1.5"),
+        # a curious server's t near 0 would return the silo's own points: only the schedule's t passes
+        ({"op": "interpolate", "job": "0>1", "k": 1, "t": 1e-9}, "the scheduled t"),
+        (
+            {"op": "interpolate", "job": "0>1", "k": 1, "t": float(job_times(SEED, ROUND, "0>1", K)[1])},
+            "the scheduled t",
+        ),
+    ],
+)
 def test_bad_requests_are_refused_by_the_silo(meta, words):
     server, silo0, _ = parties(timeout_s=5.0)
     xi = np.random.default_rng(1).normal(size=(S, DIM))

@@ -7,9 +7,9 @@ chordal. The direct mode's clusters on the same data and seed are [0, 0, 1, 1, 2
 round 1 (test_runs.py::test_results_folder_is_complete); the README reports how far the
 two modes' W matrices differ.
 """
+
 import numpy as np
 import pytest
-
 from jobs import simulate_job
 
 pytestmark = pytest.mark.job

@@ -1,30 +1,34 @@
 """IFCA (Ghosh et al.) offline: its parameters, its assignment by lowest loss, and the server's
 check that each silo trains the cluster its losses chose. Whole runs: tests/test_compare.py
 and test_backends.py."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from config_files import FOUR_SILOS, config_from
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.config import ConfigError
-from cfl_mpi.strategies.ifca import IfcaConfig
 from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.strategies.base import ServerRound
+from cfl_mpi.strategies.ifca import IfcaConfig
 from cfl_mpi.strategies.ifca.assign import ifca_assign
 from cfl_mpi.strategies.ifca.halves import ClusterModel, Losses
 from cfl_mpi.wire.messages import ProtocolError
-from config_files import FOUR_SILOS, config_from
 
 
 def test_paper_defaults(tmp_path):
     assert config_from(tmp_path, FOUR_SILOS, "strategy.name=ifca").strategy == IfcaConfig(k=None, init="silos")
 
 
-@pytest.mark.parametrize("overrides,field,words", [
-    (["strategy.name=ifca", "strategy.k=5"], "strategy.k", "between 1 and silos (4)"),
-    (["strategy.name=ifca", "strategy.init=zeros"], "strategy.init", "one of 'silos', 'random'"),
-])
+@pytest.mark.parametrize(
+    "overrides,field,words",
+    [
+        (["strategy.name=ifca", "strategy.k=5"], "strategy.k", "between 1 and silos (4)"),
+        (["strategy.name=ifca", "strategy.init=zeros"], "strategy.init", "one of 'silos', 'random'"),
+    ],
+)
 def test_errors_name_the_field(tmp_path, overrides, field, words):
     with pytest.raises(ConfigError) as err:
         config_from(tmp_path, FOUR_SILOS, *overrides)
@@ -32,13 +36,15 @@ def test_errors_name_the_field(tmp_path, overrides, field, words):
 
 
 def test_ifca_assign_argmin_with_ties() -> None:
-    losses = np.array([
-        [0.5, 0.2, 0.9],
-        [0.3, 0.3, 0.1],
-        [0.4, 0.4, 0.7],  # tie: lowest index
-        [np.nan, 0.8, 0.8],  # diverged model never wins; then tie
-        [0.7, 0.7, 0.7],
-    ])
+    losses = np.array(
+        [
+            [0.5, 0.2, 0.9],
+            [0.3, 0.3, 0.1],
+            [0.4, 0.4, 0.7],  # tie: lowest index
+            [np.nan, 0.8, 0.8],  # diverged model never wins; then tie
+            [0.7, 0.7, 0.7],
+        ]
+    )
     out = ifca_assign(losses)
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out, [1, 2, 0, 1, 0])

@@ -2,6 +2,7 @@
 a model per silo and a pairwise matrix — is one registry entry (`strategies.REGISTRY`): the
 config takes its section, the simulator runs it without a change to the runtime, the channels
 or the wire, and compare's table and the heat maps show it by its label."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,14 +10,14 @@ from typing import Literal
 
 import numpy as np
 import pytest
+from jobs import simulate_job
 
 from cfl_mpi import compare, strategies
 from cfl_mpi.aggregation import fedavg
-from cfl_mpi.strategies.base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from cfl_mpi.channel import SERVER
 from cfl_mpi.strategies import Pairwise, StrategyParams, StrategySpec
+from cfl_mpi.strategies.base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError, message_kind
-from jobs import simulate_job
 
 LOSS = message_kind("toy_loss")  # silo → server: its training loss under its own new model
 
@@ -40,8 +41,9 @@ class ToySoft(Strategy[ToySoftConfig]):
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         expect = Expect(LOSS, ctx.round, (ArraySpec("loss", "float64", (1,)),))
-        self.losses = {m.sender: float(m.arrays["loss"][0]) for m in ctx.channel.recv_each(ctx.participants,
-                                                                                            lambda _: expect)}
+        self.losses = {
+            m.sender: float(m.arrays["loss"][0]) for m in ctx.channel.recv_each(ctx.participants, lambda _: expect)
+        }
         if any(v < 0 for v in self.losses.values()):
             raise ProtocolError("a loss is negative")
         return self.clusters
@@ -69,8 +71,12 @@ class ToySoftSilo(SiloProtocol):
 
 
 HALVES = Halves(ToySoft, ToySoftSilo, (LOSS,))
-TOY = StrategySpec(ToySoftConfig, "Toy soft clustering", halves_module=__name__,  # this file's HALVES
-                   pairwise={"M": Pairwise("mixing weight of silo c' in c's model", similarity=True)})
+TOY = StrategySpec(
+    ToySoftConfig,
+    "Toy soft clustering",
+    halves_module=__name__,  # this file's HALVES
+    pairwise={"M": Pairwise("mixing weight of silo c' in c's model", similarity=True)},
+)
 
 
 @pytest.fixture
@@ -80,9 +86,16 @@ def toy_registered(monkeypatch):
 
 @pytest.mark.job
 def test_a_soft_clustering_strategy_runs_without_touching_the_runtime(toy_registered, tmp_path):
-    summary, records = simulate_job("configs/digits.yaml", tmp_path, "strategy.name=toy_soft", "silos=4",
-                                    "data.rotations=[0,180]", "train.rounds=2", "train.local_epochs=1",
-                                    "model.channels=[16,32]")
+    summary, records = simulate_job(
+        "configs/digits.yaml",
+        tmp_path,
+        "strategy.name=toy_soft",
+        "silos=4",
+        "data.rotations=[0,180]",
+        "train.rounds=2",
+        "train.local_epochs=1",
+        "model.channels=[16,32]",
+    )
     assert summary["strategy"] == "toy_soft" and len(records) == 2
     assert all(r["bytes"]["toy_loss"] > 0 for r in records)  # its own kind, counted like the runtime's
     assert all(0.0 <= a <= 1.0 for r in records for a in r["accuracy"])

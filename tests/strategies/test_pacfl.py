@@ -1,32 +1,36 @@
 """PACFL (Vahidian et al.) offline: its parameters, and Algorithm 2's placement of late silos.
 Whole runs: tests/test_compare.py and test_backends.py."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
+from config_files import FOUR_SILOS, config_from
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.config import ConfigError
+from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.pacfl import PacflConfig
 from cfl_mpi.strategies.pacfl.halves import PrincipalVectors
-from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.wire.messages import ProtocolError
-from config_files import FOUR_SILOS, config_from
 
 
 def test_paper_defaults(tmp_path):
     assert config_from(tmp_path, FOUR_SILOS).strategy == PacflConfig(p=3, per_class=True, measure="sum", beta=600.0)
 
 
-@pytest.mark.parametrize("overrides,field,words", [
-    (["strategy.p=0"], "strategy.p", "at least 1"),
-    (["strategy.beta=-1"], "strategy.beta", "positive"),
-    (["strategy.measure=mean"], "strategy.measure", "one of 'sum', 'smallest'"),
-    (["strategy.epsilon=1"], "strategy.epsilon", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "overrides,field,words",
+    [
+        (["strategy.p=0"], "strategy.p", "at least 1"),
+        (["strategy.beta=-1"], "strategy.beta", "positive"),
+        (["strategy.measure=mean"], "strategy.measure", "one of 'sum', 'smallest'"),
+        (["strategy.epsilon=1"], "strategy.epsilon", "unknown key"),
+    ],
+)
 def test_errors_name_the_field(tmp_path, overrides, field, words):
     with pytest.raises(ConfigError) as err:
         config_from(tmp_path, FOUR_SILOS, *overrides)
@@ -56,11 +60,14 @@ def test_pacfl_places_late_silos_without_moving_anyone(tmp_path):
     np.testing.assert_array_equal(again.A, strategy.A)
 
 
-@pytest.mark.parametrize("shape,words", [
-    ((28 * 28 - 1, 3), "shape"),  # a row short of the run's input size (1 channel, 28 x 28)
-    ((28 * 28, 31), "over the size limit"),  # p = 3 per class of 10: at most 30 columns
-    ((28 * 28, 0), "no column"),
-])
+@pytest.mark.parametrize(
+    "shape,words",
+    [
+        ((28 * 28 - 1, 3), "shape"),  # a row short of the run's input size (1 channel, 28 x 28)
+        ((28 * 28, 31), "over the size limit"),  # p = 3 per class of 10: at most 30 columns
+        ((28 * 28, 0), "no column"),
+    ],
+)
 def test_pacfl_refuses_a_signature_of_another_shape_naming_its_sender(tmp_path, shape, words):
     cfg = config_from(tmp_path, FOUR_SILOS)
     hub = LocalHub()

@@ -1,7 +1,6 @@
 import itertools
 
 import numpy as np
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,10 +47,19 @@ def test_the_closed_form_slot_is_the_circle_methods(n):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sets(st.integers(0, 60), min_size=1, max_size=25).flatmap(
-    lambda silos: st.tuples(st.just(sorted(silos)), st.lists(
-        st.tuples(st.sampled_from(sorted(silos)), st.sampled_from(sorted(silos))).filter(lambda d: d[0] != d[1]),
-        max_size=40))))
+@given(
+    st.sets(st.integers(0, 60), min_size=1, max_size=25).flatmap(
+        lambda silos: st.tuples(
+            st.just(sorted(silos)),
+            st.lists(
+                st.tuples(st.sampled_from(sorted(silos)), st.sampled_from(sorted(silos))).filter(
+                    lambda d: d[0] != d[1]
+                ),
+                max_size=40,
+            ),
+        )
+    )
+)
 def test_partner_roles_match_the_tournament_walked_slot_by_slot(case):
     silos, directions = case
     assert partner_roles(silos, directions) == reference_partner_roles(silos, directions)
@@ -93,8 +101,9 @@ def test_a_partner_the_server_says_left_ends_the_wait_for_it_and_no_other():
     waits = PartnerWaits(silo, 4)
     waits.partners.update([1, 2, 3])
     partners[1].send(0, Handshake(np.ones(32, np.uint8)), 4)
-    later = threading.Timer(0.2, lambda: (server.send(0, PartnerLeft(2), 4),
-                                          partners[3].send(0, Handshake(np.full(32, 3, np.uint8)), 4)))
+    later = threading.Timer(
+        0.2, lambda: (server.send(0, PartnerLeft(2), 4), partners[3].send(0, Handshake(np.full(32, 3, np.uint8)), 4))
+    )
     later.start()
     got = [msg.sender for msg in waits.each([1, 2, 3], Handshake.expect(4))]
     later.join()

@@ -8,14 +8,15 @@ four rotations, and the rule's cut lies at least MARGIN noise units from both th
 of rotations and the loosest pair inside one (docs/METHODS.md, "The projection R", has the
 study over many draws this margin comes from).
 """
+
 import numpy as np
 import pytest
+from jobs import PROJECT_ROOT, simulate_job
 from sklearn.metrics import adjusted_rand_score
 
 from benchmarks.projection_variance import random_pair_seeds, replay_w, trained_silos
 from cfl_mpi.clustering.extraction import robust_clusters
 from cfl_mpi.config import load_config
-from jobs import PROJECT_ROOT, simulate_job
 
 pytestmark = pytest.mark.job
 
@@ -39,7 +40,6 @@ def test_quick_start_clusters_hold_for_fresh_secret_projections(tmp_path):
 
     truth, rng = cfg.data.true_clusters(cfg.silos), np.random.default_rng(2026)
     for _ in range(DRAWS):
-        labels, report = robust_clusters(replay_w(cfg, silos, random_pair_seeds(cfg, rng)), noise,
-                                         noise_multiple=cut)
+        labels, report = robust_clusters(replay_w(cfg, silos, random_pair_seeds(cfg, rng)), noise, noise_multiple=cut)
         assert adjusted_rand_score(truth, labels) == 1.0
         assert report.min_between - cut >= MARGIN and cut - report.max_within >= MARGIN

@@ -1,17 +1,18 @@
 """The staged pair plan (strategies/emdcfl/staged_pairs.py): each stage's decisions on matrices whose
 answer is known, replayed as look-ups into a full W, as the server fills W stage by stage."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
+from jobs import PROJECT_ROOT, run_job, simulate_job
 from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.clustering.extraction import extract_clusters
-from cfl_mpi.strategies.emdcfl.staged_pairs import StagedPlan
 from cfl_mpi.config import ConfigError, load_config
-from jobs import PROJECT_ROOT, run_job, simulate_job
+from cfl_mpi.strategies.emdcfl.staged_pairs import StagedPlan
 
 
 def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
@@ -23,17 +24,36 @@ def clustered_W(sizes: list[int], seed: int = 0, gap: float = 10.0) -> tuple[np.
     return W, truth
 
 
-def replay(W: np.ndarray, sample: int, representatives: int = 1, seed: int = 0, retest: int = 0,
-           before_stage=None, one_way: bool = False, silos=None, placed=None, members=(),
-           measured=None) -> StagedPlan:
+def replay(
+    W: np.ndarray,
+    sample: int,
+    representatives: int = 1,
+    seed: int = 0,
+    retest: int = 0,
+    before_stage=None,
+    one_way: bool = False,
+    silos=None,
+    placed=None,
+    members=(),
+    measured=None,
+) -> StagedPlan:
     """Run a plan over `silos` (default: all) to the end, filling `measured` (default: a fresh
     NaN matrix) from W with the directions it asks for (`before_stage(plan, directions)` may
     edit W before a stage's entries are read from it); `placed` and `members` as in a later
     round."""
     C = len(W)
-    plan = StagedPlan(list(range(C)) if silos is None else silos, C, sample=sample, representatives=representatives,
-                      noise_multiple=3.5, rng=np.random.default_rng(seed), retest=retest, one_way=one_way,
-                      placed=placed, members=members)
+    plan = StagedPlan(
+        list(range(C)) if silos is None else silos,
+        C,
+        sample=sample,
+        representatives=representatives,
+        noise_multiple=3.5,
+        rng=np.random.default_rng(seed),
+        retest=retest,
+        one_way=one_way,
+        placed=placed,
+        members=members,
+    )
     if measured is None:
         measured = np.full_like(W, np.nan)
         np.fill_diagonal(measured, 0.0)
@@ -94,7 +114,9 @@ def test_a_member_just_beyond_its_representatives_cut_joins_its_cluster_on_retes
     assert [s.name for s in plan.stages] == ["sample", "representatives", "retest"]
     assert plan.stages[1].orphans == 1 and plan.stages[2].orphans == 0 and plan.stages[2].pairs == 4
     retest = plan.stages[2].directions
-    assert len(retest) == (4 if one_way else 8) and all(seen["x"] in d and truth[list(d)].tolist() == [0, 0] for d in retest)
+    assert len(retest) == (4 if one_way else 8) and all(
+        seen["x"] in d and truth[list(d)].tolist() == [0, 0] for d in retest
+    )
     assert not one_way or all(c == seen["x"] for _, c in retest)
     assert adjusted_rand_score(truth, plan.labels) == 1.0
     alone = replay(W, sample=12, representatives=2, retest=0, before_stage=beyond_reps, one_way=one_way)
@@ -122,8 +144,9 @@ def test_with_no_more_silos_than_the_sample_the_plan_is_all_pairs_and_the_robust
 def test_the_representatives_are_the_medoids_not_an_outlying_member():
     W, _ = clustered_W([6, 6], seed=1)
     W[0, 1:6] = W[1:6, 0] = 3.0  # silo 0 is inside its cluster's cut but farther than the rest
-    plan = StagedPlan(list(range(12)), 12, sample=8, representatives=1, noise_multiple=3.5,
-                      rng=np.random.default_rng(0), one_way=True)
+    plan = StagedPlan(
+        list(range(12)), 12, sample=8, representatives=1, noise_multiple=3.5, rng=np.random.default_rng(0), one_way=True
+    )
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
     pairs = plan.next_pairs(measured, np.ones(12))
@@ -134,16 +157,34 @@ def test_the_representatives_are_the_medoids_not_an_outlying_member():
     assert 0 in drawn and 0 not in reps and len(reps) == 2
 
 
-def later_round(W: np.ndarray, first: list[int], new: list[int], members: list[int], seed: int = 0,
-                representatives: int = 1, retest: int = 0) -> tuple[StagedPlan, StagedPlan, np.ndarray]:
+def later_round(
+    W: np.ndarray,
+    first: list[int],
+    new: list[int],
+    members: list[int],
+    seed: int = 0,
+    representatives: int = 1,
+    retest: int = 0,
+) -> tuple[StagedPlan, StagedPlan, np.ndarray]:
     """A plan over the silos `first` of round 1, then one over `new` silos in a later round
     in which the placed silos `members` train (late silos, partial participation)."""
     measured = np.full_like(W, np.nan)
     np.fill_diagonal(measured, 0.0)
-    first_plan = replay(W, sample=10, representatives=representatives, seed=seed, one_way=True, silos=first,
-                        measured=measured)
-    later = replay(W, sample=10, representatives=representatives, seed=seed + 1, retest=retest, one_way=True,
-                   silos=new, placed=first_plan.labels, members=members, measured=measured)
+    first_plan = replay(
+        W, sample=10, representatives=representatives, seed=seed, one_way=True, silos=first, measured=measured
+    )
+    later = replay(
+        W,
+        sample=10,
+        representatives=representatives,
+        seed=seed + 1,
+        retest=retest,
+        one_way=True,
+        silos=new,
+        placed=first_plan.labels,
+        members=members,
+        measured=measured,
+    )
     return first_plan, later, measured
 
 
@@ -172,8 +213,15 @@ def test_an_earlier_representative_training_again_represents_its_cluster_again()
     earlier = sorted({r for r, _ in first_plan.stages[1].directions})
     placed_only = [c for c in range(50) if c not in {s for d in first_plan.stages[0].directions for s in d}]
     members = sorted(earlier + placed_only[:10])
-    later = replay(W, sample=10, one_way=True, silos=list(range(50, 60)), placed=first_plan.labels, members=members,
-                   measured=measured)
+    later = replay(
+        W,
+        sample=10,
+        one_way=True,
+        silos=list(range(50, 60)),
+        placed=first_plan.labels,
+        members=members,
+        measured=measured,
+    )
     assert sorted({r for r, _ in later.stages[0].directions}) == earlier
     assert adjusted_rand_score(truth, later.labels) == 1.0
 
@@ -196,8 +244,16 @@ def test_silos_near_no_cluster_wait_unplaced_while_a_cluster_has_no_member_train
     assert later.unplaced == list(range(50, 60)) and (later.labels[50:60] == -1).all()
     assert (later.labels[20:30] == later.labels[0]).all()
     # a later round in which cluster 1 has a member: they join it
-    again = replay(W, sample=10, seed=9, one_way=True, silos=later.unplaced, placed=later.labels,
-                   members=[0, 30], measured=measured)
+    again = replay(
+        W,
+        sample=10,
+        seed=9,
+        one_way=True,
+        silos=later.unplaced,
+        placed=later.labels,
+        members=[0, 30],
+        measured=measured,
+    )
     assert adjusted_rand_score(truth, again.labels) == 1.0 and again.unplaced == []
 
 
@@ -222,13 +278,18 @@ def test_the_plan_is_a_function_of_its_seed():
     assert [s.directions for s in a.stages] == [s.directions for s in b.stages] != [s.directions for s in c.stages]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("strategy.pairs=staged --set strategy.rule=neighbourhoods",
-     "strategy.pairs: staged places silos by the robust rule's cut"),
-    ("strategy.pair_sample=1", "strategy.pair_sample: must be at least 2, got 1"),
-    ("strategy.representatives=0", "strategy.representatives: must be at least 1, got 0"),
-    ("strategy.retest=-1", "strategy.retest: must be at least 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "strategy.pairs=staged --set strategy.rule=neighbourhoods",
+            "strategy.pairs: staged places silos by the robust rule's cut",
+        ),
+        ("strategy.pair_sample=1", "strategy.pair_sample: must be at least 2, got 1"),
+        ("strategy.representatives=0", "strategy.representatives: must be at least 1, got 0"),
+        ("strategy.retest=-1", "strategy.retest: must be at least 0, got -1"),
+    ],
+)
 def test_option_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(PROJECT_ROOT / "configs/digits.yaml", override.split(" --set "))
@@ -239,22 +300,38 @@ def test_option_errors_name_the_field(override, message):
 # so the fourth's 2 silos are near no representative, are retested against the one member of
 # their nearest cluster not measured yet (every cluster then holds 2 silos, 1 of them the
 # representative), and are measured among themselves.
-STAGED = ["silos=8", "train.rounds=1", "model.channels=[16,32]", "strategy.pairs=staged", "strategy.pair_sample=4",
-          "strategy.representatives=1", "strategy.pair_keys=seeded"]
+STAGED = [
+    "silos=8",
+    "train.rounds=1",
+    "model.channels=[16,32]",
+    "strategy.pairs=staged",
+    "strategy.pair_sample=4",
+    "strategy.representatives=1",
+    "strategy.pair_keys=seeded",
+]
 
 
 def assert_found_with_an_orphan_stage(records: list[dict], summary: dict) -> None:
     plan = records[0]["pair_plan"]
     assert records[0]["ari"] == 1.0 and summary["n_clusters"] == 4  # all-pairs finds the 4 rotations too
-    assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [("sample", 6), ("representatives", 12),
-                                                                  ("retest", 2), ("all", 1)]
+    assert [(s["stage"], s["pairs"]) for s in plan["stages"]] == [
+        ("sample", 6),
+        ("representatives", 12),
+        ("retest", 2),
+        ("all", 1),
+    ]
     assert plan["stages"][0]["clusters"] == 3 and plan["stages"][1]["orphans"] == plan["stages"][2]["orphans"] == 2
     # the sample and the last silos both ways, the placing stages one way (placement: one_way)
     assert [s["directions"] for s in plan["stages"]] == [12, 12, 2, 2]
     assert plan["pairs"] == 21 and plan["all_pairs"] == 28
     round_1 = {"round": 1, **{k: v for k, v in plan.items() if k != "plan"}}
-    assert summary["extraction"]["pair_plan"] == {"plan": "staged", "pairs": 21, "all_pairs": 28, "unplaced": 0,
-                                                  "rounds": [round_1]}
+    assert summary["extraction"]["pair_plan"] == {
+        "plan": "staged",
+        "pairs": 21,
+        "all_pairs": 28,
+        "unplaced": 0,
+        "rounds": [round_1],
+    }
     assert summary["extraction"]["unmeasured_pairs"] == 28 - 21
 
 
@@ -268,8 +345,9 @@ def test_staged_plan_through_mpirun_finds_the_rotations_and_the_cluster_its_samp
 
 @pytest.mark.job
 def test_staged_plan_in_fedwad_mode(tmp_path):
-    summary, records = simulate_job("configs/digits.yaml", tmp_path, *STAGED, "strategy.distance=fedwad",
-                                    "strategy.ground_cost=chordal")
+    summary, records = simulate_job(
+        "configs/digits.yaml", tmp_path, *STAGED, "strategy.distance=fedwad", "strategy.ground_cost=chordal"
+    )
     assert_found_with_an_orphan_stage(records, summary)
 
 
@@ -287,9 +365,18 @@ def test_staged_plan_measures_nothing_after_its_round(tmp_path):
 # silos 1, 2 | 6, 7 for round 1 (found by the plan's "all" stage), then 0-3 (0 and 3 join the
 # first cluster; the second has no member training), 0, 1, 5, 6 (the late silo 5 joins the
 # second) and 1, 2, 4, 6 (4 joins it too): each later round one representative per cluster.
-LATE_AND_HALF = ["silos=8", "data.rotations=[0,90]", "participation.fraction=0.5", "late_silos=[{silo: 5, round: 3}]",
-                 "train.rounds=4", "model.channels=[16,32]", "strategy.pairs=staged", "strategy.pair_sample=4",
-                 "strategy.representatives=1", "strategy.pair_keys=seeded"]
+LATE_AND_HALF = [
+    "silos=8",
+    "data.rotations=[0,90]",
+    "participation.fraction=0.5",
+    "late_silos=[{silo: 5, round: 3}]",
+    "train.rounds=4",
+    "model.channels=[16,32]",
+    "strategy.pairs=staged",
+    "strategy.pair_sample=4",
+    "strategy.representatives=1",
+    "strategy.pair_keys=seeded",
+]
 
 
 def assert_each_silo_placed_once_where_it_belongs(records: list[dict], summary: dict, W: np.ndarray) -> None:
@@ -308,8 +395,9 @@ def assert_each_silo_placed_once_where_it_belongs(records: list[dict], summary: 
     assert records[-1]["ari"] == 1.0 and summary["ari"] == 1.0
     # the summary keeps every round's plan, not only the last one's
     plans = summary["extraction"]["pair_plan"]
-    assert plans["rounds"] == [{"round": r["round"], **{k: v for k, v in r["pair_plan"].items() if k != "plan"}}
-                               for r in records]
+    assert plans["rounds"] == [
+        {"round": r["round"], **{k: v for k, v in r["pair_plan"].items() if k != "plan"}} for r in records
+    ]
     assert plans["pairs"] == sum(r["pair_plan"]["pairs"] for r in records) and plans["all_pairs"] == 28
     together = np.eye(8, dtype=bool)
     for r in records:
@@ -327,8 +415,9 @@ def test_staged_plan_places_late_silos_and_those_partial_participation_left_out(
 
 @pytest.mark.job
 def test_staged_plan_with_late_silos_and_partial_participation_in_fedwad_mode(tmp_path):
-    summary, records = simulate_job("configs/digits.yaml", tmp_path, *LATE_AND_HALF, "strategy.distance=fedwad",
-                                    "strategy.ground_cost=chordal")
+    summary, records = simulate_job(
+        "configs/digits.yaml", tmp_path, *LATE_AND_HALF, "strategy.distance=fedwad", "strategy.ground_cost=chordal"
+    )
     assert_each_silo_placed_once_where_it_belongs(records, summary, np.load(tmp_path / "W.npy"))
 
 
@@ -354,24 +443,29 @@ def test_a_staged_run_stopped_before_its_late_silo_resumes_to_the_uninterrupted_
     again = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert summary["resumed_after_round"] == 2 and [r["round"] for r in again] == [1, 2, 3, 4]
     for a, b in zip(full, again):
-        assert (a["clusters"], a["participants"], a["pair_plan"]["pairs"]) == \
-            (b["clusters"], b["participants"], b["pair_plan"]["pairs"])
+        assert (a["clusters"], a["participants"], a["pair_plan"]["pairs"]) == (
+            b["clusters"],
+            b["participants"],
+            b["pair_plan"]["pairs"],
+        )
     np.testing.assert_array_equal(np.load(tmp_path / "cut" / "W.npy"), np.load(tmp_path / "full" / "W.npy"))
     assert summary["ari"] == full_summary["ari"] == 1.0
     # the rounds before the stop keep their plans in the summary: the checkpoint carries them
-    pairs = [[(r["round"], r["pairs"]) for r in run["extraction"]["pair_plan"]["rounds"]]
-             for run in (summary, full_summary)]
+    pairs = [
+        [(r["round"], r["pairs"]) for r in run["extraction"]["pair_plan"]["rounds"]] for run in (summary, full_summary)
+    ]
     assert pairs[0] == pairs[1] == [(r["round"], r["pair_plan"]["pairs"]) for r in full]
 
 
 # ------------------------------------------------------------------ one-way pairs on the wire
 
+
 def server_with_plan(directions: list[tuple[int, int]]):
     """An EmdCfl server that has sent 3 silos the plan for `directions`, with their channels."""
-    from cfl_mpi.strategies.base import ServerRound
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.local import LocalChannel, LocalHub
     from cfl_mpi.runtime.halves import server_half
+    from cfl_mpi.strategies.base import ServerRound
 
     cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["silos=3", "data.rotations=[0,90,180]"])
     hub = LocalHub()
@@ -383,18 +477,25 @@ def server_with_plan(directions: list[tuple[int, int]]):
 
 def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=(), skipped=()) -> dict[str, np.ndarray]:
     """The arrays of one embeddings message (a silo's batch of pairs)."""
+
     def clouds(arrays):
         return np.stack(arrays).astype(np.float32) if len(arrays) else np.zeros((0, 0, dim), np.float32)
 
-    return {"served": np.asarray(served, np.int64), "own": clouds(own), "tau": np.asarray(tau, np.float64),
-            "measured": np.asarray(measured, np.int64), "cross": clouds(cross), "skipped": np.asarray(skipped, np.int64)}
+    return {
+        "served": np.asarray(served, np.int64),
+        "own": clouds(own),
+        "tau": np.asarray(tau, np.float64),
+        "measured": np.asarray(measured, np.int64),
+        "cross": clouds(cross),
+        "skipped": np.asarray(skipped, np.int64),
+    }
 
 
 def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():
     """Clouds arrive in batches, as a silo sends whatever is ready: silo 0's own clouds for both
     partners it serves in one message, its cross cloud for silo 2 in another."""
-    from cfl_mpi.strategies.emdcfl.messages import Embeddings
     from cfl_mpi.strategies.emdcfl.distances import pair_distance
+    from cfl_mpi.strategies.emdcfl.messages import Embeddings
     from cfl_mpi.strategies.emdcfl.pairs import MEASURE, SERVE
 
     server, ctx, silos = server_with_plan([(0, 1), (0, 2), (2, 0)])
@@ -402,10 +503,12 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
     rng = np.random.default_rng(0)
     dim = server.dim_r
     cloud = {k: rng.normal(size=(6, dim)).astype(np.float32) for k in ("0own", "0cross", "1cross", "2own", "2cross")}
-    for silo, arrays, noise in ((0, batch(dim, [1, 2], [cloud["0own"]] * 2, [0.5, 0.5]), 0.01),
-                                (1, batch(dim, measured=[0], cross=[cloud["1cross"]]), 0.0),  # it only measures
-                                (0, batch(dim, measured=[2], cross=[cloud["0cross"]]), 0.0),
-                                (2, batch(dim, [0], [cloud["2own"]], [0.1], [0], [cloud["2cross"]]), 0.02)):
+    for silo, arrays, noise in (
+        (0, batch(dim, [1, 2], [cloud["0own"]] * 2, [0.5, 0.5]), 0.01),
+        (1, batch(dim, measured=[0], cross=[cloud["1cross"]]), 0.0),  # it only measures
+        (0, batch(dim, measured=[2], cross=[cloud["0cross"]]), 0.0),
+        (2, batch(dim, [0], [cloud["2own"]], [0.1], [0], [cloud["2cross"]]), 0.02),
+    ):
         silos[silo].send(-1, Embeddings.KIND, 1, arrays, noise=noise)
     server._measure(ctx, server.partners)
     s = server.params
@@ -424,22 +527,27 @@ def test_a_silo_that_states_a_noise_where_it_only_measures_is_named():
     from cfl_mpi.wire.messages import ProtocolError
 
     server, ctx, silos = server_with_plan([(0, 1)])
-    silos[1].send(-1, Embeddings.KIND, 1, batch(server.dim_r, measured=[0], cross=[np.ones((6, server.dim_r))]),
-                  noise=0.1)
-    with pytest.raises(ProtocolError, match="silo 1 sent embeddings of round 1 with noise 0.1 where it serves no "
-                                            "partner"):
+    silos[1].send(
+        -1, Embeddings.KIND, 1, batch(server.dim_r, measured=[0], cross=[np.ones((6, server.dim_r))]), noise=0.1
+    )
+    with pytest.raises(
+        ProtocolError, match="silo 1 sent embeddings of round 1 with noise 0.1 where it serves no partner"
+    ):
         server._measure(ctx, server.partners)
 
 
-@pytest.mark.parametrize("case, words", [
-    ("own cloud", "partners served \\[0\\]: one it does not serve"),
-    ("cross twice", "partners measured \\[0\\]: one it does not measure with or sent already"),
-    ("no cloud", "no cloud and no partner skipped \\(at least one\\)"),
-    ("skips one not gone", "partners skipped \\[0\\]: one it was not told left"),
-    ("one row", "clouds of \\[1\\] rows"),
-    ("two sizes", "clouds of \\[6\\] rows, expected 5"),
-    ("no τ", "'tau' of 0 along 'served' where 'served' has 1"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("own cloud", "partners served \\[0\\]: one it does not serve"),
+        ("cross twice", "partners measured \\[0\\]: one it does not measure with or sent already"),
+        ("no cloud", "no cloud and no partner skipped \\(at least one\\)"),
+        ("skips one not gone", "partners skipped \\[0\\]: one it was not told left"),
+        ("one row", "clouds of \\[1\\] rows"),
+        ("two sizes", "clouds of \\[6\\] rows, expected 5"),
+        ("no τ", "'tau' of 0 along 'served' where 'served' has 1"),
+    ],
+)
 def test_a_batch_its_plan_did_not_ask_for_is_named(case, words):
     """Silo 1 only measures with silo 0 (one cross cloud); silo 0 serves silo 1 (one own
     cloud, its τ and noise); both ways in two cases. Anything else names the silo, the kind,

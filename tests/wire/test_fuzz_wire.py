@@ -6,20 +6,29 @@ message that fits its `Expect` or raises ProtocolError naming the sender, the ki
 round; nothing else escapes, and nothing hangs. Over 10,000 messages per run (the example
 counts below), in well under a minute.
 """
+
 from __future__ import annotations
 
 import json
 import math
 
 import numpy as np
+from declared_messages import DECLARED, declared_expect
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.strategies.emdcfl.messages import Embeddings
-from cfl_mpi.wire.messages import ALLOWED_DTYPES, FINITE_ROW, Expect, ProtocolError, all_finite, decode_header, encode_header
+from cfl_mpi.wire.messages import (
+    ALLOWED_DTYPES,
+    FINITE_ROW,
+    Expect,
+    ProtocolError,
+    all_finite,
+    decode_header,
+    encode_header,
+)
 from cfl_mpi.wire.round import BackdoorEvaluation
-from declared_messages import DECLARED, declared_expect
 
 ROUND = 3
 EXPECTS = [
@@ -31,10 +40,14 @@ SENDER = 2
 FUZZ = settings(max_examples=3500, suppress_health_check=list(HealthCheck), database=None)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(10 ** 30), max_value=10 ** 30)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20)
+    max_leaves=20,
+)
 
 
 def good_header(expect: Expect, rows: int = 4) -> tuple[bytes, list[np.ndarray]]:
@@ -61,8 +74,10 @@ def decodes_or_refuses(data: bytes, expect: Expect) -> None:
 
 
 @FUZZ
-@given(header=st.dictionaries(st.sampled_from(["v", "kind", "round", "sender", "arrays", "meta", "x"]), json_values),
-       which=st.integers(0, len(EXPECTS) - 1))
+@given(
+    header=st.dictionaries(st.sampled_from(["v", "kind", "round", "sender", "arrays", "meta", "x"]), json_values),
+    which=st.integers(0, len(EXPECTS) - 1),
+)
 def test_any_json_header_is_decoded_or_refused(header, which):
     decodes_or_refuses(json.dumps(header).encode(), EXPECTS[which])
 
@@ -80,7 +95,7 @@ def test_mutated_good_headers_are_decoded_or_refused(which, data):
         elif how == "insert":
             raw[at:at] = data.draw(st.binary(min_size=1, max_size=8))
         elif how == "delete":
-            del raw[at:at + data.draw(st.integers(1, 8))]
+            del raw[at : at + data.draw(st.integers(1, 8))]
         elif how == "digits":  # grow a number: huge counts, shapes and exponents
             raw[at:at] = b"9" * data.draw(st.integers(1, 400))
         else:
@@ -121,9 +136,14 @@ def test_the_receive_path_accepts_only_what_fits(which, data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(size=st.integers(0, 3 * FINITE_ROW + 7), dtype=st.sampled_from(["float16", "float32", "float64"]),
-       bad=st.sampled_from([None, np.nan, np.inf, -np.inf]), where=st.floats(0, 1), shape_2d=st.booleans(),
-       overflowing=st.booleans())
+@given(
+    size=st.integers(0, 3 * FINITE_ROW + 7),
+    dtype=st.sampled_from(["float16", "float32", "float64"]),
+    bad=st.sampled_from([None, np.nan, np.inf, -np.inf]),
+    where=st.floats(0, 1),
+    shape_2d=st.booleans(),
+    overflowing=st.booleans(),
+)
 def test_the_finite_check_agrees_with_numpy(size, dtype, bad, where, shape_2d, overflowing):
     """Bad values anywhere, row edges and the tail included, are found; finite arrays pass,
     those whose row sums overflow too (one row or many of the type's largest values)."""

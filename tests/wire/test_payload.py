@@ -2,19 +2,20 @@
 receiver refuses, naming the sender, the kind and the round, whatever its declaration rules
 out — a dtype, a length, a length two arrays must share, a scalar out of its range, or the
 class's own problem."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
+from declared_messages import DECLARED, MODEL, VALID, declared_expect
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.wire.messages import ProtocolError
 from cfl_mpi.wire.payload import ArrayField, Payload, StateField, array, scalar
-from declared_messages import DECLARED, MODEL, VALID, declared_expect
 
 ROUND = 5
 SENDER = 3
@@ -22,8 +23,9 @@ SENDER = 3
 
 def channels() -> tuple[LocalChannel, LocalChannel]:
     hub = LocalHub()
-    return LocalChannel(SENDER, hub, timeout_s=5, max_sleep_s=0.01), LocalChannel(SERVER, hub, timeout_s=5,
-                                                                                   max_sleep_s=0.01)
+    return LocalChannel(SENDER, hub, timeout_s=5, max_sleep_s=0.01), LocalChannel(
+        SERVER, hub, timeout_s=5, max_sleep_s=0.01
+    )
 
 
 def through(message: Payload, arrays: dict | None = None, meta: dict | None = None) -> Payload:
@@ -33,15 +35,23 @@ def through(message: Payload, arrays: dict | None = None, meta: dict | None = No
     if arrays is None and meta is None:
         sender.send(SERVER, message, ROUND)
     else:
-        sender.send(SERVER, message.KIND, ROUND, arrays if arrays is not None else message.arrays(),
-                    **(meta if meta is not None else message.meta()))
+        sender.send(
+            SERVER,
+            message.KIND,
+            ROUND,
+            arrays if arrays is not None else message.arrays(),
+            **(meta if meta is not None else message.meta()),
+        )
     cls = type(message)
     return cls.of(receiver.recv(SENDER, declared_expect(cls, ROUND)))
 
 
 def same(a: Payload, b: Payload) -> bool:
-    return a.arrays().keys() == b.arrays().keys() and a.meta() == b.meta() and all(
-        x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a.arrays().values(), b.arrays().values()))
+    return (
+        a.arrays().keys() == b.arrays().keys()
+        and a.meta() == b.meta()
+        and all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a.arrays().values(), b.arrays().values()))
+    )
 
 
 def refused(message: Payload, words: str = "", **change) -> None:
@@ -81,9 +91,15 @@ def test_each_array_and_scalar_is_checked_against_its_declaration(cls):
                 refused(example, "outside", meta={**meta, name: wire.type(wire.high + 1)})
 
 
-@pytest.mark.parametrize("cls", [cls for cls in DECLARED if any(
-    sum(isinstance(n, str) for w in [wire] for n in getattr(w, "shape", ())) for _, wire in cls.fields())],
-    ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize(
+    "cls",
+    [
+        cls
+        for cls in DECLARED
+        if any(sum(isinstance(n, str) for w in [wire] for n in getattr(w, "shape", ())) for _, wire in cls.fields())
+    ],
+    ids=lambda cls: cls.__name__,
+)
 def test_a_length_two_arrays_share_is_the_same_in_both(cls):
     """Lengthen each array along a named length alone: the arrays that share it disagree."""
     example = VALID[cls]
@@ -94,10 +110,17 @@ def test_a_length_two_arrays_share_is_the_same_in_both(cls):
         for axis, length in enumerate(wire.shape):
             shared = [n for n, w in cls.fields() if n != name and isinstance(w, ArrayField) and length in w.shape]
             if isinstance(length, str) and shared:
-                longer = np.concatenate([arrays[name], np.take(arrays[name], [0] * 1, axis=axis)
-                                         if arrays[name].shape[axis] else np.zeros_like(arrays[name],
-                                         shape=tuple(1 if i == axis else s for i, s in enumerate(arrays[name].shape)))],
-                                        axis=axis)
+                longer = np.concatenate(
+                    [
+                        arrays[name],
+                        np.take(arrays[name], [0] * 1, axis=axis)
+                        if arrays[name].shape[axis]
+                        else np.zeros_like(
+                            arrays[name], shape=tuple(1 if i == axis else s for i, s in enumerate(arrays[name].shape))
+                        ),
+                    ],
+                    axis=axis,
+                )
                 refused(example, f"along {length!r}", arrays={**arrays, name: longer})
 
 
@@ -109,16 +132,25 @@ def _values(cls: type[Payload], draw) -> Payload:
         if isinstance(wire, StateField):
             values[name] = {k: np.full(v.shape, draw(st.integers(-3, 3)), v.dtype) for k, v in MODEL.items()}
         elif isinstance(wire, ArrayField):
-            shape = tuple(n if isinstance(n, int) else lengths.setdefault(n, draw(st.integers(0, 3)))
-                          if isinstance(n, str) else draw(st.integers(0, 3)) for n in wire.shape)
-            values[name] = np.asarray(draw(st.lists(st.integers(0, 3), min_size=math.prod(shape),
-                                                    max_size=math.prod(shape))), dtype=wire.dtype).reshape(shape)
+            shape = tuple(
+                n
+                if isinstance(n, int)
+                else lengths.setdefault(n, draw(st.integers(0, 3)))
+                if isinstance(n, str)
+                else draw(st.integers(0, 3))
+                for n in wire.shape
+            )
+            values[name] = np.asarray(
+                draw(st.lists(st.integers(0, 3), min_size=math.prod(shape), max_size=math.prod(shape))),
+                dtype=wire.dtype,
+            ).reshape(shape)
         elif wire.type is str:
             values[name] = draw(st.text(max_size=8))
         else:
             low, high = max(wire.low, -4), min(wire.high, 4)
-            values[name] = draw(st.integers(int(math.ceil(low)), int(high)) if wire.type is int
-                                else st.floats(low, high))
+            values[name] = draw(
+                st.integers(int(math.ceil(low)), int(high)) if wire.type is int else st.floats(low, high)
+            )
     return cls(**values)
 
 
@@ -152,8 +184,10 @@ def test_a_receiver_fixes_a_named_length_and_narrows_a_range():
     probe = _Probe(np.arange(2), np.zeros((2, 3), np.float32), 0.5)
     sender.send(SERVER, probe, ROUND)
     assert same(_Probe.of(receiver.recv(SENDER, _Probe.expect(ROUND, n=2, ranges={"share": (0.25, 0.75)}))), probe)
-    for expect, words in ((_Probe.expect(ROUND, n=3), "shape"), (_Probe.expect(ROUND, ranges={"share": (0, 0.25)}),
-                                                                   "outside")):
+    for expect, words in (
+        (_Probe.expect(ROUND, n=3), "shape"),
+        (_Probe.expect(ROUND, ranges={"share": (0, 0.25)}), "outside"),
+    ):
         sender.send(SERVER, probe, ROUND)
         with pytest.raises(ProtocolError, match=words):
             receiver.recv(SENDER, expect)
@@ -164,8 +198,10 @@ def test_a_receiver_fixes_a_named_length_and_narrows_a_range():
 
 def test_a_declaration_is_checked_when_the_class_is_made():
     with pytest.raises(TypeError, match="declare"):
+
         class _Bare(Payload, kind="payload_test_bare"):
             x: int = 0
+
     with pytest.raises(TypeError, match="travel alone"):
         from cfl_mpi.wire.payload import state
 

@@ -2,14 +2,15 @@
 kind and round named; waiting does not burn CPU; a silent peer times out; silos sharing a
 rank reach each other and the server; a message to several parties travels once per rank.
 (The same checks in-process: test_channel.py.)"""
+
 import json
 
 import numpy as np
 import pytest
+from jobs import run_mpi
 
 from cfl_mpi.channel import SERVER
 from cfl_mpi.wire.messages import encode_header, message_kind
-from jobs import run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -25,23 +26,26 @@ def test_good_message_arrives_intact(report):
     assert report["good"] == {"ok": True, "sum": 6.0}
 
 
-@pytest.mark.parametrize("case,words", [
-    ("wrong_kind", "kind 'test_eval'"),
-    ("wrong_round", "for round 3"),
-    ("wrong_shape", "shape (3, 2)"),
-    ("wrong_dtype", "dtype float64"),
-    ("non_finite", "non-finite"),
-    ("missing_meta", "meta 'n_samples'"),
-    ("oversized_payload", "does not fit its header"),
-    ("short_payload", "header declared 24"),
-    ("garbage_header", "not JSON"),
-    ("header_without_payload", "whose payload did not follow within 2 s"),
-    ("nan_meta", "non-finite number NaN"),
-    ("forged_sender", "claims sender 5"),
-    ("inline_short_payload", "16 bytes, header declared 24"),
-    ("inline_long_payload", "28 bytes, header declared 24"),
-    ("inline_header_overrun", "with a header of"),
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("wrong_kind", "kind 'test_eval'"),
+        ("wrong_round", "for round 3"),
+        ("wrong_shape", "shape (3, 2)"),
+        ("wrong_dtype", "dtype float64"),
+        ("non_finite", "non-finite"),
+        ("missing_meta", "meta 'n_samples'"),
+        ("oversized_payload", "does not fit its header"),
+        ("short_payload", "header declared 24"),
+        ("garbage_header", "not JSON"),
+        ("header_without_payload", "whose payload did not follow within 2 s"),
+        ("nan_meta", "non-finite number NaN"),
+        ("forged_sender", "claims sender 5"),
+        ("inline_short_payload", "16 bytes, header declared 24"),
+        ("inline_long_payload", "28 bytes, header declared 24"),
+        ("inline_header_overrun", "with a header of"),
+    ],
+)
 def test_bad_messages_are_rejected_with_sender_kind_and_round(report, case, words):
     result = report[case]
     assert result["ok"] is False
@@ -87,14 +91,17 @@ def test_empty_arrays_arrive_from_their_header_directly_and_to_several(report):
     assert report["empty_arrays"] == [one, one, 6.0]
 
 
-@pytest.mark.parametrize("case,words", [
-    ("envelope_bad_receiver", "receivers [3]"),
-    ("envelope_repeated_receiver", "for 2 receivers"),
-    ("envelope_short_payload", "does not fit its header"),
-    ("envelope_wrong_kind", "kind 'test_eval'"),
-    ("envelope_without_payload", "did not follow within 2 s"),
-    ("payload_without_envelope", "without an envelope"),
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("envelope_bad_receiver", "receivers [3]"),
+        ("envelope_repeated_receiver", "for 2 receivers"),
+        ("envelope_short_payload", "does not fit its header"),
+        ("envelope_wrong_kind", "kind 'test_eval'"),
+        ("envelope_without_payload", "did not follow within 2 s"),
+        ("payload_without_envelope", "without an envelope"),
+    ],
+)
 def test_bad_messages_to_several_parties_end_the_wait_naming_the_sender(report, case, words):
     result = report[case]
     assert result["ok"] is False and "silo 0 (rank 1)" in result["error"], result
@@ -116,6 +123,12 @@ def test_placement_counts_silos_per_node_when_ranks_span_two_nodes():
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(r["node_rank"], r["local_rank"], r["node_silos"]) for r in ranks] == [
-        (0, -1, 2), (1, 0, 2), (2, 1, 2), (0, 0, 3), (1, 1, 3), (2, 2, 3)]
+        (0, -1, 2),
+        (1, 0, 2),
+        (2, 1, 2),
+        (0, 0, 3),
+        (1, 1, 3),
+        (2, 2, 3),
+    ]
     cores = usable_cores()
     assert [r["threads"] for r in ranks] == [1, *[max(1, cores // 2)] * 2, *[max(1, cores // 3)] * 3]
