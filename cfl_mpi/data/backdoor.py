@@ -192,9 +192,11 @@ class BackdoorData(PooledData):
     def normalisation(self, imagenet: bool) -> tuple[Stats, Stats]:
         """ImageNet's statistics for the torchvision models, and for a grey source the recipe
         colours, as the authors' code normalises its coloured digits (`src/data.py`, "CMNIST")."""
-        if imagenet or not self.source.colour:
+        if imagenet:
             return IMAGENET_MEAN, IMAGENET_STD
-        return self.source.stats
+        if self.pixels == "raw":
+            return 0.0, 1.0
+        return self.source.stats if self.source.colour else (IMAGENET_MEAN, IMAGENET_STD)
 
     def group_pools(self, group: int, y_train: np.ndarray, y_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.variant.group_pool(group, y_train), self.variant.group_pool(group, y_test)

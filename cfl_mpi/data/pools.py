@@ -104,6 +104,9 @@ class PooledData(DataParams):
     test_fraction: float = 0.2
     # Fraction of each silo's training share used as its validation set (the paper's 10 %).
     val_fraction: float = 0.1
+    # What a model trained from scratch is fed: "standardised" pixels (minus the source's mean,
+    # over its deviation), or "raw" ones in [0, 1], as IFCA's code feeds its MLP.
+    pixels: Literal["standardised", "raw"] = "standardised"
     # Edge of the square images each silo keeps in memory; null: the source's own (28 for the
     # digits and MNIST, 32 for CIFAR-10). The model resizes batches to model.input_size on the device.
     image_size: int = derived()
@@ -171,7 +174,9 @@ class PooledData(DataParams):
     def normalisation(self, imagenet: bool) -> tuple[Stats, Stats]:
         """The usual input statistics: ImageNet's for the torchvision models (what their weights
         expect), the source's own for a model trained from scratch."""
-        return (IMAGENET_MEAN, IMAGENET_STD) if imagenet else self.source.stats
+        if imagenet:
+            return IMAGENET_MEAN, IMAGENET_STD
+        return (0.0, 1.0) if self.pixels == "raw" else self.source.stats
 
     # ------------------------------------------------------------------ files
     def root_folder(self) -> Path:
