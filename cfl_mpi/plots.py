@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from . import strategies
+from .strategies import Cut
 
 
 def _pyplot():
@@ -31,68 +32,19 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 
 
-#: EMD-CFL's W, the matrix the distance plots draw unless told otherwise
-W_LABEL = strategies.emdcfl.SPEC.pairwise["W"].label
-
-
-class Cut(NamedTuple):
-    """Where a strategy's rule cuts its pairwise matrix: below `value`, silos may share a cluster."""
-
-    value: float
-    label: str  # its tick label on the colour bar, e.g. "cut 3.5" or "cut β = 600°"
-
-
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    """A strategy setting from a config dataclass or its dict (config.yaml)."""
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
+#: the colour-bar label of a distance plot told no other
+DISTANCE_LABEL = "distance"
 
 
 def rule_view(
     name: str, artifacts: Mapping[str, np.ndarray], strategy: Any = None
 ) -> tuple[np.ndarray | None, Cut | None, str]:
-    """(noise to divide W's rows by or None, the cut or None, the colour-bar label) for the
-    matrix `name` of a strategy's artifacts, in the units its rule cuts in: EMD-CFL's robust
-    rule cuts max(W[c][c']/noise_c, W[c'][c]/noise_c') at noise_multiple, the paper's rule
-    max(W[c][c'], W[c'][c]) at epsilon, PACFL A at beta (degrees). CFL's S and FedWaD's D have
-    no fixed cut (bipartitions, spectral clustering into K). The label says in words what the
-    colours are, with the run's cut, e.g. "distance in noise units (cut at 3.5)"."""
-    label = strategies.pairwise()[name].label
-    if strategy is None:
-        return None, None, label
-    strategy_name = _get(strategy, "name")
-    if name == "W" and strategy_name == "emdcfl":
-        energy = _get(strategy, "distance") == "energy"
-        both = "the larger of the two directions"
-        if _get(strategy, "rule", "robust") == "neighbourhoods":
-            eps = float(_get(strategy, "epsilon", 0.025))
-            measure = "energy distance" if energy else "distance W1 − τ"
-            return None, Cut(eps, f"cut ε = {eps:g}"), f"{measure} (cut at ε = {eps:g}),\n{both}"
-        multiple = float(_get(strategy, "noise_multiple", 3.5))
-        noise = artifacts.get("noise")
-        if noise is None:
-            return None, None, f"energy distance, {both}" if energy else label
-        from .clustering.extraction import noise_or_one
-
-        noise = noise_or_one(noise)  # the unit the strategy divides by
-        measure = "energy distance" if energy else "distance"
-        return noise, Cut(multiple, f"cut {multiple:g}"), f"{measure} in noise units (cut at {multiple:g}),\n{both}"
-    if name == "A" and strategy_name == "pacfl":
-        label = (
-            "smallest principal angle (degrees)"
-            if _get(strategy, "measure") == "smallest"
-            else "sum of principal angles (degrees)"
-        )
-        beta = _get(strategy, "beta")
-        if beta is not None:
-            return None, Cut(float(beta), f"cut β = {float(beta):g}°"), f"{label}, cut at β = {float(beta):g}°"
-        return None, None, label
-    if name == "D" and strategy_name == "fedwad":
-        p = int(_get(strategy, "p", 2))
-        space = "embeddings" if _get(strategy, "space") == "embedding" else "inputs"
-        return None, None, f"W{p} distance between the silos' {space}\n(FedWaD estimate)"
-    return None, None, label
+    """(noise to divide the matrix's rows by or None, the cut or None, the colour-bar label) of
+    the matrix `name` in the units its strategy's rule cuts in, with the run's cut (`strategy`:
+    its settings, dataclass or config.yaml's dict). Each strategy says how (its spec's
+    `Pairwise.view`)."""
+    noise, cut, label = strategies.pairwise_view(name, artifacts, strategy)
+    return noise, cut, label
 
 
 def pairwise_heatmap(
@@ -212,7 +164,7 @@ def distance_heatmap(
     truth: np.ndarray | None,
     title: str,
     path: Path,
-    label: str = W_LABEL,
+    label: str = DISTANCE_LABEL,
     similarity: bool = False,
     directed: bool = True,
     *,
@@ -231,7 +183,7 @@ def heatmap_figure(
     W: np.ndarray,
     truth: np.ndarray | None,
     title: str,
-    label: str = W_LABEL,
+    label: str = DISTANCE_LABEL,
     similarity: bool = False,
     directed: bool = True,
     *,
@@ -241,7 +193,7 @@ def heatmap_figure(
 ):
     """The heat map's figure (the caller closes it).
 
-    A `directed` matrix (EMD-CFL's W) is shown symmetrised, max(W[c][c'], W[c'][c]), each row
+    A `directed` matrix (row: whose model, column: whose data) is shown symmetrised, max(W[c][c'], W[c'][c]), each row
     first divided by `noise` when given: the matrix the rule cuts, in its units; any other
     matrix as it is. Silos are ordered by the `found` clusters, which are outlined (without
     them: by true cluster, with thin lines between true clusters); a colour strip along both

@@ -4,12 +4,14 @@ not on pixels."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import yaml
+from jobs import PROJECT_ROOT
 
 pytest.importorskip("matplotlib")
 
@@ -264,3 +266,11 @@ def test_one_round_method_plot_is_not_blank():
 def test_importing_plots_does_not_import_matplotlib():
     code = "import sys, cfl_mpi.plots; assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_plots_names_no_strategy():
+    """Each strategy says how its matrix is drawn (its spec's `Pairwise.view`): the plots know
+    none by name or label."""
+    source = (PROJECT_ROOT / "cfl_mpi" / "plots.py").read_text().lower()
+    named = [word for spec in strategies.REGISTRY.values() for word in (spec.name, spec.label.lower())]
+    assert [word for word in named if re.search(rf"\b{re.escape(word)}\b", source)] == []

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .defaults import EPSILON, NOISE_MULTIPLE
 from .labels import relabel_by_first_appearance
 
 __all__ = [
@@ -101,7 +102,7 @@ def robust_clusters(
     W: np.ndarray,
     noise: np.ndarray | None = None,
     *,
-    noise_multiple: float = 3.5,
+    noise_multiple: float = NOISE_MULTIPLE,
     linkage_method: str = "average",
 ) -> tuple[np.ndarray, ExtractionReport]:
     """Hierarchical clustering of ``max(W, W^T)`` in noise units, cut where the noise ends.
@@ -136,7 +137,7 @@ def robust_clusters(
     within-cluster pairs to calibrate on (two silos alone are always "one cluster"); if no
     cut is self-consistent every silo stays alone (``noise_source = "none"``).
 
-    Default 3.5: well inside the range of multiples that recover the clusters of real
+    The default, NOISE_MULTIPLE: well inside the range of multiples that recover the clusters of real
     matrices, and a balance between the two ways a multiple fails: a lower one splits a
     single cluster on a noisy row, a higher one merges clusters only a few noise units apart.
     """
@@ -168,7 +169,7 @@ def extract_clusters(
     W: np.ndarray,
     *,
     rule: str = "robust",
-    epsilon: float = 0.025,
+    epsilon: float = EPSILON,
     noise: np.ndarray | None = None,
     **params: Any,
 ) -> tuple[np.ndarray, ExtractionReport]:

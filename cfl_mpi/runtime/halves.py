@@ -38,8 +38,7 @@ def run_facts(cfg: Config) -> RunFacts:
 
 def halves(cfg: Config) -> Halves:
     """The halves of the config's strategy and the message kinds they add (its `HALVES`)."""
-    found: Halves = importlib.import_module(REGISTRY[cfg.strategy.name].halves).HALVES
-    return found
+    return REGISTRY[cfg.strategy.name].halves()
 
 
 def server_half(cfg: Config) -> Strategy:

@@ -4,8 +4,11 @@ in `__init__.py` and its halves in `halves.py`, plus one line here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from . import cfl, emdcfl, fedavg, fedwad, ifca, oracle, pacfl
-from .spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
+from .spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec
 
 REGISTRY: dict[str, StrategySpec] = {
     spec.name: spec for spec in (emdcfl.SPEC, pacfl.SPEC, cfl.SPEC, ifca.SPEC, fedavg.SPEC, oracle.SPEC, fedwad.SPEC)
@@ -28,4 +31,28 @@ def pairwise() -> dict[str, Pairwise]:
     return {name: how for spec in REGISTRY.values() for name, how in spec.pairwise.items()}
 
 
-__all__ = ["REGISTRY", "ConfigFacts", "Pairwise", "StrategyParams", "StrategySpec", "defaults", "label", "pairwise"]
+def pairwise_view(name: str, artifacts: Mapping[str, Any], strategy: Any = None) -> PairwiseView:
+    """Matrix `name` of a run's artifacts as the rule of the strategy that leaves it sees it,
+    under the run's strategy settings (a params object or config.yaml's dict); as it is, with
+    no cut, without settings or where the run's strategy is another."""
+    owner = next(spec for spec in REGISTRY.values() if name in spec.pairwise)
+    how = owner.pairwise[name]
+    run_name = strategy.get("name") if isinstance(strategy, Mapping) else getattr(strategy, "name", None)
+    if how.view is None or run_name != owner.name:
+        return PairwiseView(None, None, how.label)
+    return how.view(artifacts, strategy)
+
+
+__all__ = [
+    "REGISTRY",
+    "ConfigFacts",
+    "Cut",
+    "Pairwise",
+    "PairwiseView",
+    "StrategyParams",
+    "StrategySpec",
+    "defaults",
+    "label",
+    "pairwise",
+    "pairwise_view",
+]

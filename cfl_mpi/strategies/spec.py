@@ -8,12 +8,34 @@ comparison never loads torch or a strategy's halves.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .base import Halves
 
 # torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).
 SEED_LIMIT = 2**64
+
+
+class Cut(NamedTuple):
+    """Where a strategy's rule cuts its pairwise matrix: below `value`, silos may share a cluster."""
+
+    value: float
+    label: str  # its tick label on the colour bar, e.g. "cut 3.5" or "cut β = 600°"
+
+
+class PairwiseView(NamedTuple):
+    """A pairwise matrix in the units its rule cuts, for one run's settings."""
+
+    noise: Any  # per-row divisors (a numpy array) or None
+    cut: Cut | None
+    label: str  # what the colours are, in words, with the run's cut
+
+
+# (the run's artifacts by name, its strategy settings: a params object or config.yaml's dict)
+ViewOf = Callable[[Mapping[str, Any], Any], PairwiseView]
 
 
 class Pairwise(NamedTuple):
@@ -22,6 +44,15 @@ class Pairwise(NamedTuple):
     label: str  # colour-bar label
     similarity: bool = False  # higher is closer
     directed: bool = False  # row = whose model, column = whose data (EMD-CFL's W)
+    view: ViewOf | None = None  # in its rule's units with the run's cut; None: as it is, no cut
+
+
+def setting(strategy: Any, params: type[StrategyParams], key: str) -> Any:
+    """A strategy setting from its params object or from config.yaml's dict (the params'
+    default where the dict lacks it)."""
+    if isinstance(strategy, Mapping):
+        return strategy.get(key, getattr(params, key))
+    return getattr(strategy, key)
 
 
 class ConfigFacts(NamedTuple):
@@ -52,20 +83,15 @@ class StrategySpec:
 
     params: type[StrategyParams]  # a frozen dataclass; its `name` default is the registry key
     label: str  # in tables, legends and titles, e.g. "EMD-CFL"
+    # Its server and silo halves and the message kinds they add: a function of the strategy's
+    # package that imports its halves.py when called, by the runtime only (they load torch).
+    halves: Callable[[], Halves]
     clusters: bool = True  # False: it keeps every silo in one model, its ARI is shown as "-"
     default: bool = True  # run by compare and reproduce unless --methods names others
     pairwise: Mapping[str, Pairwise] = field(default_factory=dict)  # artifacts it leaves, by name
-    # The module whose `HALVES` holds its server and silo halves and the message kinds they
-    # add (strategies.base.Halves), imported by the runtime only: "" is the package's halves.py.
-    halves_module: str = ""
     # Whether its server half is told the true clusters: the Oracle's, no other.
     sees_truth: bool = False
 
     @property
     def name(self) -> str:
         return self.params.name
-
-    @property
-    def halves(self) -> str:
-        """The module that declares the halves as `HALVES`."""
-        return self.halves_module or f"{self.params.__module__}.halves"

@@ -74,7 +74,7 @@ HALVES = Halves(ToySoft, ToySoftSilo, (LOSS,))
 TOY = StrategySpec(
     ToySoftConfig,
     "Toy soft clustering",
-    halves_module=__name__,  # this file's HALVES
+    lambda: HALVES,
     pairwise={"M": Pairwise("mixing weight of silo c' in c's model", similarity=True)},
 )
 

@@ -3,11 +3,15 @@ Its server and silo halves are in server.py and silo.py, beside it (halves.py na
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
+from ...clustering.defaults import EPSILON, NOISE_MULTIPLE
+from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
+
+if TYPE_CHECKING:
+    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,7 @@ class EmdCflConfig(StrategyParams):
 
     name: Literal["emdcfl"] = "emdcfl"
     # rule: neighbourhoods only: silos c and c' are neighbours when W < epsilon both ways.
-    epsilon: float = 0.025
+    epsilon: float = EPSILON
     # dim(R) = ⌊proj_ratio · dim(Z)⌋: the fraction of the embedding's dimensions R keeps.
     proj_ratio: float = 0.9
     # How each pair's secret R is drawn: "orthonormal" columns (a random dim(R)-dimensional
@@ -64,7 +68,7 @@ class EmdCflConfig(StrategyParams):
     # clusters at noise_multiple times each silo's measured noise; "neighbourhoods" is the
     # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
     rule: Literal["robust", "neighbourhoods"] = "robust"
-    noise_multiple: float = 3.5
+    noise_multiple: float = NOISE_MULTIPLE
     # Random halvings of the validation sample used to measure a silo's noise (the RMS of n
     # draws strays by about 1/√(2n) of the truth: ~13 % at 30, ~22 % at 10; a unit too small
     # can split a true pair).
@@ -154,8 +158,34 @@ class EmdCflConfig(StrategyParams):
             )
 
 
-SPEC = StrategySpec(
-    EmdCflConfig,
-    "EMD-CFL",
-    pairwise={"W": Pairwise("distance W1 − τ, the larger of the two directions", directed=True)},
-)
+W_LABEL = "distance W1 − τ, the larger of the two directions"
+
+
+def w_view(artifacts: Mapping[str, Any], strategy: Any) -> PairwiseView:
+    """W as the run's rule cuts it: the robust rule max(W[c][c']/noise_c, W[c'][c]/noise_c') at
+    noise_multiple, the paper's max(W[c][c'], W[c'][c]) at epsilon."""
+    energy = setting(strategy, EmdCflConfig, "distance") == "energy"
+    both = "the larger of the two directions"
+    if setting(strategy, EmdCflConfig, "rule") == "neighbourhoods":
+        eps = float(setting(strategy, EmdCflConfig, "epsilon"))
+        measure = "energy distance" if energy else "distance W1 − τ"
+        return PairwiseView(None, Cut(eps, f"cut ε = {eps:g}"), f"{measure} (cut at ε = {eps:g}),\n{both}")
+    noise = artifacts.get("noise")
+    if noise is None:
+        return PairwiseView(None, None, f"energy distance, {both}" if energy else W_LABEL)
+    from ...clustering.extraction import noise_or_one  # numpy: only where a run is drawn
+
+    multiple = float(setting(strategy, EmdCflConfig, "noise_multiple"))
+    measure = "energy distance" if energy else "distance"
+    label = f"{measure} in noise units (cut at {multiple:g}),\n{both}"
+    return PairwiseView(noise_or_one(noise), Cut(multiple, f"cut {multiple:g}"), label)
+
+
+def halves() -> Halves:
+    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
+    from .halves import HALVES
+
+    return HALVES
+
+
+SPEC = StrategySpec(EmdCflConfig, "EMD-CFL", halves, pairwise={"W": Pairwise(W_LABEL, directed=True, view=w_view)})

@@ -3,11 +3,14 @@ Its server and silo halves are in halves.py, beside it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
+from ..spec import ConfigFacts, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
+
+if TYPE_CHECKING:
+    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,24 @@ class FedWaDClusteringConfig(StrategyParams):
             )
 
 
+def d_view(artifacts: Mapping[str, Any], strategy: Any) -> PairwiseView:
+    """D named by the run's p and space; no cut (spectral clustering into K)."""
+    p = int(setting(strategy, FedWaDClusteringConfig, "p"))
+    space = "embeddings" if setting(strategy, FedWaDClusteringConfig, "space") == "embedding" else "inputs"
+    return PairwiseView(None, None, f"W{p} distance between the silos' {space}\n(FedWaD estimate)")
+
+
+def halves() -> Halves:
+    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
+    from .halves import HALVES
+
+    return HALVES
+
+
 SPEC = StrategySpec(
     FedWaDClusteringConfig,
     "FedWaD clustering",
+    halves,
     default=False,
-    pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)")},
+    pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)", view=d_view)},
 )

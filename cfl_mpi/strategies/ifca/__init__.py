@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..spec import ConfigFacts, StrategyParams, StrategySpec
+
+if TYPE_CHECKING:
+    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -37,4 +40,11 @@ class IfcaConfig(StrategyParams):
             )
 
 
-SPEC = StrategySpec(IfcaConfig, "IFCA")
+def halves() -> Halves:
+    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
+    from .halves import HALVES
+
+    return HALVES
+
+
+SPEC = StrategySpec(IfcaConfig, "IFCA", halves)

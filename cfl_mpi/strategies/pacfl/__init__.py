@@ -3,11 +3,14 @@ Its server and silo halves are in halves.py, beside it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..spec import ConfigFacts, Pairwise, StrategyParams, StrategySpec
+from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
+
+if TYPE_CHECKING:
+    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -35,4 +38,21 @@ class PacflConfig(StrategyParams):
             yield f"strategy.beta: must be positive (degrees), got {self.beta}"
 
 
-SPEC = StrategySpec(PacflConfig, "PACFL", pairwise={"A": Pairwise("sum of principal angles (degrees)")})
+def a_view(artifacts: Mapping[str, Any], strategy: Any) -> PairwiseView:
+    """A in degrees of the run's measure, cut at beta."""
+    smallest = setting(strategy, PacflConfig, "measure") == "smallest"
+    label = "smallest principal angle (degrees)" if smallest else "sum of principal angles (degrees)"
+    beta = float(setting(strategy, PacflConfig, "beta"))
+    return PairwiseView(None, Cut(beta, f"cut β = {beta:g}°"), f"{label}, cut at β = {beta:g}°")
+
+
+def halves() -> Halves:
+    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
+    from .halves import HALVES
+
+    return HALVES
+
+
+SPEC = StrategySpec(
+    PacflConfig, "PACFL", halves, pairwise={"A": Pairwise("sum of principal angles (degrees)", view=a_view)}
+)
