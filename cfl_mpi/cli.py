@@ -132,10 +132,9 @@ def exit_rank(code: int) -> NoReturn:
     """End an MPI rank once MPI is finalized and the results are on disk: the C libraries' exit
     handlers run (libc's `exit`), the interpreter's teardown does not. Unloading torch, scipy
     and scikit-learn costs every process CPU, which many ranks on few cores pay one after
-    another (benchmarks/results/20261126-startup-exit.md). Skipping the C handlers too
-    (`os._exit`) is wrong under MPICH's hydra: its proxy takes such a rank, exit code 0, for one
-    that died without finalizing and kills the job's other ranks (mpiexec exit 9, "Killed
-    (signal 9)"; see that file's correction)."""
+    another. Skipping the C handlers too (`os._exit`) is wrong under MPICH's hydra: its proxy
+    takes such a rank, exit code 0, for one that died without finalizing and kills the job's
+    other ranks (mpiexec exit 9, "Killed (signal 9)"; docs/PERFORMANCE.md, "Start-up and exit")."""
     sys.stdout.flush()
     sys.stderr.flush()
     ctypes.CDLL(None).exit(code)

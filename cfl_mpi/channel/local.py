@@ -39,7 +39,7 @@ Frame = object
 
 # A party whose bell rings on every arrival looks this often anyway (its timeout ends its
 # sleep on time): a shorter interval wakes every idle silo thread of a rank for nothing, which
-# adds up with thousands of them (benchmarks/results/20261126-c2400-live.md).
+# adds up with thousands of them (docs/PERFORMANCE.md, "Bells and wake-ups").
 ARRIVAL_CHECK_S = 30.0  # see LocalChannel._arrival_sleeps
 
 
@@ -53,7 +53,7 @@ class OversizedHeader:
 # A message from another rank whose arrays hold up to this many bytes travels as one MPI
 # message, header and arrays together (`InlineFrame`), not a header and a message per array:
 # a second MPI message costs the receiving rank a match by its inbox, and the receiver a wait
-# for its payload and a receive (benchmarks/results/20261127-batched-embeddings.md).
+# for its payload and a receive (docs/PERFORMANCE.md, "Small messages whole").
 INLINE_MAX_BYTES = 1 << 16
 _INLINE_MARK = 0  # an inline message's first byte; a header (JSON) starts with "{"
 _INLINE_PREFIX = 8  # the mark, 3 bytes of padding, the header's length (uint32, little-endian)
@@ -129,7 +129,7 @@ class SharedFrame:
     Its header is read and its arrays checked once too (their values finite, and the checks of
     the class a receiver reads it as: payload.py): a representative's ω goes to
     every silo of the rank, and reading its JSON and checking its values per receiver would
-    repeat the same work for each of them (benchmarks/results/20261127-one-read-per-rank.md)."""
+    repeat the same work for each of them (docs/PERFORMANCE.md, "Shared messages read once")."""
 
     def __init__(self, header: bytes, payloads: int, arrays: tuple[np.ndarray, ...] | None = None) -> None:
         self.header = header
@@ -148,7 +148,7 @@ class SharedFrame:
     # The later receivers read what the first one left without taking the lock (an attribute
     # read is atomic under the GIL, and each is set once): hundreds of a rank's silo threads
     # read one frame at once, and would queue on its lock, each handing the lock and the GIL on
-    # in turn (benchmarks/results/20261127-silo-thread-locks.md).
+    # in turn (docs/PERFORMANCE.md, "Silo-thread locks").
     def read_header(self, data: bytes) -> object:
         """`read_header(self.header)`, read by the first receiver (the receivers still check
         it against what each expects)."""
@@ -219,7 +219,7 @@ class LocalHub:
     answer is a look again after the next bell, and only the receiver takes from its queues.
     With many silos the clustering round wakes every silo thread of a rank at once, and a lock
     taken to look would queue hundreds of them, each handing the lock and the GIL on in turn
-    (benchmarks/results/20261127-silo-thread-locks.md)."""
+    (docs/PERFORMANCE.md, "Silo-thread locks")."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -430,7 +430,7 @@ class LocalChannel(Channel):
         sleeps until then, from its first look: polling at the back-off cap costs a rank CPU in
         proportion to its waiting silos, and a back-off from 50 µs wakes each silo waiting for
         the server's message many times, while the inbox that delivers it queues behind them for
-        the GIL (benchmarks/wire.py; benchmarks/results/20261126-c2400-live.md)."""
+        the GIL (benchmarks/wire.py; docs/PERFORMANCE.md, "Bells and wake-ups")."""
         longest = max(self.max_sleep_s, ARRIVAL_CHECK_S)
         return longest, longest
 

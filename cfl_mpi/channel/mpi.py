@@ -9,8 +9,8 @@ One thread per rank, the `MpiInbox`, matches whatever arrives for the rank (MPI'
 probe): it receives each header and files it, and the handle of each payload, in the hub's
 queue of its (sender, receiver) pair, and rings the receiver's bell. So a rank's waiting
 parties sleep on their bells instead of each polling MPI, which would cost a rank CPU in
-proportion to its waiting silos (benchmarks/results/20261125-wire-inbox.md); the inbox alone
-polls, with the same back-off. MPI's non-overtaking rule keeps every payload right behind its
+proportion to its waiting silos (docs/PERFORMANCE.md, "Inbox"); the inbox alone polls, with
+the same back-off. MPI's non-overtaking rule keeps every payload right behind its
 header in the pair's queue. A message to several parties of a rank (`isend_all`) travels
 once, on its sender's multicast tags: an envelope (the receivers, the payload count, the
 header), then its payloads; the inbox files one `SharedFrame` in each receiver's queue. MPI
@@ -59,13 +59,13 @@ PAYLOAD_MAX_SLEEP_S = 1e-3
 # chunks, each on a progress call): while any send of the rank is in flight the inbox polls
 # at most this far apart. With only its back-off, a rank whose parties all wait for replies
 # polls every runtime.max_poll_sleep_ms, and its large sends (a server's models to hundreds of
-# silos) crawl (benchmarks/results/20261126-inbox-sends.md).
+# silos) crawl (docs/PERFORMANCE.md, "Sends in flight").
 SENDING_MAX_SLEEP_S = 1e-3
 # The inbox tests only this many of its rank's oldest sends a poll: a server slower than its
 # silos leaves thousands of them in flight, and one Testsome over all of them (and a list
 # rebuilt) on every poll would make a poll's cost grow with them
-# (benchmarks/results/20261127-one-read-per-rank.md). MPI progresses every request on any call;
-# the owner of a send tests its own.
+# (docs/PERFORMANCE.md, "Sends tested per poll"). MPI progresses every request on any call; the
+# owner of a send tests its own.
 SENDS_TESTED = 64
 ENVELOPE_FIXED = 8  # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
@@ -338,7 +338,7 @@ class _MpiPending(Pending):
         """Without the rank's MPI lock where the inbox has seen every request complete (mpi4py
         nulls a request in place once a test has seen it complete): the silo threads of a rank
         poll their sends at once, and would queue hundreds deep on that lock
-        (benchmarks/results/20261127-silo-thread-locks.md)."""
+        (docs/PERFORMANCE.md, "Silo-thread locks")."""
         if any(self.requests):
             with self.channel.mpi_lock:
                 complete = MPI.Request.Testall(self.requests)

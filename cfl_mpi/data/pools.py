@@ -324,7 +324,7 @@ def _held_out_pools(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The pools, made once per process and read-only: the silos of a rank share them (decoding
     MNIST's gzip or copying the held-out pool out of the split again would add to each of
-    hundreds of silos' start; benchmarks/results/20261127-first-stage-and-pools.md)."""
+    hundreds of silos' start; docs/PERFORMANCE.md, "Data pools")."""
     if source.load_split is None:
         images, labels = digits.load_digit_pool()
     else:

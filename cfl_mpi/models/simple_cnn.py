@@ -51,7 +51,7 @@ class ConvEmbedding(nn.Sequential):
     becomes the maximum of four strided views, then the ReLU on a quarter of the values. Why:
     torch's CPU max-pool is not vectorised over the channels of an NCHW tensor, and a 512-image
     batch of 64 × 28 × 28 activations (100 MB) spills the caches (`python -m benchmarks.embedding`
-    measures the gain; benchmarks/results/20261125-0031-full.md).
+    measures the gain; docs/PERFORMANCE.md, "Models").
 
     The values are bit for bit those of the plain forward, which training uses: a maximum is
     exact, and ReLU, being non-decreasing, commutes with it; each convolution sees at least

@@ -28,9 +28,9 @@ def energy_distance(x: np.ndarray, y: np.ndarray, metric: GroundCost = "chordal"
 def energy_distances(xs: np.ndarray, ys: np.ndarray, metric: GroundCost = "chordal") -> np.ndarray:
     """`energy_distance` of each pair of clouds (xs[k], ys[k]) of two stacks (k, n, d) and
     (k, m, d), in batched matrix products. Written out rather than by `ground_cost` (POT's
-    `ot.dist`) per pair: a silo's noise takes 30 of them on clouds of ~45 points, where the
-    checks and dispatch of a call cost more than its arithmetic
-    (benchmarks/results/20261126-c2400-live.md)."""
+    `ot.dist`) per pair: a silo's noise takes dozens of them on clouds of a few dozen points,
+    where the checks and dispatch of a call cost more than its arithmetic
+    (docs/PERFORMANCE.md, "Batched energy distances")."""
     xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
     if xs.shape[1] < 2 or ys.shape[1] < 2:
         raise ValueError(f"energy_distance needs at least 2 points a side, got {xs.shape[1]} and {ys.shape[1]}")

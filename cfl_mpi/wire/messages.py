@@ -261,10 +261,9 @@ def decode_header(
 
 # The finite check reads every received float once, as row sums: a matrix-vector product with
 # ones, which BLAS runs at memory speed, faster than np.isfinite over the same bytes
-# (benchmarks/results/20261126-wire-check-and-exit.md). IEEE arithmetic
-# carries NaN and ±inf into every sum they enter (inf − inf is NaN), so a finite sum proves its
-# row finite; finite values can also overflow a sum (near float32's 3.4e38), and only such a
-# row is read again, element by element.
+# (docs/PERFORMANCE.md, "Wire checks"). IEEE arithmetic carries NaN and ±inf into every sum they
+# enter (inf − inf is NaN), so a finite sum proves its row finite; finite values can also
+# overflow a sum (near float32's 3.4e38), and only such a row is read again, element by element.
 FINITE_ROW = 4096
 _ONES = {np.dtype(t): np.ones(FINITE_ROW, dtype=t) for t in ("float32", "float64")}
 

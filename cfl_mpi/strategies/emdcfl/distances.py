@@ -20,7 +20,7 @@ from . import EmdCflConfig
 
 # Pairs stacked into one array computation at most: a few dozen ~100-point clouds keep the
 # stacked distance matrices in the CPU's caches, where hundreds spill out of them and take
-# longer per pair than one pair at a time (benchmarks/results/20261128-reference-machine.md).
+# longer per pair than one pair at a time (docs/PERFORMANCE.md, "Stacked pair distances").
 STACK = 32
 
 
