@@ -54,11 +54,14 @@ def silo_half(cfg: Config) -> SiloProtocol:
 
 
 H = TypeVar("H", Strategy, SiloProtocol)
+# What any half may call into in its rounds that numpy loads only on first use: the seeded
+# draws (np.random.default_rng) of the strategies.
+EVERY_PARTY = ("numpy.random",)
 
 
 def loaded(half: H) -> H:
     """`half`, once the modules it calls into during its rounds are imported: a party imports
     them as it starts, so that no round waits on an import (POT alone is seconds on a busy node)."""
-    for name in half.modules():
+    for name in (*EVERY_PARTY, *half.modules()):
         importlib.import_module(name)
     return half
