@@ -4,8 +4,9 @@ EMD-CFL keeps the backdoor group away from its targets, FedAvg learns the backdo
 Small scale, honestly: 6 silos (2 per group) of the 10,000 test digits and the authors'
 one-pool CNN at half its width (32 and 64 channels; 16 and 32 do not learn the colour in 5
 epochs) to stay within minutes on 2 cores. FedAvg: seed 0, E = 5 local epochs (fewer do not
-teach the backdoor models the colour shortcut: docs/FIDELITY.md), three rounds (its targets'
-backdoor gap grows 0.06, 1.4, 3.8 points; the paper's is 8.7 after ten rounds of ten epochs).
+teach the backdoor models the colour shortcut: docs/FIDELITY.md), two rounds (its targets'
+backdoor gap grows 0.06, 1.4 points, and 3.8 after a third; seed 1: -0.2, 1.0; the paper's is
+8.7 after ten rounds of ten epochs).
 EMD-CFL: one round (it clusters after it), seed 2, E = 7. With two backdoor silos of ~1,500
 digits, whether their models learn the shortcut at all depends on the seed (seeds 1 and 3 do
 not, even at E = 10; seed 0 at E = 5 sat on the cut, so a CPU's round-off decided the test);
@@ -53,7 +54,7 @@ def test_emdcfl_separates_the_three_groups_and_reports_the_targets(shared_data, 
 @pytest.mark.mpi
 def test_fedavg_learns_the_backdoor(shared_data, tmp_path):
     _, summary, records = run_job(
-        CONFIG, tmp_path, *small(shared_data, "strategy.name=fedavg", "train.rounds=3"), n=RANKS
+        CONFIG, tmp_path, *small(shared_data, "strategy.name=fedavg", "train.rounds=2"), n=RANKS
     )
     gaps = [r["target_clean_acc"] - r["target_backdoor_acc"] for r in records]
     clean, backdoor = summary["target_clean_acc"], summary["target_backdoor_acc"]
@@ -61,5 +62,6 @@ def test_fedavg_learns_the_backdoor(shared_data, tmp_path):
         f"FedAvg: target silos' clean acc {clean:.4f}, backdoor acc {backdoor:.4f}; gap per round "
         f"{', '.join(f'{g:.4f}' for g in gaps)}"
     )
-    # The shared model reads the colour as the label: 3.8 points, 68 of the targets' 1,780 test digits.
-    assert clean > 0.9 and clean - backdoor > 0.02 and gaps[-1] > gaps[0]
+    # The shared model starts reading the colour as the label: 1.4 points after round 2, 25 of
+    # the targets' 1,780 test digits (seed 1: 1.0); asserted half of it.
+    assert clean > 0.9 and clean - backdoor > 0.007 and gaps[-1] > gaps[0]
