@@ -46,11 +46,19 @@ def mpirun() -> str:
 
 
 def run_job(
-    tree: Path, config: str, overrides: list[str], ranks: int, timeout: float = 3600, env: dict[str, str] | None = None
+    tree: Path,
+    config: str,
+    overrides: list[str],
+    ranks: int,
+    timeout: float = 3600,
+    env: dict[str, str] | None = None,
+    keep: Path | None = None,
 ) -> Job:
     """`mpirun -n ranks python -m cfl_mpi.main config --set ...` in `tree`; its wall and results
-    (`env`: more environment variables for the ranks)."""
-    with tempfile.TemporaryDirectory(prefix="cfl_bench_") as out:
+    (`env`: more environment variables for the ranks; `keep`: the results folder to keep, else
+    a temporary one)."""
+    with tempfile.TemporaryDirectory(prefix="cfl_bench_") as scratch:
+        out = str(keep) if keep is not None else scratch
         sets = [a for o in overrides for a in ("--set", o)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree), **(env or {})}
         cmd = [mpirun(), "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main", config, "--out", out, *sets]
@@ -104,6 +112,25 @@ def sample_pss(proc: subprocess.Popen, peaks: dict[int, float], every_s: float =
             kb = next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
             if rank is not None:
                 peaks[rank] = max(peaks.get(rank, 0.0), kb / 1024)
+        time.sleep(every_s)
+
+
+def tree_pss_mb(pid: int) -> float:
+    """PSS of a process and its descendants, summed (MB): the memory a command holds at once."""
+    total = 0
+    for each in (pid, *_descendants(pid)):
+        try:
+            rollup = Path(f"/proc/{each}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+    return total / 1024
+
+
+def sample_tree_pss(proc: subprocess.Popen, peak: list[float], every_s: float = 0.5) -> None:
+    """peak[0]: the largest `tree_pss_mb` of the command while it runs."""
+    while proc.poll() is None:
+        peak[0] = max(peak[0], tree_pss_mb(proc.pid))
         time.sleep(every_s)
 
 
