@@ -82,11 +82,10 @@ def ifca_test_accuracy(run: Path, clients_of: int = 100) -> float:
         model = build_model(cfg, data.num_classes(), load_weights=False)
         load_arrays(model, arrays)
         models.append(model.eval())
-    correct = 0
+    correct, y = 0, torch.from_numpy(np.array(y_test))
     with torch.no_grad():
         for group in range(data.group_count()):
             x = torch.from_numpy(to_model_input(data.look(group, x_test, y_test), mean, std))
-            y = torch.from_numpy(np.array(y_test))
             for start in range(0, len(y) - clients_of + 1, clients_of):
                 xs, ys = x[start : start + clients_of], y[start : start + clients_of]
                 logits = [model(xs) for model in models]

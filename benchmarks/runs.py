@@ -105,26 +105,23 @@ def sample_pss(proc: subprocess.Popen, peaks: dict[int, float], every_s: float =
     while proc.poll() is None:
         for pid in _descendants(proc.pid):
             rank = _mpi_rank(pid)
-            try:
-                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
-            except OSError:
-                continue
-            kb = next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
             if rank is not None:
-                peaks[rank] = max(peaks.get(rank, 0.0), kb / 1024)
+                peaks[rank] = max(peaks.get(rank, 0.0), _pss_kb(pid) / 1024)
         time.sleep(every_s)
+
+
+def _pss_kb(pid: int) -> int:
+    """A process's proportional set size (/proc/PID/smaps_rollup), 0 once it has gone."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
 
 
 def tree_pss_mb(pid: int) -> float:
     """PSS of a process and its descendants, summed (MB): the memory a command holds at once."""
-    total = 0
-    for each in (pid, *_descendants(pid)):
-        try:
-            rollup = Path(f"/proc/{each}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
-    return total / 1024
+    return sum(_pss_kb(each) for each in (pid, *_descendants(pid))) / 1024
 
 
 def sample_tree_pss(proc: subprocess.Popen, peak: list[float], every_s: float = 0.5) -> None:

@@ -43,8 +43,7 @@ def rule_view(
     the matrix `name` in the units its strategy's rule cuts in, with the run's cut (`strategy`:
     its settings, dataclass or config.yaml's dict). Each strategy says how (its spec's
     `Pairwise.view`)."""
-    noise, cut, label = strategies.pairwise_view(name, artifacts, strategy)
-    return noise, cut, label
+    return strategies.pairwise_view(name, artifacts, strategy)
 
 
 def pairwise_heatmap(
@@ -193,8 +192,9 @@ def heatmap_figure(
 ):
     """The heat map's figure (the caller closes it).
 
-    A `directed` matrix (row: whose model, column: whose data) is shown symmetrised, max(W[c][c'], W[c'][c]), each row
-    first divided by `noise` when given: the matrix the rule cuts, in its units; any other
+    A `directed` matrix (row: whose model, column: whose data) is shown symmetrised,
+    max(W[c][c'], W[c'][c]), each row first divided by `noise` when given: the matrix the rule
+    cuts, in its units; any other
     matrix as it is. Silos are ordered by the `found` clusters, which are outlined (without
     them: by true cluster, with thin lines between true clusters); a colour strip along both
     axes shows the true clusters (the found ones where the data set knows none: `truth` None).

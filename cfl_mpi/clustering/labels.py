@@ -23,10 +23,11 @@ def adjusted_rand_index(truth: np.ndarray, labels: np.ndarray) -> float:
     n = truth.size
     _, t = np.unique(truth, return_inverse=True)
     _, p = np.unique(labels, return_inverse=True)
-    joint = np.bincount(t.ravel() * (p.max(initial=0) + 1) + p.ravel()).astype(np.int64)
+    t, p = t.ravel(), p.ravel()
+    joint = np.bincount(t * (p.max(initial=0) + 1) + p)
     same_both = int((joint * joint).sum()) - n  # ordered pairs together in both
-    same_truth = int((np.bincount(t.ravel()) ** 2).sum()) - n
-    same_labels = int((np.bincount(p.ravel()) ** 2).sum()) - n
+    same_truth = int((np.bincount(t) ** 2).sum()) - n
+    same_labels = int((np.bincount(p) ** 2).sum()) - n
     tp, fp, fn = same_both, same_labels - same_both, same_truth - same_both
     tn = n * n - n - tp - fp - fn
     if fp == 0 and fn == 0:
