@@ -45,11 +45,13 @@ SMALL = [
 # the job has done its first round, by shortening its time limit as an admin would (`scontrol
 # update TimeLimit=`: 5-6 minutes left), so the real signal lands mid-run on a machine of
 # any speed; once the job is requeued it gets its 4 hours back and the resumed attempt runs
-# to the end. 120 rounds of ~0.4 s (unloaded, two jobs side by side ~0.8 s) outlast the
-# check's 30 s.
-ROUNDS = 120
+# to the end. One silo starts every round 1.5 s late (a straggler, `runtime.fault` kind slow:
+# the results stay the honest ones), so 40 rounds outlast the check's 30 s twice over, at
+# any CPU's speed, without keeping the cores busy for it.
+ROUNDS = 40
 WARN_AFTER_ROUND = 1
-LONG = [*SMALL, f"train.rounds={ROUNDS}"]
+STRAGGLER = ["runtime.fault.silo=0", "runtime.fault.round=1", "runtime.fault.kind=slow", "runtime.fault.delay_s=1.5"]
+LONG = [*SMALL, f"train.rounds={ROUNDS}", *STRAGGLER]
 OFI_TCP = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0"}  # MPI on the nodes' link
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 

@@ -17,6 +17,7 @@ from .params import FaultConfig
 __all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
 
 HOSTILE_UPDATES = ("scaled_update", "huge_weights", "duplicate_update", "header_only")
+LASTING = (*HOSTILE_UPDATES, "slow")  # kinds played from their round on, not in it alone
 SCALE = 10.0  # `scaled_update`: -SCALE times the honest change ...
 CLAIMED_SAMPLES = 1 << 30  # ... claimed on a billion examples, to outweigh every honest member
 HUGE = 1e30  # `huge_weights`: finite in float32, ruinous in any average
@@ -40,12 +41,12 @@ class SiloFaults:
         self._start: dict[str, np.ndarray] = {}
 
     def kind(self, round: int) -> str | None:
-        """The kind this silo plays in `round`: a failure in its round only, a hostile update in
-        that round and every later one (it stays hostile)."""
+        """The kind this silo plays in `round`: a failure in its round only, a hostile update or
+        a straggler's delay in that round and every later one."""
         f = self.fault
         if f is None:
             return None
-        return f.kind if f.round == round or (f.kind in HOSTILE_UPDATES and f.round < round) else None
+        return f.kind if f.round == round or (f.kind in LASTING and f.round < round) else None
 
     def at_start_up(self) -> None:
         """`unreadable_data`: raise where the silo reads its data, as a file gone or damaged would."""
@@ -53,7 +54,8 @@ class SiloFaults:
             raise OSError(f"silo {self.silo} cannot read its data (runtime.fault)")
 
     def at_round_start(self, round: int, channel: Channel) -> None:
-        """Raise, exit without a word, or hang (alive but silent: the peers' timeout must catch it)."""
+        """Raise, exit without a word, hang (alive but silent: the peers' timeout must catch it),
+        or start late."""
         kind = self.kind(round)
         if kind is None or kind in HOSTILE_UPDATES or kind in ("nan_loss", "unreadable_data", "raise_after_update"):
             return
@@ -65,6 +67,9 @@ class SiloFaults:
             )
         if kind == "exit":
             raise InjectedExit(f"silo {self.silo} exits without a word in round {round} (runtime.fault)")
+        if kind == "slow":
+            time.sleep(self.fault.delay_s)  # type: ignore[union-attr]  # kind() is None without a fault
+            return
         if kind == "hang":
             while not channel.closed():
                 time.sleep(0.5)

@@ -82,7 +82,9 @@ class FaultConfig:
     header whose payload never follows (`header_only`). `unreadable_data`: its data cannot be
     read when its process starts (a file gone or damaged), whatever `round` says.
     `raise_after_update`: it raises once its update of round `round` has left, where its
-    strategy's exchanges begin (an embedding pass out of memory, say)."""
+    strategy's exchanges begin (an embedding pass out of memory, say). `slow`: from round
+    `round` on it starts each round `delay_s` late, as a straggler on a slow node would; its
+    results stay the honest ones (a run that must last, without costing a core)."""
 
     # Index of the silo that fails (0 to silos - 1).
     silo: int
@@ -101,13 +103,18 @@ class FaultConfig:
         "header_only",
         "unreadable_data",
         "raise_after_update",
+        "slow",
     ] = "raise"
+    # `slow`: seconds the silo waits at the start of each round from `round` on.
+    delay_s: float = 0.0
 
     def problems(self, silos: int, rounds: int) -> Iterator[str]:
         if not 0 <= self.silo < silos:
             yield f"runtime.fault.silo: must lie in 0..{silos - 1}, got {self.silo}"
         if not 1 <= self.round <= rounds:
             yield f"runtime.fault.round: must lie between 1 and train.rounds ({rounds}), got {self.round}"
+        if self.delay_s < 0 or (self.kind == "slow") != (self.delay_s > 0):
+            yield f"runtime.fault.delay_s: must be > 0 with kind slow and 0 otherwise, got {self.delay_s}"
 
 
 # How the MPI job runs: timeouts, checkpoints, silos per rank, devices, injected faults. Not part of the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +15,9 @@ from cfl_mpi.clustering.extraction import place_newcomer, symmetrised
 from cfl_mpi.config import ConfigError
 from cfl_mpi.runtime.checkpoint import check_resumable
 from cfl_mpi.runtime.control import newcomers, participants, present
+from cfl_mpi.runtime.faults import SiloFaults
 from cfl_mpi.runtime.halves import server_half
+from cfl_mpi.runtime.params import FaultConfig
 from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.emdcfl.plans import extract
 
@@ -75,6 +78,8 @@ def test_newcomers_are_the_silos_training_for_the_first_time_by_the_config_alone
         ("late_silos=[{silo: 1}]", "late_silos[0].round: missing"),
         ("runtime.fault={silo: 1, round: 7}", "runtime.fault.round: must lie between 1 and train.rounds (6)"),
         ("runtime.fault={silo: 1, round: 2, kind: boom}", "runtime.fault.kind: expected one of"),
+        ("runtime.fault={silo: 1, round: 2, kind: slow}", "runtime.fault.delay_s: must be > 0 with kind slow"),
+        ("runtime.fault={silo: 1, round: 2, delay_s: 1}", "runtime.fault.delay_s: must be > 0 with kind slow"),
     ],
 )
 def test_federation_config_errors_name_the_field(tmp_path, override, message):
@@ -186,3 +191,12 @@ def test_ifca_state_round_trip(tmp_path):
     again.load_state_dict(arrays, json_round_trip(meta))
     assert [m["w"].tolist() for m in again.models] == [[0, 0, 0], [1, 1, 1]]
     assert again.clusters.tolist() == [0, 1] * 4
+
+
+def test_a_slow_silo_starts_each_round_late_from_its_round_on_and_no_other_does():
+    fault = FaultConfig(silo=1, round=2, kind="slow", delay_s=0.2)
+    slow, other = SiloFaults(fault, 1), SiloFaults(fault, 0)
+    assert [slow.kind(t) for t in (1, 2, 3)] == [None, "slow", "slow"] and other.kind(3) is None
+    start = time.monotonic()
+    slow.at_round_start(3, channel=None)  # type: ignore[arg-type]  # a delay sends nothing
+    assert time.monotonic() - start >= 0.2

@@ -74,10 +74,10 @@ def wait_for_rounds(job: subprocess.Popen, out: Path, rounds: int) -> None:
 def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_path):
     """Stopped by SLURM's SIGTERM, resumed, stopped by a Ctrl-C, resumed: the uninterrupted run."""
     settings = [*FOUR, "train.rounds=6"]  # SIGTERM stops after round 2 or 3, Ctrl-C one or two later
-    _, full_summary, full = run_job(DIGITS, tmp_path / "full", *settings, n=5)
+    _, full_summary, full = run_job(DIGITS, tmp_path / "full", *settings, n=3)  # 2 silos a rank
 
     out = tmp_path / "stopped"
-    job = start_job(out, *settings)
+    job = start_job(out, *settings, n=3)
     wait_for_rounds(job, out, 1)
     for pid in rank_pids(out):  # during round 2: every rank gets it, as from SLURM
         os.kill(pid, signal.SIGTERM)
@@ -88,7 +88,7 @@ def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_resume_equals_the_uninte
     assert len(records(out)) == stopped_after and not (out / "summary.json").exists()
 
     # Ctrl-C in a terminal: SIGINT to mpiexec's process group; mpiexec passes it on to every rank
-    resumed = start_job(out, *settings, resume=True)
+    resumed = start_job(out, *settings, n=3, resume=True)
     wait_for_rounds(resumed, out, stopped_after + 1)
     os.killpg(resumed.pid, signal.SIGINT)
     stdout, stderr = resumed.communicate(timeout=600)
@@ -98,7 +98,7 @@ def test_sigterm_and_ctrl_c_stop_after_a_checkpoint_and_resume_equals_the_uninte
     assert "Ctrl-C: stopping after the round in progress" in stdout
     assert f"stopped after round {interrupted_after} (SIGINT); continue with --resume {out}" in stdout
 
-    resumed = start_job(out, *settings, resume=True)
+    resumed = start_job(out, *settings, n=3, resume=True)
     stdout, stderr = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, stderr[-3000:]
     assert f"resuming {out} after round {interrupted_after}" in stdout
