@@ -106,17 +106,20 @@ def test_ground_cost_is_pots_dist_bit_for_bit(metric):
 
 def test_pot_loads_without_its_other_array_backends_and_optional_imports():
     """POT, loaded through cfl_mpi, imports neither torch nor jax for backends it never gets,
-    nor scikit-learn or networkx for solvers the package never calls; both import normally after."""
+    nor scikit-learn or networkx for solvers the package never calls, nor scipy.stats for its
+    toy data sets; all import normally after, POT's data sets too."""
     import subprocess
     import sys
 
     code = (
         "import sys; from cfl_mpi.ot.pot import ot; "
-        "print(sorted(m for m in ('torch', 'jax', 'cupy', 'tensorflow', 'sklearn', 'networkx') if m in sys.modules)); "
-        "import sklearn.cluster, networkx; print(ot.emd2([0.5, 0.5], [1.0], [[1.0], [3.0]]))"
+        "unused = ('torch', 'jax', 'cupy', 'tensorflow', 'sklearn', 'networkx', 'scipy.stats'); "
+        "print(sorted(m for m in unused if m in sys.modules)); "
+        "import sklearn.cluster, networkx, ot.datasets; print(ot.emd2([0.5, 0.5], [1.0], [[1.0], [3.0]])); "
+        "print(ot.datasets.make_1D_gauss(5, 2, 1).shape)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["[]", "2.0"]
+    assert out.split() == ["[]", "2.0", "(5,)"]
 
 
 @pytest.mark.parametrize("metric", ["cosine", "sqeuclidean", "euclidean", "chordal"])

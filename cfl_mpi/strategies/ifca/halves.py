@@ -216,11 +216,16 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
             return
         from ...models.build import load_arrays
 
-        models, losses = [], []
-        for _, arrays in self._models(ctx, "cluster model"):
-            models.append(arrays)
-            losses.append(self._loss(ctx, arrays))
-        table = np.asarray(losses, dtype=np.float64)
+        models = [arrays for _, arrays in self._models(ctx, "cluster model")]
+        # The silos of a process get the K models as the same arrays (Channel.isend_all): those
+        # that queue their losses together share one call, which loads each model once for all.
+        shared = tuple(id(next(iter(arrays.values()))) for arrays in models)
+        table = ctx.compute.batched(
+            ("ifca_losses", ctx.round, shared),
+            lambda jobs: identity_losses(jobs, ctx.device),
+            (ctx.model, models, ctx.data.x_train, ctx.data.y_train),
+            IDENTITY_BATCH,
+        )
         choice = int(ifca_assign(table[None, :])[0])
         ctx.channel.send(SERVER, Losses(table, choice), ctx.round)
         ctx.compute(load_arrays, ctx.model, models[choice])  # train the chosen cluster's model
@@ -230,6 +235,29 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
             return
         for k, arrays in self._models(ctx, "seed candidate"):
             ctx.channel.send(SERVER, CandidateLoss(np.array([self._loss(ctx, arrays)]), k), ctx.round)
+
+
+# Silos whose identity step one call computes at most: their losses in turn, each model
+# loaded once for them (a worker takes a batch up as soon as it is free, so a large limit
+# leaves no worker idle).
+IDENTITY_BATCH = 4096
+
+
+def identity_losses(jobs: list[tuple], device) -> list[np.ndarray]:
+    """IFCA's identity step for a batch of silos (model, the K models' arrays, x, y), each
+    silo's training loss under each model as `evaluate` computes it alone (the same bits), each
+    model loaded once into the worker's scratch model; a non-finite loss is HUGE_LOSS."""
+    from ...models.build import load_arrays, scratch_copy
+    from ...training import evaluate
+
+    scratch = scratch_copy(jobs[0][0])
+    table = np.empty((len(jobs), len(jobs[0][1])))
+    for k, arrays in enumerate(jobs[0][1]):  # one set of models: the batch's key names them
+        load_arrays(scratch, arrays)
+        for i, (_, _, x, y) in enumerate(jobs):
+            table[i, k] = evaluate(scratch, x, y, device)[1]
+    table[~np.isfinite(table)] = HUGE_LOSS
+    return list(table)
 
 
 HALVES = Halves(Ifca, IfcaSilo, (Losses.KIND,))
