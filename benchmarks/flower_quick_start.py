@@ -144,7 +144,7 @@ def commands(config: str, flower_python: str, scratch: Path) -> dict[str, list[s
         for name, cpus in FLOWER.items()
     }
     return {
-        **{name: [*cmd, "--out", str(scratch / name), *sets] for name, cmd in ours.items()},
+        **{name: [*cmd, "--out", str(scratch / name), "--overwrite", *sets] for name, cmd in ours.items()},
         **{name: [*cmd, "--out", str(scratch / f"{name}.json")] for name, cmd in flower.items()},
     }
 
