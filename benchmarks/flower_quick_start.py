@@ -25,14 +25,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from .runs import ROOT, machine, mpirun, sample_tree_pss
+from .runs import ROOT, machine, mpirun, run_watched
 
 FEDAVG = ["strategy.name=fedavg"]
 FLOWER = {"flower_default": 2.0, "flower_2_actors": 1.0}  # CPUs per Ray actor
@@ -117,21 +115,6 @@ def flower_app(config: str, cpus_per_actor: float, out: Path) -> None:
     out.write_text(json.dumps(rounds))
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall seconds and peak PSS (MB) of a command's whole process tree."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = [0.0]
-    sampler = threading.Thread(target=sample_tree_pss, args=(proc, peak), daemon=True)
-    sampler.start()
-    _, stderr = proc.communicate()
-    wall = time.monotonic() - start
-    sampler.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{stderr[-3000:]}")
-    return wall, peak[0]
-
-
 def commands(config: str, flower_python: str, scratch: Path) -> dict[str, list[str]]:
     sets = [a for s in FEDAVG for a in ("--set", s)]
     ours = {
@@ -177,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         cmds = commands(args.config, args.flower_python, scratch)
         for repeat in range(args.repeats):
             for name, cmd in cmds.items():
-                wall, pss = timed(cmd, env)
+                _, wall, pss = run_watched(cmd, ROOT, env)
                 later, accuracy = outcome(name, scratch)
                 seen.setdefault(name, []).append((wall, statistics.median(later), pss, accuracy))
                 print(f"repeat {repeat}: {name}: {wall:.1f} s, {statistics.median(later):.2f} s a round, "

@@ -40,8 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +47,7 @@ import numpy as np
 from cfl_mpi.clustering.labels import adjusted_rand_index
 
 from .ifca_experiment import ifca_test_accuracy
-from .runs import ROOT, machine, run_job, sample_tree_pss
+from .runs import ROOT, machine, run_job, run_watched
 
 CONFIG = "configs/ifca_rotated_mnist.yaml"
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -80,16 +78,7 @@ def run_theirs(ifca: Path, mnist: Path, rounds: int, scratch: Path) -> tuple[dic
     override = json.dumps({"num_epochs": rounds})
     command = [sys.executable, str(ifca / "mnist" / "train_cluster_mnist.py"), "--project-dir", "output",
                "--config-override", override]  # fmt: skip
-    start = time.monotonic()
-    proc = subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = [0.0]
-    sampler = threading.Thread(target=sample_tree_pss, args=(proc, peak), daemon=True)
-    sampler.start()
-    log, _ = proc.communicate()
-    wall = time.monotonic() - start
-    sampler.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"IFCA's script failed ({proc.returncode}):\n{log[-3000:]}")
+    log, wall, peak_mb = run_watched(command, work)
     train, test = {}, {}
     for line in log.splitlines():
         if m := TRAIN_LINE.match(line):
@@ -109,7 +98,7 @@ def run_theirs(ifca: Path, mnist: Path, rounds: int, scratch: Path) -> tuple[dic
     ]
     return {
         "wall_s": wall,
-        "pss_mb": peak[0],
+        "pss_mb": peak_mb,
         "rounds": per_round,
         "ifca_acc": test[epochs[-1]][0],
         "ari": adjusted_rand_index(truth, np.array(results[-1]["train"]["cluster_assign"])),

@@ -131,6 +131,22 @@ def sample_tree_pss(proc: subprocess.Popen, peak: list[float], every_s: float = 
         time.sleep(every_s)
 
 
+def run_watched(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[str, float, float]:
+    """Run a command to its end: its output (stdout and stderr together), wall seconds and the
+    peak PSS (MB) of its whole process tree; RuntimeError with the output's tail if it fails."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak = [0.0]
+    sampler = threading.Thread(target=sample_tree_pss, args=(proc, peak), daemon=True)
+    sampler.start()
+    output, _ = proc.communicate()
+    wall = time.monotonic() - start
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-3000:]}")
+    return output, wall, peak[0]
+
+
 def clustering_s(job: Job) -> float:
     """Seconds of the server's clustering phase, summed over rounds (EMD-CFL: round 1 only)."""
     return sum(r["seconds"].get("clustering", 0.0) for r in job.records)

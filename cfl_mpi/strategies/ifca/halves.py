@@ -195,18 +195,9 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
             k += 1
 
     def _loss(self, ctx: SiloRound, arrays: dict[str, np.ndarray]) -> float:
-        from ...models.build import load_arrays, scratch_copy
-        from ...training import evaluate
-
-        def loss_of_model() -> float:
-            """On the compute worker's own scratch model: as many in the process as workers,
-            not one per silo."""
-            scratch = scratch_copy(ctx.model)
-            load_arrays(scratch, arrays)
-            return evaluate(scratch, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
-
-        loss = ctx.compute(loss_of_model)
-        return loss if np.isfinite(loss) else HUGE_LOSS
+        """The silo's training loss under one model (the seeding round's candidates)."""
+        job = (ctx.model, [arrays], ctx.data.x_train, ctx.data.y_train)
+        return float(ctx.compute(identity_losses, [job], ctx.device)[0][0])
 
     def _seeding_round(self, ctx: SiloRound) -> bool:
         return ctx.round == 1 and self.params.init == "silos"
