@@ -69,13 +69,13 @@ def main() -> None:
 
     cfg = load_config(ROOT / args.config, [])
     data = cfg.data.build(args.silo, cfg.data_facts())
-    n = sample_size(cfg.strategy, len(data.y_train))
+    n = sample_size(cfg.strategy.sample_fraction, cfg.strategy.max_rows, len(data.y_train))
     rng = np.random.default_rng(cfg.seed)
     model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     z = embed(model.embedding, data.x_train[:n], torch.device("cpu")).astype(np.float64)
     z_val = embed(model.embedding, data.x_val, torch.device("cpu")).astype(np.float64)
     r = random_projection(
-        rng, z.shape[1], projected_dim(cfg.strategy, cfg.model.embedding_dim), cfg.strategy.projection
+        rng, z.shape[1], projected_dim(cfg.strategy.proj_ratio, cfg.model.embedding_dim), cfg.strategy.projection
     ).astype(np.float64)
     y = z @ r  # what the silo sends in direct mode
     r_hat = np.linalg.lstsq(z, y, rcond=None)[0]

@@ -22,7 +22,8 @@ from threadpoolctl import threadpool_limits
 
 from cfl_mpi.config import load_config
 from cfl_mpi.models.build import build_model
-from cfl_mpi.strategies.emdcfl.distances import projected_dim, reference_distance, sample_size
+from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
+from cfl_mpi.strategies.emdcfl.parts import distance_of
 from cfl_mpi.training import embed, train_local
 
 from .runs import MNIST
@@ -48,6 +49,11 @@ def former_estimator(tree: Path):
     return scope["reference_distance"]  # its solver code is the old tree's (module.w1)
 
 
+def current_estimator(z: np.ndarray, v: np.ndarray, dim_r: int, s: object, rng: np.random.Generator):
+    """This tree's τ and noise, called as the former estimator is."""
+    return distance_of(s).reference(z, v, dim_r, rng)
+
+
 def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.ndarray, np.ndarray, int, object]:
     """(Z_own, Z_val) of a silo after one round of local training, as the silo computes them."""
     cfg = load_config(ROOT / config, overrides)
@@ -57,11 +63,15 @@ def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.nd
     train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(silo), "cpu")
     s = cfg.strategy
     rng = np.random.default_rng([cfg.seed, 11, silo, 1])
-    x = data.x_train[np.sort(rng.choice(len(data.y_train), sample_size(s, len(data.y_train)), replace=False))]
+    x = data.x_train[
+        np.sort(
+            rng.choice(len(data.y_train), sample_size(s.sample_fraction, s.max_rows, len(data.y_train)), replace=False)
+        )
+    ]
     return (
         embed(model.embedding, x, "cpu"),
         embed(model.embedding, data.x_val[: s.sample_cap], "cpu"),
-        projected_dim(cfg.strategy, cfg.model.embedding_dim),
+        projected_dim(cfg.strategy.proj_ratio, cfg.model.embedding_dim),
         s,
     )
 
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
             z, v, dim_r, s = silo_embeddings(config, overrides, silo)
             values, times = {"before": [], "after": []}, {"before": 0.0, "after": 0.0}
             for seed in range(seeds):  # interleaved, so both see the same machine load
-                for label, fn in (("before", old), ("after", reference_distance)):
+                for label, fn in (("before", old), ("after", current_estimator)):
                     start = time.thread_time()  # CPU seconds: the shared machine's load does not count
                     tau, noise = fn(z, v, dim_r, s, np.random.default_rng(seed))
                     times[label] += time.thread_time() - start

@@ -2,7 +2,7 @@
 
     python -m benchmarks.noise_variants BEFORE_TREE [--seeds 30] [--quick]
 
-The current estimator (`reference_distance`, its noise part) spends ~70 % of its CPU in 60
+The current estimator (`Transport.reference`, its noise part) spends ~70 % of its CPU in 60
 exact LAPJV solves (two per draw, 30 draws), and the 30 draws of W1(Z'R, V1R) − W1(Z', V2)
 are close to Gaussian with mean ≈ 0, so the RMS has the spread of a χ with 30 degrees of
 freedom (1/√60 ≈ ±13 %) whatever is done to the draws. Each variant below keeps every W1 an exact
@@ -43,7 +43,7 @@ def _rms(null: list[float], n: int, halves: int, h: int) -> float:
 
 
 def current(z, v, dim_r, rng, draws=30, frac=1.0):
-    """The noise part of `reference_distance` (draws = 30, frac = 1): fewer draws, or Z' and
+    """The noise part of `Transport.reference` (draws = 30, frac = 1): fewer draws, or Z' and
     the halves subsampled to frac · h and rescaled to the full sizes, with the other values."""
     full = ground_cost(z, v)
     n, halves, h = _sizes(z, v)

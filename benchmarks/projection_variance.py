@@ -41,13 +41,8 @@ from cfl_mpi.models.build import build_model, initial_model, load_arrays
 from cfl_mpi.privacy.handshake import pair_seed, projection_matrix, public_bytes
 from cfl_mpi.runtime.placement import usable_cores
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.strategies.emdcfl.distances import (
-    pair_distance,
-    pair_reference,
-    projected_dim,
-    reference_distance,
-    sample_size,
-)
+from cfl_mpi.strategies.emdcfl.distances import pair_distance, projected_dim, sample_size
+from cfl_mpi.strategies.emdcfl.parts import distance_of
 from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key
 from cfl_mpi.training import embed, train_local
 
@@ -102,7 +97,9 @@ def trained_silos(cfg: Config) -> list[Silo]:
         seed = int(np.random.SeedSequence([cfg.seed, c, 1]).generate_state(1)[0])
         train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(seed), "cpu")
         rng = np.random.default_rng([cfg.seed, 11, c, 1])
-        rows = np.sort(rng.choice(len(data.y_train), sample_size(s, len(data.y_train)), replace=False))
+        rows = np.sort(
+            rng.choice(len(data.y_train), sample_size(s.sample_fraction, s.max_rows, len(data.y_train)), replace=False)
+        )
         z_own = embed(model.embedding, data.x_train[rows], "cpu")
         z_val = embed(model.embedding, data.x_val[: s.max_rows], "cpu")
         models.append(model)
@@ -117,19 +114,18 @@ def with_references(cfg: Config, silos: list[Silo]) -> list[Silo]:
     """Each silo's τ and noise under cfg's clustering settings, from the run's own draws, with
     the BLAS threads a simulated run gives each silo (its share of the cores): a threaded
     product sums in another order, and τ would differ from the run's in its last bit."""
-    s, dim_r = cfg.strategy, projected_dim(cfg.strategy, cfg.model.embedding_dim)
+    distance, dim_r = distance_of(cfg.strategy), projected_dim(cfg.strategy.proj_ratio, cfg.model.embedding_dim)
     with threadpool_limits(max(1, usable_cores() // cfg.silos)):
         for silo in silos:
             rng = np.random.default_rng()
             rng.bit_generator.state = silo.rng_state
-            silo.tau, silo.noise = reference_distance(silo.z_own, silo.z_val, dim_r, s, rng)
+            silo.tau, silo.noise = distance.reference(silo.z_own, silo.z_val, dim_r, rng)
     return silos
 
 
 def seeded_pair_seeds(cfg: Config) -> dict[tuple[int, int], bytes]:
     """The pair seeds a run with `pair_keys: seeded` derives in round 1."""
-    seeded = dataclasses.replace(cfg.strategy, pair_keys="seeded")
-    keys = [round_key(seeded, cfg.seed, 1, c) for c in range(cfg.silos)]
+    keys = [round_key(True, cfg.seed, 1, c) for c in range(cfg.silos)]
     context = pair_context(cfg.seed, 1)
     return {
         (a, b): pair_seed(keys[a], public_bytes(keys[b]), a, b, context)
@@ -145,15 +141,15 @@ def random_pair_seeds(cfg: Config, rng: np.random.Generator) -> dict[tuple[int, 
 
 def replay_w(cfg: Config, silos: list[Silo], seeds: dict[tuple[int, int], bytes]) -> np.ndarray:
     """W of the clustering round for these pair seeds: W[r][c] = W1(Z_{r|r}R, Z_{c|r}R) − τ_r."""
-    s = cfg.strategy
-    dim_z, dim_r = cfg.model.embedding_dim, projected_dim(s, cfg.model.embedding_dim)
+    s, distance = cfg.strategy, distance_of(cfg.strategy)
+    dim_z, dim_r = cfg.model.embedding_dim, projected_dim(s.proj_ratio, cfg.model.embedding_dim)
     W = np.zeros((cfg.silos, cfg.silos))
     for (a, b), seed in seeds.items():
         R = projection_matrix(seed, dim_z, dim_r, s.projection)
         for r, c in ((a, b), (b, a)):
             own = silos[r].z_own @ R
-            tau = silos[r].tau if silos[r].tau is not None else pair_reference(own, silos[r].z_val, R, s)
-            W[r, c] = pair_distance(own, silos[c].cross[r] @ R, s) - tau
+            tau = silos[r].tau if silos[r].tau is not None else distance.pair_reference(own, silos[r].z_val, R)
+            W[r, c] = pair_distance(distance, own, silos[c].cross[r] @ R) - tau
     return W
 
 

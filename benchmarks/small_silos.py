@@ -108,13 +108,8 @@ def factors(
     from cfl_mpi.models.build import build_model, initial_model, load_arrays
     from cfl_mpi.ot.wasserstein import w1
     from cfl_mpi.privacy.handshake import random_projection
-    from cfl_mpi.strategies.emdcfl.distances import (
-        pair_distance,
-        pair_reference,
-        projected_dim,
-        reference_distance,
-        sample_size,
-    )
+    from cfl_mpi.strategies.emdcfl.distances import pair_distance, projected_dim, sample_size
+    from cfl_mpi.strategies.emdcfl.parts import distance_of
     from cfl_mpi.training import embed, train_local
 
     base = load_config(
@@ -142,10 +137,10 @@ def factors(
         for fraction in fractions:
             s = dataclasses.replace(cfg.strategy, sample_fraction=fraction)
             rng = np.random.default_rng([cfg.seed, 99])
-            n = sample_size(s, len(data[chosen[0]].y_train))
+            n = sample_size(s.sample_fraction, s.max_rows, len(data[chosen[0]].y_train))
             x = {c: data[c].x_train[np.sort(rng.choice(len(data[c].y_train), n, replace=False))] for c in chosen}
-            dim_r = projected_dim(cfg.strategy, cfg.model.embedding_dim)
-            forms = {name: dataclasses.replace(s, **kw) for name, kw in FORMS.items()}
+            dim_r = projected_dim(cfg.strategy.proj_ratio, cfg.model.embedding_dim)
+            forms = {name: distance_of(dataclasses.replace(s, **kw)) for name, kw in FORMS.items()}
             variants: dict[str, dict] = {name: {} for name in [*FORMS, "no_projection", "energy_tau_same_R"]}
             noise = {name: [] for name in forms}
             for c in chosen:
@@ -153,18 +148,18 @@ def factors(
                 v = embed(models[c], data[c].x_val[: s.sample_cap], cpu)
                 tau = {}
                 for name, form in forms.items():
-                    tau[name], sd = reference_distance(z[c], v, dim_r, form, rng)
+                    tau[name], sd = form.reference(z[c], v, dim_r, rng)
                     noise[name].append(sd)
                 for d in chosen:
                     if d == c:
                         continue
                     r = random_projection(rng, z[c].shape[1], dim_r, s.projection)
                     for name, form in forms.items():
-                        t = tau[name] if tau[name] is not None else pair_reference(z[c] @ r, v, r, form)
-                        variants[name][c, d] = (pair_distance(z[c] @ r, z[d] @ r, form) - t) / noise[name][-1]
+                        t = tau[name] if tau[name] is not None else form.pair_reference(z[c] @ r, v, r)
+                        variants[name][c, d] = (pair_distance(form, z[c] @ r, z[d] @ r) - t) / noise[name][-1]
                     variants["no_projection"][c, d] = w1(z[c], z[d], s.ground_cost) - tau["paper"]
                     variants["energy_tau_same_R"][c, d] = (
-                        variants["energy"][c, d] - pair_distance(z[c] @ r, v @ r, forms["energy"]) / noise["energy"][-1]
+                        variants["energy"][c, d] - pair_distance(forms["energy"], z[c] @ r, v @ r) / noise["energy"][-1]
                     )
             lines.append(
                 f"E = {epochs_}, sample_fraction {fraction} (n = {n}), median noise "

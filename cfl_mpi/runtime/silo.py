@@ -33,7 +33,7 @@ from ..wire.round import (
 from .compute import ComputePool
 from .control import newcomers, participants, present
 from .faults import SiloFaults
-from .halves import halves, silo_half
+from .halves import halves, run_facts, silo_half
 from .timeline import mark
 
 __all__ = ["run_silo"]
@@ -67,7 +67,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
 
     def may_leave(t: int) -> bool:
         """Whether a failure in round t can be left on: not in a round whose exchanges need every silo."""
-        return leaving and not (halves(cfg).silo.needs_every_peer(cfg.strategy) and newcomers(cfg, t))
+        return leaving and not (halves(cfg).silo.needs_every_peer(cfg.strategy, run_facts(cfg)) and newcomers(cfg, t))
 
     try:
         faults.at_start_up()

@@ -208,7 +208,7 @@ class SiloProtocol(Generic[P]):
         self.run = run
 
     @classmethod
-    def needs_every_peer(cls, params: P) -> bool:
+    def needs_every_peer(cls, params: P, run: RunFacts) -> bool:
         """Whether the exchanges of a round in which silos train for the first time cannot go on
         without any one of them (EMD-CFL's staged plans and FedWaD): a silo that fails in such
         a round cannot leave under `runtime.on_silo_failure: drop`; the job ends as under abort."""

@@ -119,10 +119,10 @@ def test_emdcfl_places_a_late_silo_without_moving_anyone(tmp_path):
     full, truth = two_groups_W(rng)
     strategy.W[...] = two_groups_W(np.random.default_rng(0), late=[3])[0]
     strategy.noise[...] = 0.01
-    before, _ = extract(strategy.W, strategy.noise, strategy.params, strategy.run)
+    before, _ = extract(strategy.W, strategy.noise, strategy.parts.rule, strategy.run)
     assert len(set(before[[0, 1, 2]])) == 1 and before[3] not in before[[0, 1, 2, 4]]
     strategy.W[3, :], strategy.W[:, 3] = full[3, :], full[:, 3]  # measured on arrival
-    after, _ = extract(strategy.W, strategy.noise, strategy.params, strategy.run)
+    after, _ = extract(strategy.W, strategy.noise, strategy.parts.rule, strategy.run)
     others = [0, 1, 2, 4, 5, 6, 7]
     assert adjusted_rand_score(before[others], after[others]) == 1.0 and after[3] == after[0]
     arrays, meta = strategy.state_dict()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.strategies.emdcfl.distances import pair_distance, pair_distances
+from cfl_mpi.strategies.emdcfl.distances import pair_distance
+from cfl_mpi.strategies.emdcfl.parts import distance_of
 
 SETTINGS = {
     "exact cosine": EmdCflConfig(),
@@ -18,13 +19,13 @@ SETTINGS = {
 
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_a_batch_of_pairs_gives_each_pairs_distance_bit_for_bit(setting):
-    s = SETTINGS[setting]
+    distance = distance_of(SETTINGS[setting])
     rng = np.random.default_rng(5)
     # clouds of several sizes in one batch (equal, a multiple, neither), as a message's pairs are
     sizes = [(30, 30), (30, 30), (17, 34), (29, 31), (30, 30), (17, 34), (2, 5)]
     xs = [rng.normal(size=(n, 9)).astype(np.float32) + 0.3 * k for k, (n, _) in enumerate(sizes)]
     ys = [rng.normal(size=(m, 9)).astype(np.float32) for _, m in sizes]
-    batched = pair_distances(xs, ys, s)
+    batched = distance.between(xs, ys)
     assert batched.shape == (len(sizes),)
     for k, (x, y) in enumerate(zip(xs, ys)):
-        assert batched[k] == pair_distance(x, y, s), (k, sizes[k])
+        assert batched[k] == pair_distance(distance, x, y), (k, sizes[k])

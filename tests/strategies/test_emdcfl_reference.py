@@ -1,11 +1,14 @@
-"""The silo's reference distance τ and noise scale (emdcfl.reference_distance)."""
+"""The silo's reference distance τ and noise scale (the pair distance's `reference`)."""
 
 import numpy as np
 import ot
 
 from cfl_mpi.ot.wasserstein import w1
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.strategies.emdcfl.distances import reference_distance, sample_size
+from cfl_mpi.strategies.emdcfl.distances import sample_size
+from cfl_mpi.strategies.emdcfl.parts import distance_of
+
+W1 = distance_of(EmdCflConfig())
 
 
 def clouds(seed, n, scale=1.0):
@@ -17,7 +20,7 @@ def clouds(seed, n, scale=1.0):
 
 def test_tau_is_w1_between_training_and_validation_embeddings():
     z, v = clouds(0, 60), clouds(1, 40)
-    tau, noise = reference_distance(z, v, 28, EmdCflConfig(), np.random.default_rng(0))
+    tau, noise = W1.reference(z, v, 28, np.random.default_rng(0))
     cost = ot.dist(z.astype(np.float64), v.astype(np.float64), metric="cosine")
     assert abs(tau - ot.emd2(np.full(60, 1 / 60), np.full(40, 1 / 40), cost)) < 1e-9
     assert noise > 0
@@ -26,9 +29,8 @@ def test_tau_is_w1_between_training_and_validation_embeddings():
 def test_noise_is_the_spread_of_w_under_the_same_distribution():
     """A W entry between two silos of one distribution lies within a few noise units of 0;
     one between different distributions lies far outside."""
-    s = EmdCflConfig()
     z, v = clouds(0, 200), clouds(1, 200)
-    tau, noise = reference_distance(z, v, 28, s, np.random.default_rng(0))
+    tau, noise = W1.reference(z, v, 28, np.random.default_rng(0))
     rng = np.random.default_rng(5)
     r = rng.standard_normal((32, 28)).astype(np.float32)
     same = w1(z @ r, clouds(2, 200) @ r) - tau
@@ -38,8 +40,8 @@ def test_noise_is_the_spread_of_w_under_the_same_distribution():
 
 def test_deterministic_given_the_generator_and_sample_size_rule():
     z, v = clouds(0, 50), clouds(1, 30)
-    a = reference_distance(z, v, 28, EmdCflConfig(), np.random.default_rng(7))
-    b = reference_distance(z, v, 28, EmdCflConfig(), np.random.default_rng(7))
+    a = W1.reference(z, v, 28, np.random.default_rng(7))
+    b = W1.reference(z, v, 28, np.random.default_rng(7))
     assert a == b
     s = EmdCflConfig()
-    assert sample_size(s, 647) == 65 and sample_size(s, 100_000) == 512 and sample_size(s, 5) == 2
+    assert [sample_size(s.sample_fraction, s.max_rows, n) for n in (647, 100_000, 5)] == [65, 512, 2]

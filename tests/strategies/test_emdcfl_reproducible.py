@@ -18,7 +18,7 @@ from jobs import simulate_job
 from w_guard import CONFIG, FIXTURE, OVERRIDES, machine_kind
 
 from cfl_mpi.ot.wasserstein import ground_cost
-from cfl_mpi.strategies.emdcfl.server import EmdCfl
+from cfl_mpi.strategies.emdcfl.direct import Direct
 
 pytestmark = pytest.mark.job
 
@@ -36,14 +36,14 @@ def emd2(x: np.ndarray, y: np.ndarray, metric: str) -> float:
 
 def test_seeded_run_gives_the_clusters_and_w_of_the_fixture(tmp_path, monkeypatch):
     solved: list[tuple[np.ndarray, np.ndarray, str, float]] = []
-    server_distances = EmdCfl._distances
+    server_distances = Direct._distances
 
     def recording_distances(self, xs, ys):
         values = server_distances(self, xs, ys)
-        solved.extend((x, y, self.params.ground_cost, value) for x, y, value in zip(xs, ys, values))
+        solved.extend((x, y, self.distance.ground_cost, value) for x, y, value in zip(xs, ys, values))
         return values
 
-    monkeypatch.setattr(EmdCfl, "_distances", recording_distances)
+    monkeypatch.setattr(Direct, "_distances", recording_distances)
     _, records = simulate_job(CONFIG, tmp_path, *OVERRIDES)
     meta = json.loads(FIXTURE.with_suffix(".json").read_text())
     fixture = np.load(FIXTURE.with_suffix(".npz"))

@@ -12,7 +12,7 @@ from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.ot.energy import energy_distance
 from cfl_mpi.privacy.handshake import random_projection
 from cfl_mpi.strategies.emdcfl import EmdCflConfig
-from cfl_mpi.strategies.emdcfl.distances import pair_reference, reference_distance
+from cfl_mpi.strategies.emdcfl.parts import distance_of
 
 
 def test_pair_tau_is_w1_through_the_pairs_projection():
@@ -20,7 +20,9 @@ def test_pair_tau_is_w1_through_the_pairs_projection():
     z, v = rng.random((12, 6)), rng.random((8, 6))  # non-negative, as ReLU embeddings
     r = random_projection(rng, 6, 5, "gaussian")
     expected = ot.emd2(ot.unif(12), ot.unif(8), ot.dist(z @ r, v @ r, metric="cosine"))
-    assert pair_reference(z @ r, v, r, EmdCflConfig(tau_projection="pair")) == pytest.approx(expected, abs=1e-9)
+    assert distance_of(EmdCflConfig(tau_projection="pair")).pair_reference(z @ r, v, r) == pytest.approx(
+        expected, abs=1e-9
+    )
 
 
 def test_pair_tau_takes_the_projections_distortion_out_of_the_noise():
@@ -32,8 +34,8 @@ def test_pair_tau_takes_the_projections_distortion_out_of_the_noise():
     cloud = np.maximum(centres[rng.integers(0, 10, 330)] + rng.normal(size=(330, 32)), 0.0)
     z, v = cloud[:300], cloud[300:]
     noise = {
-        mode: reference_distance(
-            z, v, 28, EmdCflConfig(tau_projection=mode, projection="gaussian"), np.random.default_rng(2)
+        mode: distance_of(EmdCflConfig(tau_projection=mode, projection="gaussian")).reference(
+            z, v, 28, np.random.default_rng(2)
         )
         for mode in ("none", "pair")
     }
@@ -69,14 +71,14 @@ def test_energy_noise_is_the_spread_of_w_between_samples_of_one_distribution():
     def draw(n: int) -> np.ndarray:  # ReLU'd clusters, as embeddings
         return np.maximum(centres[rng.integers(0, 10, n)] + rng.normal(size=(n, 32)), 0.0)
 
-    s = EmdCflConfig(distance="energy", ground_cost="chordal")
+    energy = distance_of(EmdCflConfig(distance="energy", ground_cost="chordal"))
     spread = np.std(
         [
             energy_distance(draw(60) @ (r := random_projection(rng, 32, 28, "gaussian")), draw(60) @ r, "chordal")
             for _ in range(200)
         ]
     )
-    estimates = [reference_distance(draw(60), draw(6), 28, s, rng) for _ in range(20)]
+    estimates = [energy.reference(draw(60), draw(6), 28, rng) for _ in range(20)]
     assert all(tau == 0.0 for tau, _ in estimates)
     assert 0.75 < np.mean([noise for _, noise in estimates]) / spread < 1.33
 

@@ -511,11 +511,11 @@ def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross
     ):
         silos[silo].send(-1, Embeddings.KIND, 1, arrays, noise=noise)
     server._measure(ctx, server.partners)
-    s = server.params
-    assert server.W[0, 1] == pytest.approx(pair_distance(cloud["0own"], cloud["1cross"], s) - 0.5)
+    s = server.parts.distance
+    assert server.W[0, 1] == pytest.approx(pair_distance(s, cloud["0own"], cloud["1cross"]) - 0.5)
     assert np.isnan(server.W[1, 0])  # silo 1's model embedded nothing
-    assert server.W[0, 2] == pytest.approx(pair_distance(cloud["0own"], cloud["2cross"], s) - 0.5)
-    assert server.W[2, 0] == pytest.approx(pair_distance(cloud["2own"], cloud["0cross"], s) - 0.1)
+    assert server.W[0, 2] == pytest.approx(pair_distance(s, cloud["0own"], cloud["2cross"]) - 0.5)
+    assert server.W[2, 0] == pytest.approx(pair_distance(s, cloud["2own"], cloud["0cross"]) - 0.1)
     assert np.isnan(server.tau[1]) and np.isnan(server.noise[1])  # they belong to no entry measured
     assert server.noise[[0, 2]].tolist() == [0.01, 0.02]
 

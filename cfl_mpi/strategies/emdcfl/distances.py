@@ -1,22 +1,25 @@
 """EMD-CFL's pair distance: what an entry of W is made of (Alg. 1, line 16), the silo's
 reference τ and noise unit it is measured in, and the solvers a party needs for them.
 
-`pair_distance` takes one pair of projected clouds, `pair_distances` a batch: the server
-measures every pair of a message in one call, its cost matrices (or energy distances) as
-stacked array arithmetic, each entry the bits of `pair_distance` on its own
+A distance is built once from the parameters (parts.py): `Transport` is W1 by the exact or
+the Sinkhorn solver, with τ taken in one of three spaces (`Unprojected`, `FullProjection`,
+`PerPair`); `Energy` is the energy distance, which needs no τ. `between` measures a batch of
+pairs: the server measures every pair of a message in one call, its cost matrices (or energy
+distances) as stacked array arithmetic, each entry the bits of `pair` on its own
 (tests/strategies/test_emdcfl_distances.py).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from ...ot.energy import energy_distances
-from ...ot.wasserstein import ground_costs, transport_cost
+from ...ot.wasserstein import GroundCost, Solver, ground_costs, transport_cost
 from ...privacy.handshake import random_projection
-from . import EmdCflConfig
 
 # Pairs stacked into one array computation at most: a few dozen ~100-point clouds keep the
 # stacked distance matrices in the CPU's caches, where hundreds spill out of them and take
@@ -24,121 +27,212 @@ from . import EmdCflConfig
 STACK = 32
 
 
-def projected_dim(s: EmdCflConfig, embedding_dim: int) -> int:
+def projected_dim(proj_ratio: float, embedding_dim: int) -> int:
     """dim(R) = ⌊proj_ratio · dim(Z)⌋ (proj_ratio 0.9 in the paper and the authors' code)."""
-    return int(s.proj_ratio * embedding_dim)
+    return int(proj_ratio * embedding_dim)
 
 
-def sample_size(s: EmdCflConfig, n_train: int) -> int:
+def sample_size(fraction: float, cap: int, n_train: int) -> int:
     """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph)."""
-    return max(2, min(math.ceil(s.sample_fraction * n_train), s.max_rows, n_train))
+    return max(2, min(math.ceil(fraction * n_train), cap, n_train))
 
 
-def reference_distance(
-    z_own: np.ndarray, z_val: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.Generator
-) -> tuple[float | None, float]:
-    """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) and the silo's noise scale. With
-    `tau_projection: full` τ_c is taken through a fresh dim(Z) × dim(Z) random projection, drawn
-    after the noise's, as the authors' code does; with `pair` it is taken per pair, through the
-    pair's R (`pair_reference`), and None here.
-
-    The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
-    projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
-    over random halvings V1, V2 of its validation embeddings and fresh random projections
-    R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2) (W1(Z' R_k, V2 R_k) with `pair`), Z' a
-    random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
-    Both sampling noise and the distortion of the projection are in it; the robust cluster
-    extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
-    (w1_repeated; docs/FIDELITY.md, row "noise scale"); where that drops points (n odd, or ⌊|V|/2⌋ > ⌊n/2⌋) the
-    fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2), is rescaled to the
-    full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real comparison, and
-    that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to the full size.
-    With `distance: energy` τ is 0 and the noise is `energy_noise`'s.
-    """
-    if s.distance == "energy":
-        return 0.0, energy_noise(z_own, dim_r, s, rng)
-    per_pair = s.tau_projection == "pair"
-    n, halves = len(z_own), len(z_val) // 2
-    h = min(halves, n // 2)
-    null = []
-    for _ in range(s.noise_splits if h >= 1 else 0):
-        order = rng.permutation(len(z_val))
-        sub = np.sort(rng.permutation(n)[: 2 * h])
-        r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
-        projected_own = z_own[sub] @ r
-        first, second = z_val[order[:h]], z_val[order[h : 2 * h]]
-        reference = pair_distance(projected_own, second @ r, s) if per_pair else pair_distance(z_own[sub], second, s)
-        null.append(pair_distance(projected_own, first @ r, s) - reference)
-    noise = 0.0
-    if null:
-        to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
-        noise = float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
-    if per_pair:
-        return None, noise
-    if s.tau_projection == "full":
-        r = random_projection(rng, z_own.shape[1], z_own.shape[1], s.projection)
-        return pair_distance(z_own @ r, z_val @ r, s), noise
-    return pair_distance(z_own, z_val, s), noise
-
-
-def energy_noise(z_own: np.ndarray, dim_r: int, s: EmdCflConfig, rng: np.random.Generator) -> float:
-    """The noise of W with `distance: energy`, which needs no τ: the energy distance's U-statistic
-    is unbiased, 0 on average between two samples of one distribution (ot/energy.py). Its spread
-    there is the permutation null (Székely & Rizzo 2013, §5): over random halvings A, B of the
-    n training embeddings and fresh projections R_k, the RMS of E(Z_A R_k, Z_B R_k). That
-    statistic is degenerate under the null, its spread ∝ 1/|A| + 1/|B|, so the RMS is scaled by
-    (2/n) / (1/|A| + 1/|B|) to W's sizes (n against n)."""
-    n, h = len(z_own), len(z_own) // 2
-    if h < 2:
-        return 0.0
-    firsts, seconds = [], []
-    for _ in range(s.noise_splits):
-        order = rng.permutation(n)
-        r = random_projection(rng, z_own.shape[1], dim_r, s.projection)
-        firsts.append(z_own[order[:h]] @ r)
-        seconds.append(z_own[order[h : 2 * h]] @ r)
-    null = energy_distances(np.stack(firsts), np.stack(seconds), s.ground_cost)
-    return float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
-
-
-def pair_distance(x: np.ndarray, y: np.ndarray, s: EmdCflConfig) -> float:
-    """The distance between two clouds that W is made of (line 16, before τ): W1 by the exact
-    or Sinkhorn solver (FedWaD mode's local references: exact), or with `distance: energy`
-    the energy distance, W1's debiased limit (ot/energy.py, docs/SMALL_SILOS.md)."""
-    return float(pair_distances([x], [y], s)[0])
-
-
-def solver_modules(s: EmdCflConfig) -> tuple[str, ...]:
-    """What `pair_distance` and FedWaD's plans call into: the assignment solvers and POT's
-    simplex (for clouds of unequal sizes, as τ's training and validation samples mostly are)
-    for exact W1 and FedWaD, POT for Sinkhorn; the energy distance is numpy alone."""
-    return {"energy": (), "sinkhorn": ("cfl_mpi.ot.pot",)}.get(s.distance, ("cfl_mpi.ot.solvers",))
-
-
-def pair_distances(xs: list[np.ndarray], ys: list[np.ndarray], s: EmdCflConfig) -> np.ndarray:
-    """`pair_distance` of each pair (xs[k], ys[k]), pairs of equal shapes stacked (at most
-    STACK) into one array computation: the energy distances, or the ground-cost matrices
-    before their solves."""
-    out = np.empty(len(xs))
+def stacked(xs: list[np.ndarray], ys: list[np.ndarray]) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
+    """The pairs (xs[k], ys[k]) as stacks of equal shapes, at most STACK each: (ks, x, y)."""
     shapes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
     for k, (x, y) in enumerate(zip(xs, ys)):
         shapes.setdefault((x.shape, y.shape), []).append(k)
     chunks = [same[i : i + STACK] for same in shapes.values() for i in range(0, len(same), STACK)]
-    for ks in chunks:
-        x, y = np.stack([xs[k] for k in ks]), np.stack([ys[k] for k in ks])
-        if s.distance == "energy":
-            out[ks] = energy_distances(x, y, s.ground_cost)
-            continue
-        solver = "exact" if s.distance == "fedwad" else s.distance
-        for k, cost in zip(ks, ground_costs(x, y, s.ground_cost)):
-            out[k] = transport_cost(cost, solver, s.sinkhorn_reg)
-    return out
+    return [(ks, np.stack([xs[k] for k in ks]), np.stack([ys[k] for k in ks])) for ks in chunks]
 
 
-def pair_reference(zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray, s: EmdCflConfig) -> float:
-    """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R
-    (`tau_projection: pair`), so that line 16 subtracts it in the space where W1(Z_{c|c} R,
-    Z_{c'|c} R) was measured and the projection's distortion of the two cancels: on small
-    silos it is most of W's spread (docs/SMALL_SILOS.md). (With `distance: energy` there is
-    no τ: config validation refuses `pair`.)"""
-    return pair_distance(zr_own, z_val @ r, s)
+class PairDistance(Protocol):
+    """The distance W is made of, its silo's reference and noise, and the solvers it loads."""
+
+    @property
+    def per_pair_tau(self) -> bool:
+        """Whether τ is taken per pair, through the pair's R (`pair_reference`), not per silo."""
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """What a party measuring with it loads before round 1."""
+
+    def between(self, xs: list[np.ndarray], ys: list[np.ndarray]) -> np.ndarray:
+        """The distance of each pair (xs[k], ys[k])."""
+
+    def reference(
+        self, z_own: np.ndarray, z_val: np.ndarray, dim_r: int, rng: np.random.Generator
+    ) -> tuple[float | None, float]:
+        """(τ_c, or None where it is per pair; the silo's noise scale)."""
+
+    def pair_reference(self, zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray) -> float:
+        """τ_{c,c'} through the pair's R (only where `per_pair_tau`)."""
+
+
+def pair_distance(distance: PairDistance, x: np.ndarray, y: np.ndarray) -> float:
+    """One pair's distance: the bits of the same pair measured in a batch."""
+    return float(distance.between([x], [y])[0])
+
+
+class Unprojected:
+    """τ_c = W1(Z_{c|c}, Z^val_{c|c}), unprojected (`tau_projection: none`)."""
+
+    per_pair = False
+
+    def in_noise(self, d: PairDistance, own: np.ndarray, second: np.ndarray, r: np.ndarray) -> float:
+        """The reference a null draw subtracts (own: the draw's subset of Z_{c|c}, unprojected)."""
+        return pair_distance(d, own, second)
+
+    def of_silo(
+        self, d: PairDistance, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
+    ) -> float | None:
+        return pair_distance(d, z_own, z_val)
+
+
+class FullProjection(Unprojected):
+    """τ_c through a fresh full-rank dim(Z) × dim(Z) projection, drawn after the noise's, as
+    the authors' code does (`tau_projection: full`)."""
+
+    def of_silo(
+        self, d: PairDistance, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
+    ) -> float | None:
+        r = random_projection(rng, z_own.shape[1], z_own.shape[1], projection)
+        return pair_distance(d, z_own @ r, z_val @ r)
+
+
+class PerPair:
+    """τ_{c,c'} through each pair's own R (`tau_projection: pair`): `pair_reference`."""
+
+    per_pair = True
+
+    def in_noise(self, d: PairDistance, own: np.ndarray, second: np.ndarray, r: np.ndarray) -> float:
+        return pair_distance(d, own @ r, second @ r)
+
+    def of_silo(
+        self, d: PairDistance, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
+    ) -> float | None:
+        return None
+
+
+TauSpace = Unprojected | PerPair
+
+
+@dataclass(frozen=True)
+class Transport:
+    """W1 between two clouds under `ground_cost`, by the exact or the Sinkhorn solver (FedWaD
+    mode's local references: exact), τ taken in `tau`'s space."""
+
+    solver: Solver
+    ground_cost: GroundCost
+    projection: str  # how the noise's projections are drawn: as each pair's R
+    noise_splits: int
+    tau: TauSpace
+    sinkhorn_reg: float = 0.1
+
+    @property
+    def per_pair_tau(self) -> bool:
+        return self.tau.per_pair
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The assignment solvers and POT's simplex (for clouds of unequal sizes, as τ's
+        training and validation samples mostly are) for exact W1, POT for Sinkhorn."""
+        return {"sinkhorn": ("cfl_mpi.ot.pot",)}.get(self.solver, ("cfl_mpi.ot.solvers",))
+
+    def between(self, xs: list[np.ndarray], ys: list[np.ndarray]) -> np.ndarray:
+        """Each pair's W1, the ground-cost matrices of equal shapes computed stacked."""
+        out = np.empty(len(xs))
+        for ks, x, y in stacked(xs, ys):
+            for k, cost in zip(ks, ground_costs(x, y, self.ground_cost)):
+                out[k] = transport_cost(cost, self.solver, self.sinkhorn_reg)
+        return out
+
+    def reference(
+        self, z_own: np.ndarray, z_val: np.ndarray, dim_r: int, rng: np.random.Generator
+    ) -> tuple[float | None, float]:
+        """τ_c = W1(Z_{c|c}, Z^val_{c|c}) (Alg. 1, line 14) in `tau`'s space, and the silo's noise.
+
+        The noise is how far W[c][c'] strays from 0 when c' holds c's own distribution. W is a
+        projected W1 minus τ (line 16), so the silo simulates exactly that with its own data:
+        over random halvings V1, V2 of its validation embeddings and fresh random projections
+        R_k, the RMS of W1(Z' R_k, V1 R_k) − W1(Z', V2) (W1(Z' R_k, V2 R_k) with τ per pair), Z'
+        a random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
+        Both sampling noise and the distortion of the projection are in it; the robust cluster
+        extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
+        (w1_repeated; docs/FIDELITY.md, row "noise scale"); where that drops points (n odd, or
+        ⌊|V|/2⌋ > ⌊n/2⌋) the fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2),
+        is rescaled to the full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real
+        comparison, and that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to
+        the full size."""
+        n, halves = len(z_own), len(z_val) // 2
+        h = min(halves, n // 2)
+        null = []
+        for _ in range(self.noise_splits if h >= 1 else 0):
+            order = rng.permutation(len(z_val))
+            sub = np.sort(rng.permutation(n)[: 2 * h])
+            r = random_projection(rng, z_own.shape[1], dim_r, self.projection)
+            projected_own = z_own[sub] @ r
+            first, second = z_val[order[:h]], z_val[order[h : 2 * h]]
+            reference = self.tau.in_noise(self, z_own[sub], second, r)
+            null.append(pair_distance(self, projected_own, first @ r) - reference)
+        noise = 0.0
+        if null:
+            to_full_sizes = (1.0 / n + 1.0 / halves) / (1.0 / (2 * h) + 1.0 / h)
+            noise = float(np.sqrt(np.mean(np.square(null)) * to_full_sizes / 2.0))
+        return self.tau.of_silo(self, z_own, z_val, rng, self.projection), noise
+
+    def pair_reference(self, zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray) -> float:
+        """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R,
+        so that line 16 subtracts it in the space where W1(Z_{c|c} R, Z_{c'|c} R) was measured
+        and the projection's distortion of the two cancels: on small silos it is most of W's
+        spread (docs/SMALL_SILOS.md)."""
+        return pair_distance(self, zr_own, z_val @ r)
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The energy distance instead of W1: the debiased limit of the Sinkhorn divergence,
+    dimension-free in its sample size (ot/energy.py, docs/SMALL_SILOS.md); numpy alone. Its
+    estimate is unbiased, so τ is 0 (config validation refuses τ per pair)."""
+
+    ground_cost: GroundCost
+    projection: str
+    noise_splits: int
+
+    @property
+    def per_pair_tau(self) -> bool:
+        return False
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return ()
+
+    def between(self, xs: list[np.ndarray], ys: list[np.ndarray]) -> np.ndarray:
+        out = np.empty(len(xs))
+        for ks, x, y in stacked(xs, ys):
+            out[ks] = energy_distances(x, y, self.ground_cost)
+        return out
+
+    def reference(
+        self, z_own: np.ndarray, z_val: np.ndarray, dim_r: int, rng: np.random.Generator
+    ) -> tuple[float | None, float]:
+        """τ = 0, and the noise: the energy distance's U-statistic is 0 on average between two
+        samples of one distribution (ot/energy.py); its spread there is the permutation null
+        (Székely & Rizzo 2013, §5): over random halvings A, B of the n training embeddings and
+        fresh projections R_k, the RMS of E(Z_A R_k, Z_B R_k). That statistic is degenerate under
+        the null, its spread ∝ 1/|A| + 1/|B|, so the RMS is scaled by (2/n) / (1/|A| + 1/|B|) to
+        W's sizes (n against n)."""
+        n, h = len(z_own), len(z_own) // 2
+        if h < 2:
+            return 0.0, 0.0
+        firsts, seconds = [], []
+        for _ in range(self.noise_splits):
+            order = rng.permutation(n)
+            r = random_projection(rng, z_own.shape[1], dim_r, self.projection)
+            firsts.append(z_own[order[:h]] @ r)
+            seconds.append(z_own[order[h : 2 * h]] @ r)
+        null = energy_distances(np.stack(firsts), np.stack(seconds), self.ground_cost)
+        return 0.0, float(np.sqrt(np.mean(np.square(null))) * (2.0 / n) / (2.0 / h))
+
+    def pair_reference(self, zr_own: np.ndarray, z_val: np.ndarray, r: np.ndarray) -> float:
+        raise AssertionError("the energy distance has no τ (config validation refuses tau_projection: pair)")

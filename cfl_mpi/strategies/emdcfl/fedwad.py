@@ -16,78 +16,97 @@ ground cost, up to FedWaD's error (an over-estimate: the result is an upper boun
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
 import numpy as np
 
-from ...channel import SERVER
+from ...channel import SERVER, Pending
 from ...ot.fedwad import Measure, uniform_measure
 from ...ot.wasserstein import unit_rows
+from ...wire.messages import ProtocolError
 from ..base import ServerRound, SiloRound
 from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
-from . import EmdCflConfig
-from .messages import ReferenceReport
+from .measurement import Record, Reference, SendReady
+from .messages import Projected, ReferenceReport
 from .pairs import SERVE
 
-__all__ = ["measure", "serve_pairs", "silo_measure"]
+__all__ = ["FedWaD"]
 
 
-def fedwad_params(s: EmdCflConfig, dim: int) -> FedWaDParams:
-    return FedWaDParams(
-        p=2 if s.ground_cost == "sqeuclidean" else 1,
-        n_iter=s.fedwad_iterations,
-        dim=dim,
-        max_support=s.fedwad_max_support,
-    )
+@dataclass(frozen=True)
+class FedWaD:
+    """FedWaD mode: each W1 by `iterations` FedWaD iterations on a support of `support` atoms
+    (None: the larger of the two clouds), between measures of dimension `dim_r`; `p` = 2 for
+    the squared Euclidean cost (its W1 is W2²), else 1; `normalised`: the clouds L2-normalised
+    first (the chordal cost). `seed` draws every job's ξ(0) and times."""
 
+    dim_r: int
+    max_rows: int
+    iterations: int
+    support: int | None
+    p: int
+    normalised: bool
+    seed: int
 
-def silo_measure(points: np.ndarray, s: EmdCflConfig) -> Measure:
-    """A silo's projected embeddings as the uniform measure FedWaD compares (chordal: normalised)."""
-    x = np.asarray(points, dtype=np.float64)
-    if s.ground_cost == "chordal":
-        x = unit_rows(x)
-    return uniform_measure(x)
+    @property
+    def needs_every_peer(self) -> bool:
+        return True  # a job needs both of its silos until it ends
 
+    def params(self) -> FedWaDParams:
+        return FedWaDParams(p=self.p, n_iter=self.iterations, dim=self.dim_r, max_support=self.support or self.max_rows)
 
-def serve_pairs(
-    ctx: SiloRound,
-    s: EmdCflConfig,
-    seed: int,
-    own: dict[int, np.ndarray],
-    cross: dict[int, np.ndarray],
-    tau: float,
-    noise: float,
-) -> None:
-    """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for the jobs c>p of the partners
-    it serves and ν = Z_{c|p}R for the jobs p>c of those it measures with."""
-    n, dim = next(iter({**own, **cross}.values())).shape
-    ctx.channel.send(SERVER, ReferenceReport(tau, noise, n), ctx.round)
-    measures = {job_key(ctx.silo, p): silo_measure(z, s) for p, z in own.items()}
-    measures |= {job_key(p, ctx.silo): silo_measure(z, s) for p, z in cross.items()}
-    serve(ctx.channel, ctx.round, measures, fedwad_params(s, dim), seed)
+    def silo_measure(self, points: np.ndarray) -> Measure:
+        """A silo's projected embeddings as the uniform measure FedWaD compares."""
+        x = np.asarray(points, dtype=np.float64)
+        return uniform_measure(unit_rows(x) if self.normalised else x)
 
+    def report(
+        self,
+        ctx: SiloRound,
+        projected: Iterator[Projected | SendReady],
+        roles: dict[int, int],
+        reference: Callable[[], Reference],
+        left: set[int],
+    ) -> list[Pending]:
+        """Silo c: report τ_c and noise, then hold μ = Z_{c|c}R for the jobs c>p of the partners
+        it serves and ν = Z_{c|p}R for the jobs p>c of those it measures with; nothing stays in
+        flight."""
+        own = reference()
+        assert own.tau is not None  # tau_projection: pair is a config error with FedWaD
+        pairs = [item for item in projected if isinstance(item, Projected)]
+        mine = {p.partner: p.own for p in pairs if p.own is not None}
+        theirs = {p.partner: p.cross for p in pairs if p.cross is not None}
+        n = next(iter({**mine, **theirs}.values())).shape[0]
+        ctx.channel.send(SERVER, ReferenceReport(own.tau, own.noise, n), ctx.round)
+        measures = {job_key(ctx.silo, p): self.silo_measure(z) for p, z in mine.items()}
+        measures |= {job_key(p, ctx.silo): self.silo_measure(z) for p, z in theirs.items()}
+        serve(ctx.channel, ctx.round, measures, self.params(), self.seed)
+        return []
 
-def measure(
-    ctx: ServerRound,
-    s: EmdCflConfig,
-    seed: int,
-    partners: dict[int, list[tuple[int, int]]],
-    dim: int,
-    tau: np.ndarray,
-    noise: np.ndarray,
-    W: np.ndarray,
-) -> None:
-    """Server: gather τ and noise of every silo with partners, run the job of each direction
-    (c, p) the plan asks for (c serves p: pairs.py), fill W."""
-    busy = sorted(c for c, p in partners.items() if p)
-    sizes = {}
-    expect = ReferenceReport.expect(ctx.round, ranges={"n_samples": (2, s.max_rows)})
-    for msg in ctx.channel.recv_each(busy, lambda _: expect):
-        c, report = msg.sender, ReferenceReport.of(msg)
-        tau[c], noise[c], sizes[c] = report.tau, report.noise, report.n_samples
-    jobs = [
-        Job(c, p, s.fedwad_support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c] if role & SERVE
-    ]
-    params = fedwad_params(s, dim)
-    estimates = run_jobs(ctx.channel, ctx.round, jobs, params, seed, ctx.cores)
-    for job in jobs:
-        w1 = estimates[job.key] ** params.p  # p = 2: W2² is W1 under the squared Euclidean cost
-        W[job.mu, job.nu] = w1 - tau[job.mu]
+    def measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]], record: Record) -> None:
+        """Server: gather τ and noise of every silo with partners (one of each per silo and
+        round), run the job of each direction (c, p) the plan asks for (c serves p: pairs.py),
+        fill W."""
+        busy = sorted(c for c, p in partners.items() if p)
+        sizes = {}
+        expect = ReferenceReport.expect(ctx.round, ranges={"n_samples": (2, self.max_rows)})
+        for msg in ctx.channel.recv_each(busy, lambda _: expect):
+            c, report = msg.sender, ReferenceReport.of(msg)
+            record.tau[c], record.noise[c], sizes[c] = report.tau, report.noise, report.n_samples
+        jobs = [
+            Job(c, p, self.support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c] if role & SERVE
+        ]
+        params = self.params()
+        estimates = run_jobs(ctx.channel, ctx.round, jobs, params, self.seed, ctx.cores)
+        for job in jobs:
+            w1 = estimates[job.key] ** params.p  # p = 2: W2² is W1 under the squared Euclidean cost
+            record.W[job.mu, job.nu] = w1 - record.tau[job.mu]
+        for c in busy:
+            claim = (float(record.noise[c]), float(record.tau[c]))
+            if record.stated.setdefault(c, claim) != claim:
+                raise ProtocolError(
+                    f"{ctx.channel.describe(c)} sent {ReferenceReport.KIND.name} of round "
+                    f"{ctx.round} with noise and τ {claim}; it stated {record.stated[c]} "
+                    "earlier in this round"
+                )

@@ -10,14 +10,21 @@ measured so far (staged_pairs.py), for populations whose C(C−1)/2 pairs cost t
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ...clustering.extraction import extract_clusters, noise_or_one, partition_report, place_newcomer, symmetrised
+from ...clustering.extraction import (
+    ExtractionReport,
+    extract_clusters,
+    noise_or_one,
+    partition_report,
+    place_newcomer,
+    symmetrised,
+)
 from ...clustering.labels import relabel_by_first_appearance
 from ...console import say
-from . import EmdCflConfig
 from .pairs import Pair, both_ways
 from .staged_pairs import StagedPlan
 
@@ -42,20 +49,48 @@ class PairPlan(Protocol):
         stage's seconds; None where the round measured nothing and the clusters stay."""
 
 
-def extract(W: np.ndarray, noise: np.ndarray, s: EmdCflConfig, run: RunFacts) -> tuple[np.ndarray, dict]:
+@dataclass(frozen=True)
+class Neighbourhoods:
+    """The paper's rule: silos c and c' are neighbours when W < ε both ways, and a cluster is
+    a set of identical neighbourhoods (`rule: neighbourhoods`); a late silo joins by complete
+    linkage at ε."""
+
+    epsilon: float
+
+    def extract(self, W: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, ExtractionReport]:
+        return extract_clusters(W, rule="neighbourhoods", epsilon=self.epsilon)
+
+    def placing(self, W: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, float, str]:
+        """(the distances a late silo is placed by, the cut, the linkage)."""
+        return symmetrised(W), self.epsilon, "complete"
+
+
+@dataclass(frozen=True)
+class Robust:
+    """Average-linkage clusters cut at `noise_multiple` times each silo's measured noise
+    (`rule: robust`); a late silo joins by average linkage in the same units."""
+
+    noise_multiple: float
+
+    def extract(self, W: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, ExtractionReport]:
+        return extract_clusters(W, rule="robust", noise=noise, noise_multiple=self.noise_multiple)
+
+    def placing(self, W: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, float, str]:
+        return symmetrised(W, noise), self.noise_multiple, "average"
+
+
+ClusterRule = Neighbourhoods | Robust
+
+
+def extract(W: np.ndarray, noise: np.ndarray, rule: ClusterRule, run: RunFacts) -> tuple[np.ndarray, dict]:
     """Clusters of the silos present from round 1 (re-extracted whenever partial participation
     has measured more pairs), then each late silo placed in order of arrival, so a late silo
     never moves anyone (place_newcomer); and the extraction report."""
     late = [c for c, _ in run.late_joins]
     base = [c for c in range(run.silos) if c not in late]
     noise = noise_or_one(noise)  # a silo never measured stays alone (its row is all NaN)
-    W_base = W[np.ix_(base, base)]
-    if s.rule == "neighbourhoods":
-        labels, report = extract_clusters(W_base, rule="neighbourhoods", epsilon=s.epsilon)
-        D, cut, how = symmetrised(W), s.epsilon, "complete"
-    else:
-        labels, report = extract_clusters(W_base, rule="robust", noise=noise[base], noise_multiple=s.noise_multiple)
-        D, cut, how = symmetrised(W, noise), s.noise_multiple, "average"
+    labels, report = rule.extract(W[np.ix_(base, base)], noise[base])
+    D, cut, how = rule.placing(W, noise)
     clusters = np.full(run.silos, -1, dtype=np.int64)
     clusters[base] = labels
     for x in late:
@@ -63,12 +98,23 @@ def extract(W: np.ndarray, noise: np.ndarray, s: EmdCflConfig, run: RunFacts) ->
     return relabel_by_first_appearance(clusters), dataclasses.asdict(report)
 
 
+@dataclass(frozen=True)
+class Staging:
+    """A staged plan's parameters (`pairs: staged`, staged_pairs.py)."""
+
+    sample: int
+    representatives: int
+    retest: int
+    one_way: bool  # `placement: one_way`
+    noise_multiple: float
+
+
 class AllPairs:
     """The paper's plan: the pairs of silos training now that were never measured, both ways,
     in one stage (a pair is measured the first round both silos train, Appendix E.4)."""
 
-    def __init__(self, s: EmdCflConfig, run: RunFacts) -> None:
-        self.params, self.run = s, run
+    def __init__(self, rule: ClusterRule, run: RunFacts) -> None:
+        self.rule, self.run = rule, run
         self.silos: list[int] = []
         self.measured = False
 
@@ -84,7 +130,7 @@ class AllPairs:
     def clusters(
         self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float], earlier: dict
     ) -> tuple[np.ndarray, dict] | None:
-        return extract(W, noise, self.params, self.run) if self.measured else None
+        return extract(W, noise, self.rule, self.run) if self.measured else None
 
 
 class StagedPairs:
@@ -93,23 +139,23 @@ class StagedPairs:
     members training now; the pairs a plan left unmeasured stay so in later rounds. `placed`
     (-1: not placed) is the server's array, updated in place, so a checkpoint holds it."""
 
-    def __init__(self, s: EmdCflConfig, run: RunFacts, placed: np.ndarray) -> None:
-        self.params, self.run, self.placed = s, run, placed
+    def __init__(self, staging: Staging, run: RunFacts, placed: np.ndarray) -> None:
+        self.staging, self.run, self.placed = staging, run, placed
         self.plan: StagedPlan | None = None
 
     def start(self, ctx: ServerRound) -> None:
-        s, silos = self.params, sorted(ctx.participants)
+        s, silos = self.staging, sorted(ctx.participants)
         self.plan = None  # no new silo: placed by pairs measured earlier, or by none
         if new := [c for c in silos if self.placed[c] < 0]:
             self.plan = StagedPlan(
                 new,
                 self.run.silos,
-                sample=s.pair_sample,
+                sample=s.sample,
                 representatives=s.representatives,
                 noise_multiple=s.noise_multiple,
                 rng=np.random.default_rng([self.run.seed, 13, ctx.round]),
                 retest=s.retest,
-                one_way=s.placement == "one_way",
+                one_way=s.one_way,
                 placed=self.placed,
                 members=[c for c in silos if self.placed[c] >= 0],
             )
@@ -147,7 +193,7 @@ class StagedPairs:
         alone = np.flatnonzero(labels < 0)
         labels[alone] = labels.max(initial=-1) + 1 + np.arange(len(alone))
         clusters = relabel_by_first_appearance(labels)
-        report = partition_report(W, clusters, noise, self.params.noise_multiple)
+        report = partition_report(W, clusters, noise, self.staging.noise_multiple)
         unplaced = len(self.plan.unplaced)
         this_round = {"pairs": measured, "all_pairs": every, "stages": stages, "unplaced": unplaced}
         ctx.facts["pair_plan"] = {"plan": "staged", **this_round}
@@ -172,8 +218,3 @@ class StagedPairs:
             f"({100 * measured / max(every, 1):.1f} %) in {len(stages)} stages: " + "; ".join(parts)
         )
         return clusters, {**dataclasses.asdict(report), "pair_plan": so_far}
-
-
-def pair_plan(s: EmdCflConfig, run: RunFacts, placed: np.ndarray) -> PairPlan:
-    """The plan `strategy.pairs` names."""
-    return StagedPairs(s, run, placed) if s.pairs == "staged" else AllPairs(s, run)

@@ -18,10 +18,12 @@ from ...channel import SERVER, Channel, Notice, Pending, wait_all
 from ...privacy.handshake import new_private_key, pair_seed, projection_matrix, public_bytes
 from ...wire.messages import Expect, Message, ProtocolError
 from ..base import RunFacts, SiloProtocol, SiloRound, timed
-from . import EmdCflConfig, fedwad
-from .distances import pair_reference, projected_dim, reference_distance, sample_size, solver_modules
-from .messages import EmbeddingModel, Embeddings, Handshake, PartnerLeft, Plan, Projected
+from . import EmdCflConfig
+from .distances import sample_size
+from .measurement import SEND_READY, Reference, SendReady
+from .messages import EmbeddingModel, Handshake, PartnerLeft, Plan, Projected
 from .pairs import MEASURE, SERVE
+from .parts import parts
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -29,17 +31,10 @@ if TYPE_CHECKING:
 SHARED_PASS_IMAGES = 4096  # the most images of a rank's silos one embedding pass takes (copied while it runs)
 
 
-class SendReady:
-    """Yielded among `Projected`s where the next one waits on a partner: what is ready goes."""
-
-
-SEND_READY = SendReady()
-
-
-def round_key(s: EmdCflConfig, seed: int, round: int, silo: int) -> X25519PrivateKey:
+def round_key(seeded: bool, seed: int, round: int, silo: int) -> X25519PrivateKey:
     """A silo's X25519 key of a round (one serves all its partners): from the OS, or with
     `pair_keys: seeded` from the run seed, so that anyone holding the config can rebuild it."""
-    return new_private_key(f"{seed}|{round}|{silo}".encode() if s.pair_keys == "seeded" else None)
+    return new_private_key(f"{seed}|{round}|{silo}".encode() if seeded else None)
 
 
 def pair_context(seed: int, round: int) -> bytes:
@@ -128,17 +123,6 @@ class OmegaSwaps:
 
 
 @dataclasses.dataclass
-class Reference:
-    """A silo's side of the rows W[c][·] it serves: its sample embedded by its own model, its
-    reference and its noise (the unit row c is cut in)."""
-
-    z_own: np.ndarray  # Z_{c|c}
-    z_val: np.ndarray  # Z^val_{c|c}
-    tau: float | None  # τ_c, or None when it is taken per pair (`tau_projection: pair`)
-    noise: float
-
-
-@dataclasses.dataclass
 class OwnSample:
     """What a silo measures every pair of a round with: the data its partners' models embed,
     and, once it serves a partner, its `Reference`. A silo that only measures (a one-way
@@ -161,20 +145,20 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
 
     def __init__(self, params: EmdCflConfig, run: RunFacts) -> None:
         super().__init__(params, run)
-        self.dim_r = projected_dim(params, run.embedding_dim)
+        self.parts = parts(params, run)
+        self.dim_r = self.parts.dim_r
         self.partners: list[tuple[int, int]] = []  # (partner, role) of this round's first plan
         self.more = False  # whether the server sends another plan after it
         self.waits: PartnerWaits | None = None  # the round's
 
     @classmethod
-    def needs_every_peer(cls, params: EmdCflConfig) -> bool:
-        """A staged plan plans its stages from the pairs measured so far, and FedWaD measures a
-        pair through both silos: neither goes on without a silo. All pairs measured at once, a
+    def needs_every_peer(cls, params: EmdCflConfig, run: RunFacts) -> bool:
+        """Where the parts need both silos of a pair (parts.py); all pairs measured directly, a
         silo that left leaves its pairs unmeasured (it trains alone)."""
-        return params.pairs == "staged" or params.distance == "fedwad"
+        return parts(params, run).needs_every_peer
 
     def modules(self) -> tuple[str, ...]:
-        return (*solver_modules(self.params), "cryptography.hazmat.backends.openssl")  # X25519's, else at the 1st key
+        return (*self.parts.distance.modules, "cryptography.hazmat.backends.openssl")  # X25519's, else at the 1st key
 
     def before_training(self, ctx: SiloRound) -> None:
         self.waits = PartnerWaits(ctx.channel, ctx.round)
@@ -204,7 +188,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 with timed(ctx.step_seconds, "handshake"):
                     seeds = self._pair_seeds(ctx, names, key)
                 roles = dict(partners)
-                in_flight += self._report(ctx, own, self._project(ctx, swaps, seeds, own, roles), roles)
+                projected = self._project(ctx, swaps, seeds, own, roles)
+                reference = partial(self._reference, ctx, own)
+                in_flight += self.parts.measurement.report(ctx, projected, roles, reference, self._waits().left)
             following = None
             if more:
                 with timed(ctx.step_seconds, "plan"):
@@ -226,11 +212,8 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         s = self.params
         rng = np.random.default_rng([self.run.seed, 11, ctx.silo, ctx.round])
         d = ctx.data
-        n = (
-            sample_size(s, len(d.y_train))
-            if s.partner_sample == "train"
-            else min(sample_size(s, len(d.y_train)), len(d.y_val))
-        )
+        n = sample_size(s.sample_fraction, s.max_rows, len(d.y_train))
+        n = n if s.partner_sample == "train" else min(n, len(d.y_val))
         rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
         images, cross_rows = (
             (d.x_train, rows) if s.partner_sample == "train" else (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
@@ -252,50 +235,13 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 z_val = ctx.compute(own.embed_as_set, ctx.model.embedding, ctx.data.x_val[: self.params.max_rows])
             with timed(ctx.step_seconds, "noise"):
                 own.reference = Reference(
-                    z_own, z_val, *reference_distance(z_own, z_val, self.dim_r, self.params, own.rng)
+                    z_own, z_val, *self.parts.distance.reference(z_own, z_val, self.dim_r, own.rng)
                 )
         return own.reference
 
     def _waits(self) -> PartnerWaits:
         assert self.waits is not None, "before_training starts the round's waits"
         return self.waits
-
-    def _report(
-        self, ctx: SiloRound, own: OwnSample, projected: Iterator[Projected | SendReady], roles: dict[int, int]
-    ) -> list[Pending]:
-        """The pairs' projected embeddings to the server (it measures meanwhile): those ready
-        go as one message whenever `projected` would wait (SEND_READY), so the server takes a
-        message a silo and stage where their ω all arrive together, and gets the early pairs
-        early where they do not; the last names the partners (of `roles`) whose pairs it skips
-        because they left; the sends, still in flight. In FedWaD mode they stay here and the
-        server gets W1 by FedWaD (from every silo with partners: its τ and noise)."""
-        if self.params.distance == "fedwad":  # τ: one per silo
-            reference = self._reference(ctx, own)
-            assert reference.tau is not None  # tau_projection: pair is a config error with FedWaD
-            pairs = [item for item in projected if isinstance(item, Projected)]
-            fedwad.serve_pairs(
-                ctx,
-                self.params,
-                self.run.seed,
-                {p.partner: p.own for p in pairs if p.own is not None},
-                {p.partner: p.cross for p in pairs if p.cross is not None},
-                reference.tau,
-                reference.noise,
-            )
-            return []
-        pending, ready, sent = [], [], set()
-        for item in projected:
-            if isinstance(item, Projected):
-                ready.append(item)
-                sent.add(item.partner)
-            elif ready:
-                pending.append(ctx.channel.isend(SERVER, Embeddings.batch(ready, self.dim_r), ctx.round))
-                ready = []
-        skipped = sorted(set(roles) - sent)
-        assert set(skipped) <= self._waits().left, "only a partner that left is skipped"
-        if ready or skipped:
-            pending.append(ctx.channel.isend(SERVER, Embeddings.batch(ready, self.dim_r, skipped), ctx.round))
-        return pending
 
     def _plan(self, ctx: SiloRound) -> tuple[list[tuple[int, int]], bool]:
         """The (partner, role) the server asks this silo to measure with, in tournament order,
@@ -311,7 +257,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         return list(zip(partners, roles)), bool(plan.more)
 
     def _round_key(self, ctx: SiloRound) -> X25519PrivateKey:
-        return round_key(self.params, self.run.seed, ctx.round, ctx.silo)
+        return round_key(self.params.pair_keys == "seeded", self.run.seed, ctx.round, ctx.silo)
 
     def _offer_key(self, ctx: SiloRound, partners: list[int], key: X25519PrivateKey) -> Pending:
         """The key's public half on its way to every partner (directly; once per rank)."""
@@ -348,9 +294,9 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
                 return Projected(p, None, zr_cross)
             reference = self._reference(ctx, own)
             zr_own = reference.z_own @ r
-            tau = (
-                reference.tau if reference.tau is not None else pair_reference(zr_own, reference.z_val, r, self.params)
-            )
+            tau = reference.tau
+            if tau is None:  # τ per pair
+                tau = self.parts.distance.pair_reference(zr_own, reference.z_val, r)
             return Projected(p, zr_own, zr_cross, tau, reference.noise)
 
         def embed_under(items: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]) -> list[np.ndarray]:

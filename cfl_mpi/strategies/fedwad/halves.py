@@ -108,7 +108,7 @@ class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):
     """Silo half: before round 1 trains, holds a sample of its data for every pair it is in."""
 
     @classmethod
-    def needs_every_peer(cls, params: FedWaDClusteringConfig) -> bool:
+    def needs_every_peer(cls, params: FedWaDClusteringConfig, run: RunFacts) -> bool:
         return True  # every pair's FedWaD runs through both silos in round 1
 
     def modules(self) -> tuple[str, ...]:

@@ -1,0 +1,82 @@
+"""EMD-CFL's parts, built once from its parameters: the only place that reads the modes.
+
+A clustering round is a pair plan (plans.py: which pairs, stage by stage), a pair distance
+(distances.py: what an entry of W is, with τ and the noise), a measurement (measurement.py:
+how the entries reach the server) and a cluster rule (plans.py); the server and silo halves
+call them and never ask which they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import EmdCflConfig
+from .direct import Direct
+from .distances import Energy, FullProjection, PairDistance, PerPair, TauSpace, Transport, Unprojected, projected_dim
+from .fedwad import FedWaD
+from .measurement import Measurement
+from .plans import AllPairs, ClusterRule, Neighbourhoods, PairPlan, Robust, StagedPairs, Staging
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..base import RunFacts
+
+TAU_SPACES: dict[str, TauSpace] = {"none": Unprojected(), "full": FullProjection(), "pair": PerPair()}
+FEDWAD_P = {"chordal": 1, "euclidean": 1, "sqeuclidean": 2}  # p = 2: W1 under the squared cost is W2²
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What both halves measure with; `staging` None: all pairs (the paper's plan)."""
+
+    dim_r: int
+    distance: PairDistance
+    measurement: Measurement
+    rule: ClusterRule
+    staging: Staging | None
+
+    def plan(self, run: RunFacts, placed: np.ndarray) -> PairPlan:
+        """The server's pair plan (`placed`: its array of the clusters staged plans found)."""
+        return AllPairs(self.rule, run) if self.staging is None else StagedPairs(self.staging, run, placed)
+
+    @property
+    def needs_every_peer(self) -> bool:
+        """A staged plan plans its stages from the pairs measured so far, and FedWaD measures a
+        pair through both silos: neither goes on without a silo."""
+        return self.staging is not None or self.measurement.needs_every_peer
+
+
+def parts(s: EmdCflConfig, run: RunFacts) -> Parts:
+    """The parts `s` names, for a run of `run`'s embedding size and seed."""
+    dim_r = projected_dim(s.proj_ratio, run.embedding_dim)
+    distance = distance_of(s)
+    measurement: Measurement = Direct(distance, dim_r, s.max_rows)
+    if s.distance == "fedwad":
+        normalised = s.ground_cost == "chordal"
+        p = FEDWAD_P[s.ground_cost]
+        measurement = FedWaD(dim_r, s.max_rows, s.fedwad_iterations, s.fedwad_support, p, normalised, run.seed)
+    match s.rule:
+        case "neighbourhoods":
+            rule: ClusterRule = Neighbourhoods(s.epsilon)
+        case "robust":
+            rule = Robust(s.noise_multiple)
+    staging = None
+    if s.pairs == "staged":
+        staging = Staging(s.pair_sample, s.representatives, s.retest, s.placement == "one_way", s.noise_multiple)
+    return Parts(dim_r, distance, measurement, rule, staging)
+
+
+def distance_of(s: EmdCflConfig) -> PairDistance:
+    """The pair distance `s` names, with its τ space and noise draws."""
+    match s.distance:
+        case "energy":
+            return Energy(s.ground_cost, s.projection, s.noise_splits)
+        case "sinkhorn":
+            return Transport(
+                "sinkhorn", s.ground_cost, s.projection, s.noise_splits, TAU_SPACES[s.tau_projection], s.sinkhorn_reg
+            )
+        case "exact" | "fedwad":  # FedWaD mode's τ and noise: exact W1 on the silo
+            return Transport("exact", s.ground_cost, s.projection, s.noise_splits, TAU_SPACES[s.tau_projection])
+    raise AssertionError(f"no pair distance {s.distance!r}")  # the config's Literal allows no other
