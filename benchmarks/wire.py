@@ -130,7 +130,7 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.layout import RankLayout
     from cfl_mpi.channel.local import LocalHub
-    from cfl_mpi.channel.mpi import MpiChannel, MpiInbox
+    from cfl_mpi.mpi.channel import MpiChannel, MpiInbox
     from cfl_mpi.runtime.params import RuntimeConfig
     from cfl_mpi.wire.messages import Expect, message_kind
 

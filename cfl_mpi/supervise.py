@@ -10,7 +10,7 @@ host, process id and silos) turns into the rank and its silos. Where a node's pr
 it, mpiexec says only `assert (!closed) failed`; the launcher's children are those proxies (or
 the ssh that started each, `--proxy-id K` in either's command line), and the first of them to
 end names the node, in the order of the hosts in `nodes.json`. A node cut off by its link leaves
-the launcher unaware; the ranks' heartbeats catch that one (channel/liveness.py). srun names
+the launcher unaware; the ranks' heartbeats catch that one (mpi/liveness.py). srun names
 the first task to end badly and its node (`srun: error: node3: task 4: Killed`; a task is a
 rank), or the node SLURM lost (`srun: error: Node failure on node3`).
 """

@@ -23,7 +23,7 @@ PACKAGE = PROJECT_ROOT / "cfl_mpi"
 # their helpers, which sit on top of the config, the data and the models).
 LAYERS = (
     ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console", "settings"),  # formats, maths, keys, words
-    ("channel",),  # how messages travel
+    ("channel", "mpi", "mpi.frames", "mpi.channel", "mpi.liveness"),  # how messages travel
     (
         "strategies",
         "strategies.spec",
@@ -37,7 +37,7 @@ LAYERS = (
     ("config",),  # YAML into typed settings
     ("models", "training", "batched_training", "results", "plots"),
     ("strategies.base", "strategies.*.*"),  # the strategies' halves
-    ("runtime",),  # rounds, silos, placement, checkpoints
+    ("runtime", "mpi.placement"),  # rounds, silos, placement, checkpoints
     (
         "cli",
         "main",
@@ -50,6 +50,8 @@ LAYERS = (
         "launch",
         "supervise",
         "srun_mpi",
+        "mpi.job",
+        "mpi.srun",
         "config_reference",
         "paper_figures",
     ),  # entry points
@@ -147,10 +149,22 @@ def test_no_import_cycle():
 def test_the_maths_and_the_strategies_know_no_mpi(layer):
     """A strategy addresses silos by index through `ctx.channel`; which rank or transport
     carries a message is the channel's business."""
-    banned = ("mpi4py", "cfl_mpi.channel.mpi", "cfl_mpi.channel.layout", "cfl_mpi.runtime.placement")
+    banned = ("mpi4py", "cfl_mpi.mpi", "cfl_mpi.channel.layout", "cfl_mpi.runtime.placement")
     for name in (n for n in MODULES if n == f"cfl_mpi.{layer}" or n.startswith(f"cfl_mpi.{layer}.")):
         for target, _ in imports(name):
             assert not target.startswith(banned), f"{name} imports {target}"
+
+
+def test_only_the_mpi_backend_imports_mpi4py():
+    """MPI is one backend: its code lives in cfl_mpi/mpi/, and nothing else loads mpi4py (the
+    entry points reach the backend through it)."""
+    outside = [
+        name
+        for name in MODULES
+        if not (name == "cfl_mpi.mpi" or name.startswith("cfl_mpi.mpi."))
+        and any(target == "mpi4py" or target.startswith("mpi4py.") for target, _ in imports(name))
+    ]
+    assert outside == []
 
 
 def test_no_private_name_is_imported_from_another_module():

@@ -109,7 +109,7 @@ def test_every_command_s_help_says_what_it_does_in_a_sentence(command):
 
 # A rank ends as cfl_mpi.main ends it: a barrier, MPI_Finalize, then cli.exit_rank.
 RANK_EXIT = (
-    "from mpi4py import MPI; from cfl_mpi.runtime.placement import wait_quietly; "
+    "from mpi4py import MPI; from cfl_mpi.mpi.placement import wait_quietly; "
     "from cfl_mpi.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)"
 )
 

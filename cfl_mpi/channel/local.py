@@ -1,9 +1,11 @@
 """In-process backend: parties in one process (threads), a FIFO per (sender, receiver) pair.
 
-The simulator runs every party this way, and the MPI backend uses the same hub for the
-silos that share a rank. A message is encoded and checked exactly as on MPI (header against
-the receiver's `Expect`, finite payload), and its arrays are copied when sent, so a party can
-reuse its buffers at once and never shares memory with another.
+The simulator runs every party this way, and a backend of several processes uses the same
+hub for the parties that share one: its receiving thread files what arrives from the others
+as frames of its own (the MPI backend's: mpi/frames.py). A message is encoded and checked
+exactly as between processes (header against the receiver's `Expect`, finite payload), and
+its arrays are copied when sent, so a party can reuse its buffers at once and never shares
+memory with another.
 """
 
 from __future__ import annotations
@@ -12,29 +14,65 @@ import threading
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError, check_payload, decode_header, read_header
+from ..wire.messages import Expect, Message, ProtocolError, check_payload, decode_header, read_header
 from .base import Channel, ChannelClosed, Pending
 
-__all__ = [
-    "INLINE_MAX_BYTES",
-    "INLINE_MAX_MESSAGE",
-    "InlineFrame",
-    "LocalChannel",
-    "LocalHub",
-    "OversizedHeader",
-    "SharedFrame",
-    "inline_buffer",
-]
+__all__ = ["Fetch", "Frame", "LocalChannel", "LocalFrame", "LocalHub", "SharedFrame"]
 
-# What a pair's queue holds: a message posted in-process (header, arrays); a `SharedFrame`
-# (one message for several receivers); or, filed by a rank's MPI inbox (mpi.py), a header
-# from another rank (bytes) whose payloads follow as frames of their own, a payload, an
-# `InlineFrame` (a small message whole), or an `OversizedHeader`.
-Frame = object
+
+def expected(expect: Expect) -> str:
+    """What a receiver expects, as its errors say it."""
+    return f"{expect.kind} (round {expect.round})"
+
+
+class Fetch(Protocol):
+    """What a receiving channel offers for a message whose arrays its transport still holds
+    (another process's: the MPI backend's frames, mpi/frames.py)."""
+
+    def payload(self, layout: list) -> dict[str, np.ndarray]:
+        """The arrays that follow a header, as its `layout` declares them."""
+
+    def shared(self, frame: SharedFrame, layout: list) -> tuple[np.ndarray, ...]:
+        """The arrays of a message to several parties of this process."""
+
+
+class Frame:
+    """What a pair's queue holds: a message, or the part of one that its transport filed.
+    The hub asks a frame for its header and its contents, and knows nothing of how it
+    travelled; a frame that is not a message's start (a payload) refuses both."""
+
+    def header_json(self, who: str) -> object:
+        """The header, read (a look ahead at the next message: `Channel.peek`)."""
+        raise ProtocolError(f"{who} sent a payload or an oversized header where a header belongs")
+
+    def contents(self, src: int, who: str, expect: Expect, fetch: Fetch | None) -> tuple[dict[str, np.ndarray], dict]:
+        """(the arrays by name, the header's fields), the header checked against `expect` and
+        the arrays against the header (their values are `check`'s)."""
+        raise ProtocolError(f"{who} sent a payload where a header of {expected(expect)} belongs")
+
+    def check(self, arrays: dict[str, np.ndarray], meta: dict, who: str, expect: Expect) -> None:
+        """The arrays' values (finite, and the checks of the class `expect` reads them as)."""
+        check_payload(arrays, meta, who, expect)
+
+
+@dataclass(frozen=True)
+class LocalFrame(Frame):
+    """A message posted in this process: its header and a copy of its arrays."""
+
+    header: bytes
+    arrays: tuple[np.ndarray, ...]
+
+    def header_json(self, who: str) -> object:
+        return read_header(self.header)
+
+    def contents(self, src: int, who: str, expect: Expect, fetch: Fetch | None) -> tuple[dict[str, np.ndarray], dict]:
+        layout, meta = decode_header(self.header, src, who, expect)
+        return fitted(self.arrays, layout, who, expected(expect)), meta
 
 
 # A party whose bell rings on every arrival looks this often anyway (its timeout ends its
@@ -43,85 +81,7 @@ Frame = object
 ARRIVAL_CHECK_S = 30.0  # see LocalChannel._arrival_sleeps
 
 
-@dataclass(frozen=True)
-class OversizedHeader:
-    """A header of `size` bytes, over MAX_HEADER_BYTES: refused without being read."""
-
-    size: int
-
-
-# A message from another rank whose arrays hold up to this many bytes travels as one MPI
-# message, header and arrays together (`InlineFrame`), not a header and a message per array:
-# a second MPI message costs the receiving rank a match by its inbox, and the receiver a wait
-# for its payload and a receive (docs/PERFORMANCE.md, "Small messages whole").
-INLINE_MAX_BYTES = 1 << 16
-_INLINE_MARK = 0  # an inline message's first byte; a header (JSON) starts with "{"
-_INLINE_PREFIX = 8  # the mark, 3 bytes of padding, the header's length (uint32, little-endian)
-INLINE_MAX_MESSAGE = _INLINE_PREFIX + MAX_HEADER_BYTES + 7 + INLINE_MAX_BYTES  # 7: the arrays' alignment
-
-
-def _inline_start(header_bytes: int) -> int:
-    """Where an inline message's arrays begin: after its prefix and header, 8-byte aligned."""
-    return -(-(_INLINE_PREFIX + header_bytes) // 8) * 8
-
-
-def inline_buffer(header: bytes, arrays: list[np.ndarray]) -> np.ndarray:
-    """One buffer for a small message: prefix, header, padding, then each array's bytes."""
-    start = _inline_start(len(header))
-    buffer = np.zeros(start + sum(a.nbytes for a in arrays), dtype=np.uint8)
-    buffer[:_INLINE_PREFIX] = np.frombuffer(
-        bytes([_INLINE_MARK, 0, 0, 0]) + len(header).to_bytes(4, "little"), dtype=np.uint8
-    )
-    buffer[_INLINE_PREFIX : _INLINE_PREFIX + len(header)] = np.frombuffer(header, dtype=np.uint8)
-    offset = start
-    for a in arrays:
-        buffer[offset : offset + a.nbytes] = a.reshape(-1).view(np.uint8)
-        offset += a.nbytes
-    return buffer
-
-
-class InlineFrame:
-    """A small message from another rank, header and arrays in one buffer (`inline_buffer`);
-    its arrays are views of that buffer, which no one else holds."""
-
-    def __init__(self, raw: bytearray) -> None:
-        self.raw = raw
-
-    @staticmethod
-    def marks(raw: bytearray) -> bool:
-        return len(raw) > 0 and raw[0] == _INLINE_MARK
-
-    def header(self, who: str, what: str) -> bytes:
-        """The header, if its stated length is within the limit and the message."""
-        length = int.from_bytes(self.raw[4:_INLINE_PREFIX], "little")
-        if length > MAX_HEADER_BYTES or _INLINE_PREFIX + length > len(self.raw):
-            raise ProtocolError(
-                f"{who} sent a message of {len(self.raw)} bytes with a header of {length} bytes "
-                f"(at most {MAX_HEADER_BYTES}; expected {what})"
-            )
-        return bytes(self.raw[_INLINE_PREFIX : _INLINE_PREFIX + length])
-
-    def arrays(
-        self, layout: list[tuple[str, str, tuple[int, ...]]], header: bytes, who: str, what: str
-    ) -> dict[str, np.ndarray]:
-        """The arrays the header declares, if the bytes after it are exactly theirs."""
-        start = _inline_start(len(header))
-        specs = [(name, np.dtype(dtype), shape, int(np.prod(shape, dtype=np.int64))) for name, dtype, shape in layout]
-        declared = sum(d.itemsize * n for _, d, _, n in specs)
-        if len(self.raw) != start + declared:
-            raise ProtocolError(
-                f"{who} sent a payload of {what} that does not fit its header: "
-                f"{max(0, len(self.raw) - start)} bytes, header declared {declared}"
-            )
-        arrays, offset = {}, start
-        for name, dtype, shape, count in specs:
-            a = np.frombuffer(self.raw, dtype=dtype, count=count, offset=offset).reshape(shape)
-            arrays[name] = a if a.flags.aligned else a.copy()
-            offset += dtype.itemsize * count
-        return arrays
-
-
-class SharedFrame:
+class SharedFrame(Frame):
     """One message for several receivers of this process (`Channel.isend_all`), the same
     object in each receiver's queue. Its arrays exist once, read-only: copied when posted
     in-process; from another rank, fetched by the first receiver to take it (until then they
@@ -149,7 +109,7 @@ class SharedFrame:
     # read is atomic under the GIL, and each is set once): hundreds of a rank's silo threads
     # read one frame at once, and would queue on its lock, each handing the lock and the GIL on
     # in turn (docs/PERFORMANCE.md, "Silo-thread locks").
-    def read_header(self, data: bytes) -> object:
+    def cached_json(self, data: bytes) -> object:
         """`read_header(self.header)`, read by the first receiver (the receivers still check
         it against what each expects)."""
         if self._json is None:
@@ -157,6 +117,17 @@ class SharedFrame:
                 if self._json is None:
                     self._json = read_header(data)
         return self._json
+
+    def header_json(self, who: str) -> object:
+        return self.cached_json(self.header)
+
+    def contents(self, src: int, who: str, expect: Expect, fetch: Fetch | None) -> tuple[dict[str, np.ndarray], dict]:
+        layout, meta = decode_header(self.header, src, who, expect, self.cached_json)
+        fetch_shared = None if fetch is None else partial(fetch.shared, layout=layout)
+        return fitted(self.arrays(fetch_shared, who, expected(expect)), layout, who, expected(expect)), meta
+
+    def check(self, arrays: dict[str, np.ndarray], meta: dict, who: str, expect: Expect) -> None:
+        self.check_once(expect.check, lambda: check_payload(arrays, meta, who, expect))
 
     def check_once(self, key: object, check: Callable[[], None]) -> None:
         """`check()` (the finite check of the arrays, and the checks of the class a receiver
@@ -196,15 +167,6 @@ class SharedFrame:
             return self._arrays
 
 
-def _with_layout(
-    fetch_shared: Callable[[SharedFrame, list], tuple[np.ndarray, ...]] | None, layout: list
-) -> Callable[[SharedFrame], tuple[np.ndarray, ...]] | None:
-    """`fetch_shared` with the layout the receiver read from the frame's header."""
-    if fetch_shared is None:
-        return None
-    return lambda frame: fetch_shared(frame, layout)
-
-
 def read_only(a: np.ndarray) -> np.ndarray:
     """`a`, no longer writeable: arrays that several receivers share."""
     a.flags.writeable = False
@@ -241,7 +203,7 @@ class LocalHub:
 
     def post(self, src: int, dest: int, header: bytes, arrays: list[np.ndarray]) -> int:
         """Queue a copy of a message for `dest`; its number among those from `src` to `dest`."""
-        return self.deliver(src, dest, (header, tuple(np.array(a, copy=True) for a in arrays)))
+        return self.deliver(src, dest, LocalFrame(header, tuple(np.array(a, copy=True) for a in arrays)))
 
     def deliver(self, src: int, dest: int, frame: Frame) -> int:
         """Queue a frame for `dest` and ring its bell (or drop it, from a sender `dest`
@@ -301,16 +263,7 @@ class LocalHub:
         with self._lock:
             frame = self._queues[(src, dest)][0]
         try:
-            if isinstance(frame, SharedFrame):
-                header = frame.read_header(frame.header)
-            elif isinstance(frame, bytes):
-                header = read_header(frame)
-            elif isinstance(frame, tuple):
-                header = read_header(frame[0])
-            elif isinstance(frame, InlineFrame):
-                header = read_header(frame.header(who, "a message"))
-            else:
-                raise ProtocolError(f"{who} sent a payload or an oversized header where a header belongs")
+            header = frame.header_json(who)
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise ProtocolError(f"{who} sent a header that is not JSON") from None
         return header if isinstance(header, dict) else {}
@@ -319,41 +272,12 @@ class LocalHub:
         """Whether `dest` has taken the frame `number` from `src`."""
         return self._taken[(src, dest)] > number
 
-    def receive(
-        self,
-        src: int,
-        dest: int,
-        who: str,
-        expect: Expect,
-        fetch_payload: Callable[[list], dict[str, np.ndarray]] | None = None,
-        fetch_shared: Callable[[SharedFrame, list], tuple[np.ndarray, ...]] | None = None,
-    ) -> Message:
-        """The next message from `src` to `dest`, checked against `expect`. A header that came
-        over MPI has its payload fetched by `fetch_payload(layout)`, a shared one from another
-        rank by `fetch_shared(frame, layout)`."""
+    def receive(self, src: int, dest: int, who: str, expect: Expect, fetch: Fetch | None = None) -> Message:
+        """The next message from `src` to `dest`, checked against `expect`; `fetch` gets the
+        arrays its transport still holds."""
         frame = self.take(src, dest)
-        what = f"{expect.kind} (round {expect.round})"
-        if isinstance(frame, OversizedHeader):
-            raise ProtocolError(f"{who} sent a header of {frame.size} bytes, over {MAX_HEADER_BYTES} (expected {what})")
-        if isinstance(frame, bytes) and fetch_payload is not None:
-            layout, meta = decode_header(frame, src, who, expect)
-            arrays = fetch_payload(layout)
-        elif isinstance(frame, InlineFrame):
-            header = frame.header(who, what)
-            layout, meta = decode_header(header, src, who, expect)
-            arrays = frame.arrays(layout, header, who, what)
-        elif isinstance(frame, tuple):
-            layout, meta = decode_header(frame[0], src, who, expect)
-            arrays = _fitted(frame[1], layout, who, what)
-        elif isinstance(frame, SharedFrame):
-            layout, meta = decode_header(frame.header, src, who, expect, frame.read_header)
-            arrays = _fitted(frame.arrays(_with_layout(fetch_shared, layout), who, what), layout, who, what)
-        else:
-            raise ProtocolError(f"{who} sent a payload where a header of {what} belongs")
-        if isinstance(frame, SharedFrame):
-            frame.check_once(expect.check, lambda: check_payload(arrays, meta, who, expect))
-        else:
-            check_payload(arrays, meta, who, expect)
+        arrays, meta = frame.contents(src, who, expect, fetch)
+        frame.check(arrays, meta, who, expect)
         return Message(expect.kind, expect.round, src, arrays, meta, who)
 
     def fail(self, why: str) -> None:
@@ -365,7 +289,7 @@ class LocalHub:
             bell.set()
 
 
-def _fitted(payload: tuple[np.ndarray, ...], layout: list, who: str, what: str) -> dict[str, np.ndarray]:
+def fitted(payload: tuple[np.ndarray, ...], layout: list, who: str, what: str) -> dict[str, np.ndarray]:
     """The arrays by name, if they are what the header declared."""
     # dtype against its name (`decode_header` allowed it): str(dtype) runs numpy's Python code,
     # far slower than the comparison, once per array and receiver of a shared ω

@@ -1,11 +1,11 @@
-"""Where a rank runs: its node-local group, its device and its share of the node's cores."""
+"""Where a process of a job runs: its device and its share of its node's cores (its backend
+says which node: mpi/placement.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import platform
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,7 +14,6 @@ import numpy as np
 from ..console import count
 from ..settings import ConfigError
 from ..wire.messages import ProtocolError
-from .params import RuntimeConfig
 
 if TYPE_CHECKING:
     import torch
@@ -22,10 +21,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Placement:
-    node_rank: int  # rank within the node (shared-memory split of COMM_WORLD)
+    node_rank: int  # the process's index among the node's processes
     node_silos: int  # silos hosted on this node (the server is not one)
-    local_rank: int  # index of this rank among the node's silo ranks: its device (-1: the server)
-    silos: int  # silos this rank hosts
+    local_rank: int  # its index among the node's silo processes: its device (-1: the server)
+    silos: int  # silos this process hosts
     cores: int  # cores this process may use
 
     @property
@@ -41,47 +40,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-# Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".
-NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
-
-
-def place(comm, silos: int) -> Placement:
-    """Split COMM_WORLD by shared memory (one group per node) and count the silos in it."""
-    from mpi4py import MPI
-
-    groups = int(os.environ.get(NODE_GROUPS_ENV, "0"))
-    if groups > 0:
-        size = comm.Get_size()
-        node = comm.Split(color=comm.Get_rank() * groups // size, key=comm.Get_rank())
-    else:
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        hosted = np.zeros(node.Get_size(), dtype=np.int64)
-        node.Allgather(np.array([silos], dtype=np.int64), hosted)
-        node_rank = node.Get_rank()
-    finally:
-        node.Free()
-    local_rank = int(np.count_nonzero(hosted[:node_rank])) if silos else -1
-    return Placement(node_rank, int(hosted.sum()), local_rank, silos, usable_cores())
-
-
-# Longest sleep between two tests of a request that waits for other ranks: the channels'
-# default back-off cap (these waits come before the config is agreed on).
-MAX_QUIET_SLEEP_S = RuntimeConfig.max_poll_sleep_ms / 1000
-
-
-def wait_quietly(request) -> None:
-    """Wait for a non-blocking MPI request, testing it between sleeps that double up to
-    MAX_QUIET_SLEEP_S. MPICH's (and Open MPI's) blocking calls spin a core until the other
-    ranks arrive: where many ranks share a node's cores, the ranks that arrive first would
-    take the CPU from those still starting up, and at the end of a run from the server that
-    writes the results."""
-    sleep = 5e-5
-    while not request.Test():
-        time.sleep(sleep)
-        sleep = min(2 * sleep, MAX_QUIET_SLEEP_S)
 
 
 def device_for(local_rank: int, wanted: str = "auto") -> torch.device:
@@ -226,57 +184,3 @@ def describe_devices(reports: list[DeviceReport]) -> str:
         return "on the CPU"
     where = f"on {count(len(gpus), 'GPU')} ({', '.join(dict.fromkeys(gpus.values()))})"
     return f"{where} and the CPU ({count(on_cpu, 'rank')})" if on_cpu else where
-
-
-def gather_devices(comm, device: torch.device | None) -> list[DeviceReport]:
-    """Every silo rank's device, at rank 0 (rank 0 passes None and gets them; the others get
-    []): one fixed-size raw record per rank, gathered once at start."""
-    if comm.Get_rank():
-        if device is None:
-            raise ValueError("a silo rank reports its device")
-        wait_quietly(comm.Igather(DeviceReport.of(device).encode(), None, root=0))
-        return []
-    table = np.empty((comm.Get_size(), DEVICE_RECORD_BYTES), dtype=np.uint8)
-    wait_quietly(comm.Igather(np.zeros(DEVICE_RECORD_BYTES, dtype=np.uint8), table, root=0))
-    return [DeviceReport.decode(table[r], f"rank {r}") for r in range(1, comm.Get_size())]
-
-
-if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.runtime.placement`: where each rank runs
-    import json
-
-    from mpi4py import MPI
-
-    world = MPI.COMM_WORLD
-    mine = place(world, silos=int(world.Get_rank() > 0))
-    fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads", "cuda_index")
-    device = select_device(mine)
-    row = np.array(
-        [getattr(mine, f) for f in fields[:-1]] + [-1 if device.index is None else device.index], dtype=np.int64
-    )
-    if world.Get_rank():
-        world.Gather(row, None, root=0)  # raw buffers: no pickle between ranks
-    else:  # cuda_index -1: the CPU
-        table = np.empty((world.Get_size(), len(fields)), dtype=np.int64)
-        world.Gather(row, table, root=0)
-        print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))
-
-
-# A host name's fixed width in the gather (longer ones are cut).
-HOST_BYTES = 64
-
-
-def gather_pids(comm: MPI.Comm) -> list[int]:
-    """Every rank's process id (a launcher that reports a process by its id names a rank)."""
-    every = np.empty(comm.Get_size(), dtype=np.int64)
-    wait_quietly(comm.Iallgather(np.array([os.getpid()], dtype=np.int64), every))
-    return [int(p) for p in every]
-
-
-def gather_hosts(comm: MPI.Comm) -> list[str]:
-    """Every rank's host name, gathered as fixed-width bytes (no pickle)."""
-    mine = np.zeros(HOST_BYTES, dtype=np.uint8)
-    name = platform.node().encode()[:HOST_BYTES]
-    mine[: len(name)] = np.frombuffer(name, dtype=np.uint8)
-    every = np.empty(HOST_BYTES * comm.Get_size(), dtype=np.uint8)
-    wait_quietly(comm.Iallgather(mine, every))
-    return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in every.reshape(-1, HOST_BYTES)]

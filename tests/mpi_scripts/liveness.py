@@ -9,7 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 from cfl_mpi.channel import RankLayout
-from cfl_mpi.channel.liveness import Liveness
+from cfl_mpi.mpi.liveness import Liveness
 from cfl_mpi.wire.messages import ProtocolError
 
 world = MPI.COMM_WORLD

@@ -1,4 +1,4 @@
-"""MPI backend: each party lives on a rank (`RankLayout`); raw buffers behind a typed header.
+"""MPI channels: each party lives on a rank (`RankLayout`); raw buffers behind a typed header.
 
 Parties on the same rank (several silos per rank) reach each other through the process's
 `LocalHub`; every other message is an MPI header (the JSON of `wire.messages`) followed by
@@ -30,20 +30,23 @@ from typing import cast
 import numpy as np
 from mpi4py import MPI
 
+from ..channel.base import SERVER, PeerTimeout, Pending
+from ..channel.layout import RankLayout
+from ..channel.local import Frame, LocalChannel, LocalHub, SharedFrame
 from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
-from .base import SERVER, PeerTimeout, Pending
-from .layout import RankLayout
-from .liveness import Liveness
-from .local import (
+from .frames import (
+    ENVELOPE_FIXED,
     INLINE_MAX_BYTES,
     INLINE_MAX_MESSAGE,
     InlineFrame,
-    LocalChannel,
-    LocalHub,
     OversizedHeader,
-    SharedFrame,
+    RemoteHeader,
+    RemotePayload,
+    carried,
+    envelope,
     inline_buffer,
 )
+from .liveness import Liveness
 
 __all__ = ["MpiChannel", "MpiInbox"]
 
@@ -67,21 +70,12 @@ SENDING_MAX_SLEEP_S = 1e-3
 # (docs/PERFORMANCE.md, "Sends tested per poll"). MPI progresses every request on any call; the
 # owner of a send tests its own.
 SENDS_TESTED = 64
-ENVELOPE_FIXED = 8  # a multicast envelope's receiver count and payload count (uint32 each)
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
 # How often a busy inbox (messages arriving back to back) still beats and checks its peers.
 LIVENESS_EVERY_S = 0.1
 # A disowned peer's payloads are received and dropped so that its sends complete; one larger
 # than this (no model's state dict is) stays unreceived, and only that peer's send waits.
 DISCARD_MAX_BYTES = 1 << 30
-
-
-@dataclass(frozen=True)
-class RemotePayload:
-    """A payload matched by the inbox, still in MPI: `size` bytes, taken with `handle.Irecv`."""
-
-    handle: MPI.Message
-    size: int
 
 
 class MpiInbox:
@@ -220,7 +214,7 @@ class MpiInbox:
         return True
 
     @staticmethod
-    def _frame(handle: MPI.Message, size: int, tag: int) -> object:
+    def _frame(handle: MPI.Message, size: int, tag: int) -> Frame:
         """What a pair's queue holds for a matched message (`mpi_lock` held): a payload's handle,
         a header's bytes, a small message whole (`InlineFrame`), or an `OversizedHeader` (the
         job fails on it; one over an inline message's limit is never read)."""
@@ -232,11 +226,11 @@ class MpiInbox:
         handle.Recv([raw, MPI.BYTE])
         if InlineFrame.marks(raw):
             return InlineFrame(raw)
-        return OversizedHeader(size) if size > MAX_HEADER_BYTES else bytes(raw)
+        return OversizedHeader(size) if size > MAX_HEADER_BYTES else RemoteHeader(bytes(raw))
 
     def _file_multicast(
         self, handle: MPI.Message, size: int, rank: int, tag: int
-    ) -> tuple[list[tuple[int, int, object]], list[int]]:
+    ) -> tuple[list[tuple[int, int, Frame]], list[int]]:
         """A payload: filed with the sender's oldest `SharedFrame` still missing some; its
         receivers, if that completes it. An envelope: the (sender, receiver, frame) to deliver,
         one per receiver it names (`mpi_lock` held). A malformed one fails the rank's inbox,
@@ -297,20 +291,6 @@ class MpiInbox:
         return senders[src_slot], receivers[dest_slot]
 
 
-def carried(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """The arrays of a message that travel as payloads: an empty one is declared by its header
-    alone (with many silos most plans of a staged plan are empty, as is one cloud of each
-    one-way pair)."""
-    return [a for a in arrays if a.nbytes]
-
-
-def envelope(receiver_slots: list[int], payloads: int, header: bytes) -> np.ndarray:
-    """A multicast's first buffer: receiver count and payload count (uint32, little-endian),
-    each receiver's slot on the rank, then the header."""
-    head = np.array([len(receiver_slots), payloads, *receiver_slots], dtype="<u4").view(np.uint8)
-    return np.concatenate([head, np.frombuffer(header, dtype=np.uint8)])
-
-
 class _AllSent(Pending):
     """The parts of one message to several processes."""
 
@@ -349,6 +329,21 @@ class _MpiPending(Pending):
         return complete
 
 
+@dataclass(frozen=True)
+class RankFetch:
+    """The arrays of a message from `source` that MPI still holds, fetched by its receiver."""
+
+    channel: MpiChannel
+    source: int
+    expect: Expect
+
+    def payload(self, layout: list) -> dict[str, np.ndarray]:
+        return self.channel.payload(self.source, self.expect, layout)
+
+    def shared(self, frame: SharedFrame, layout: list) -> tuple[np.ndarray, ...]:
+        return self.channel.shared_payload(self.source, self.expect, frame, layout)
+
+
 class MpiChannel(LocalChannel):
     """A party on an MPI rank: co-located parties through the hub, the others through MPI;
     what arrives from either waits in the hub, filed by the rank's `MpiInbox`."""
@@ -377,7 +372,7 @@ class MpiChannel(LocalChannel):
     def disown(self, source: int) -> None:
         self.hub.disown(source, self.me, self._discard)
 
-    def _discard(self, frame: object) -> None:
+    def _discard(self, frame: Frame) -> None:
         """Drop a disowned peer's frame: a payload still in MPI is received into a scratch
         buffer first (up to DISCARD_MAX_BYTES), which lives until the receive completes."""
         if not isinstance(frame, RemotePayload) or frame.size > DISCARD_MAX_BYTES:
@@ -435,16 +430,9 @@ class MpiChannel(LocalChannel):
     def _receive(self, source: int, expect: Expect) -> Message:
         """From the hub either way: an in-process frame carries its arrays, a header from
         another rank has them fetched from MPI."""
-        return self.hub.receive(
-            source,
-            self.me,
-            self.describe(source),
-            expect,
-            lambda layout: self._payload(source, expect, layout),
-            lambda frame, layout: self._shared_payload(source, expect, frame, layout),
-        )
+        return self.hub.receive(source, self.me, self.describe(source), expect, RankFetch(self, source, expect))
 
-    def _shared_payload(
+    def shared_payload(
         self, source: int, expect: Expect, frame: SharedFrame, layout: list[tuple[str, str, tuple[int, ...]]]
     ) -> tuple[np.ndarray, ...]:
         """The arrays of a message to several parties of this rank, fetched once: its payloads,
@@ -493,7 +481,7 @@ class MpiChannel(LocalChannel):
                 f"{who} sent a header of {what} whose payload did not follow within {self.payload_timeout_s:g} s"
             ) from None
 
-    def _payload(
+    def payload(
         self, source: int, expect: Expect, layout: list[tuple[str, str, tuple[int, ...]]]
     ) -> dict[str, np.ndarray]:
         """The arrays of a header from another rank: each payload the inbox filed behind it,

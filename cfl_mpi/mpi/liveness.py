@@ -4,7 +4,7 @@ ranks and their silos, instead of after `runtime.message_timeout_s` of silence.
 
 Every silo rank beats to rank 0, and rank 0 to every silo rank, each `interval_s`, on a
 communicator of their own (a duplicate of the job's: beats never meet the protocol's messages
-nor its tag checks). The rank's inbox thread (mpi.py) sends and takes them between its polls,
+nor its tag checks). The rank's inbox thread (channel.py) sends and takes them between its polls,
 so a rank whose parties compute for minutes still beats. A rank that has heard nothing from a
 watched rank for the timeout reports it lost; a silo rank waits twice as long for rank 0, so
 that rank 0, which can name the silent node, speaks first. A rank whose parties are done says
@@ -22,9 +22,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ..channel.layout import RankLayout
 from ..console import numbered
 from ..wire.messages import ProtocolError
-from .layout import RankLayout
 
 __all__ = ["Liveness"]
 

@@ -1,0 +1,112 @@
+"""Where the ranks of an MPI job run: the node each is on (a shared-memory split of the world),
+and what the ranks tell each other once at start (devices, hosts, process ids), as raw
+fixed-width buffers (no pickle), waited for without spinning a core.
+
+`mpirun -n K python -m cfl_mpi.mpi.placement` prints where each rank runs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+from mpi4py import MPI
+
+from ..runtime.params import RuntimeConfig
+from ..runtime.placement import DEVICE_RECORD_BYTES, DeviceReport, Placement, select_device, usable_cores
+
+if TYPE_CHECKING:
+    import torch
+
+# Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".
+NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
+
+
+def place(comm: MPI.Comm, silos: int) -> Placement:
+    """Split COMM_WORLD by shared memory (one group per node) and count the silos in it."""
+    groups = int(os.environ.get(NODE_GROUPS_ENV, "0"))
+    if groups > 0:
+        size = comm.Get_size()
+        node = comm.Split(color=comm.Get_rank() * groups // size, key=comm.Get_rank())
+    else:
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        hosted = np.zeros(node.Get_size(), dtype=np.int64)
+        node.Allgather(np.array([silos], dtype=np.int64), hosted)
+        node_rank = node.Get_rank()
+    finally:
+        node.Free()
+    local_rank = int(np.count_nonzero(hosted[:node_rank])) if silos else -1
+    return Placement(node_rank, int(hosted.sum()), local_rank, silos, usable_cores())
+
+
+# Longest sleep between two tests of a request that waits for other ranks: the channels'
+# default back-off cap (these waits come before the config is agreed on).
+MAX_QUIET_SLEEP_S = RuntimeConfig.max_poll_sleep_ms / 1000
+
+
+def wait_quietly(request) -> None:
+    """Wait for a non-blocking MPI request, testing it between sleeps that double up to
+    MAX_QUIET_SLEEP_S. MPICH's (and Open MPI's) blocking calls spin a core until the other
+    ranks arrive: where many ranks share a node's cores, the ranks that arrive first would
+    take the CPU from those still starting up, and at the end of a run from the server that
+    writes the results."""
+    sleep = 5e-5
+    while not request.Test():
+        time.sleep(sleep)
+        sleep = min(2 * sleep, MAX_QUIET_SLEEP_S)
+
+
+def gather_devices(comm: MPI.Comm, device: torch.device | None) -> list[DeviceReport]:
+    """Every silo rank's device, at rank 0 (rank 0 passes None and gets them; the others get
+    []): one fixed-size raw record per rank, gathered once at start."""
+    if comm.Get_rank():
+        if device is None:
+            raise ValueError("a silo rank reports its device")
+        wait_quietly(comm.Igather(DeviceReport.of(device).encode(), None, root=0))
+        return []
+    table = np.empty((comm.Get_size(), DEVICE_RECORD_BYTES), dtype=np.uint8)
+    wait_quietly(comm.Igather(np.zeros(DEVICE_RECORD_BYTES, dtype=np.uint8), table, root=0))
+    return [DeviceReport.decode(table[r], f"rank {r}") for r in range(1, comm.Get_size())]
+
+
+# A host name's fixed width in the gather (longer ones are cut).
+HOST_BYTES = 64
+
+
+def gather_pids(comm: MPI.Comm) -> list[int]:
+    """Every rank's process id (a launcher that reports a process by its id names a rank)."""
+    every = np.empty(comm.Get_size(), dtype=np.int64)
+    wait_quietly(comm.Iallgather(np.array([os.getpid()], dtype=np.int64), every))
+    return [int(p) for p in every]
+
+
+def gather_hosts(comm: MPI.Comm) -> list[str]:
+    """Every rank's host name, gathered as fixed-width bytes (no pickle)."""
+    mine = np.zeros(HOST_BYTES, dtype=np.uint8)
+    name = platform.node().encode()[:HOST_BYTES]
+    mine[: len(name)] = np.frombuffer(name, dtype=np.uint8)
+    every = np.empty(HOST_BYTES * comm.Get_size(), dtype=np.uint8)
+    wait_quietly(comm.Iallgather(mine, every))
+    return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in every.reshape(-1, HOST_BYTES)]
+
+
+if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.mpi.placement`: where each rank runs
+    import json
+
+    world = MPI.COMM_WORLD
+    mine = place(world, silos=int(world.Get_rank() > 0))
+    fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads", "cuda_index")
+    device = select_device(mine)
+    row = np.array(
+        [getattr(mine, f) for f in fields[:-1]] + [-1 if device.index is None else device.index], dtype=np.int64
+    )
+    if world.Get_rank():
+        world.Gather(row, None, root=0)  # raw buffers: no pickle between ranks
+    else:  # cuda_index -1: the CPU
+        table = np.empty((world.Get_size(), len(fields)), dtype=np.int64)
+        world.Gather(row, table, root=0)
+        print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))
