@@ -2,7 +2,7 @@
 
 Rank 0 is the server; ranks 1..R host the silos, one each (R = silos) or in blocks of
 consecutive silos that share the rank's device and torch (`runtime.silos_per_rank`, or
-derived from the rank count). The MPI backend (mpi/job.py) runs the ranks.
+derived from the rank count). The MPI backend (mpi/backend.py) runs the ranks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def cli(argv: list[str] | None = None) -> None:
     mark("imports")
     args = run_arguments("python -m cfl_mpi.main", DESCRIPTION).parse_args(argv)
     console.setup(console.level_of(args.quiet, args.verbose))
-    from .mpi.job import run_rank
+    from .mpi.backend import run_rank
 
     run_rank(args)
 

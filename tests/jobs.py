@@ -53,6 +53,14 @@ def run_job(config: str, out: Path, *overrides: str, n: int | None = None, timeo
     return (proc, *read_results(out))
 
 
+def run_sockets(n: int, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run `python -m cfl_mpi.sockets -n n <args>` from the project root; output captured as text."""
+    require_slow_marker("a job on sockets")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "cfl_mpi.sockets", "-n", str(n), *args]
+    return subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def failure_of(out: Path) -> str:
     """The results folder's failure.txt (empty if none): why a failed job stopped. Tests read
     it rather than mpirun's stderr, which may lose what a rank wrote just before MPI_Abort."""

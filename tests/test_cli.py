@@ -92,7 +92,7 @@ def test_the_simulator_s_first_line_says_where_the_silos_compute(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "command", ["main", "simulate", "compare", "reproduce", "launch", "prepare", "ranks", "srun_mpi"]
+    "command", ["main", "simulate", "sockets", "compare", "reproduce", "launch", "prepare", "ranks", "srun_mpi"]
 )
 def test_every_command_s_help_says_what_it_does_in_a_sentence(command):
     proc = subprocess.run(

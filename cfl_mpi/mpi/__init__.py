@@ -2,5 +2,6 @@
 
 channel.py (a party's channel, the rank's inbox), frames.py (what travels between ranks),
 liveness.py (heartbeats), placement.py (nodes and the collectives of a job's start),
-job.py (`python -m cfl_mpi.main`'s ranks), srun.py (SLURM's PMI plugin).
+backend.py (the ranks of `python -m cfl_mpi.main`, for the job runner), srun.py
+(SLURM's PMI plugin).
 """

@@ -1,6 +1,5 @@
 """Where the ranks of an MPI job run: the node each is on (a shared-memory split of the world),
-and what the ranks tell each other once at start (devices, hosts, process ids), as raw
-fixed-width buffers (no pickle), waited for without spinning a core.
+and the wait for a collective of the job's start that spins no core.
 
 `mpirun -n K python -m cfl_mpi.mpi.placement` prints where each rank runs.
 """
@@ -8,7 +7,6 @@ fixed-width buffers (no pickle), waited for without spinning a core.
 from __future__ import annotations
 
 import os
-import platform
 import time
 from typing import TYPE_CHECKING
 
@@ -16,10 +14,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.params import RuntimeConfig
-from ..runtime.placement import DEVICE_RECORD_BYTES, DeviceReport, Placement, select_device, usable_cores
+from ..runtime.placement import Placement, select_device, usable_cores
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 # Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".
 NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
@@ -58,40 +56,6 @@ def wait_quietly(request) -> None:
     while not request.Test():
         time.sleep(sleep)
         sleep = min(2 * sleep, MAX_QUIET_SLEEP_S)
-
-
-def gather_devices(comm: MPI.Comm, device: torch.device | None) -> list[DeviceReport]:
-    """Every silo rank's device, at rank 0 (rank 0 passes None and gets them; the others get
-    []): one fixed-size raw record per rank, gathered once at start."""
-    if comm.Get_rank():
-        if device is None:
-            raise ValueError("a silo rank reports its device")
-        wait_quietly(comm.Igather(DeviceReport.of(device).encode(), None, root=0))
-        return []
-    table = np.empty((comm.Get_size(), DEVICE_RECORD_BYTES), dtype=np.uint8)
-    wait_quietly(comm.Igather(np.zeros(DEVICE_RECORD_BYTES, dtype=np.uint8), table, root=0))
-    return [DeviceReport.decode(table[r], f"rank {r}") for r in range(1, comm.Get_size())]
-
-
-# A host name's fixed width in the gather (longer ones are cut).
-HOST_BYTES = 64
-
-
-def gather_pids(comm: MPI.Comm) -> list[int]:
-    """Every rank's process id (a launcher that reports a process by its id names a rank)."""
-    every = np.empty(comm.Get_size(), dtype=np.int64)
-    wait_quietly(comm.Iallgather(np.array([os.getpid()], dtype=np.int64), every))
-    return [int(p) for p in every]
-
-
-def gather_hosts(comm: MPI.Comm) -> list[str]:
-    """Every rank's host name, gathered as fixed-width bytes (no pickle)."""
-    mine = np.zeros(HOST_BYTES, dtype=np.uint8)
-    name = platform.node().encode()[:HOST_BYTES]
-    mine[: len(name)] = np.frombuffer(name, dtype=np.uint8)
-    every = np.empty(HOST_BYTES * comm.Get_size(), dtype=np.uint8)
-    wait_quietly(comm.Iallgather(mine, every))
-    return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in every.reshape(-1, HOST_BYTES)]
 
 
 if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.mpi.placement`: where each rank runs

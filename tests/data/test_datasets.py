@@ -457,7 +457,7 @@ def test_a_silo_rank_imports_only_what_it_uses():
     import sys
 
     code = (
-        "import sys; import cfl_mpi.main, cfl_mpi.mpi.job, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
+        "import sys; import cfl_mpi.main, cfl_mpi.mpi.backend, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
         "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'scipy.ndimage', 'matplotlib', 'torch._dynamo') "
         "if m in sys.modules))"
     )

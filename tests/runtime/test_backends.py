@@ -1,4 +1,4 @@
-"""One protocol, three backends: every strategy gives the same clusters, per-silo metrics and
+"""One protocol, every backend: every strategy gives the same clusters, per-silo metrics and
 pairwise matrices, bit for bit, in the in-process simulator and in an MPI job whose first
 rank hosts two silos (messages between them stay in the process) and the others one each;
 EMD-CFL, whose silos exchange the most among themselves, also with one silo per rank and two

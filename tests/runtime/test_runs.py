@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from jobs import failure_of, run_job, run_mpi, simulate_job
+from jobs import assert_same_results, failure_of, run_job, run_mpi, run_results, run_sockets, simulate_job
 
 DIGITS = "configs/digits.yaml"
 # Seeded pair keys: the projections R, and so W, are reproducible (README, determinism).
@@ -38,6 +38,29 @@ def test_emdcfl_finds_the_rotations_after_round_1(emdcfl8):
     assert records[0]["ari"] == 1.0 and records[0]["n_clusters"] == 4
     assert summary["ari"] == 1.0 and summary["strategy"] == "emdcfl"
     assert "round 1/3" in proc.stdout and "round 3/3" in proc.stdout
+
+
+@pytest.mark.mpi
+def test_the_sockets_backend_gives_the_mpi_jobs_results_bit_for_bit(emdcfl8, tmp_path):
+    """The job runner on a backend of local sockets (cfl_mpi/sockets.py), the README's job on 3
+    processes (4 silos each): the MPI job's clusters, accuracies, W, τ and noise, bit for bit."""
+    out = emdcfl8[0]
+    proc = run_sockets(3, [DIGITS, "--out", str(tmp_path), "--set", ROUNDS, "--set", SEEDED])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0].startswith("digits: emdcfl, 8 silos on 2 processes (up to 4 per process) on ")
+    assert_same_results(run_results(tmp_path), run_results(out))
+    for name in ("tau", "noise"):
+        np.testing.assert_array_equal(np.load(tmp_path / f"{name}.npy"), np.load(out / f"{name}.npy"), err_msg=name)
+
+
+@pytest.mark.mpi
+def test_a_process_of_the_sockets_backend_that_dies_ends_the_job_naming_it(tmp_path):
+    sets = ["silos=2", "train.rounds=2", "model.channels=[8,16]", "runtime.fault.silo=1"]
+    sets += ["runtime.fault.round=1", "runtime.fault.kind=exit", "strategy.name=fedavg"]
+    started = time.monotonic()
+    proc = run_sockets(3, [DIGITS, "--out", str(tmp_path), *(a for s in sets for a in ("--set", s))], timeout=300)
+    assert proc.returncode != 0 and time.monotonic() - started < 120
+    assert "process 2 is lost: its connection closed" in failure_of(tmp_path), proc.stderr[-2000:]
 
 
 @pytest.mark.mpi
