@@ -39,7 +39,7 @@ from .wire.messages import MAX_HEADER_BYTES, Expect, ProtocolError, decode_heade
 
 DESCRIPTION = "Run a clustered federated learning job on processes of this machine that talk over local sockets."
 ENV = "CFL_SOCKETS"  # a child's place in the job: "index size folder"
-CONNECT_S = 60.0  # how long the processes take to connect to each other at most
+CONNECT_S, REPORT_S = 60.0, 10.0  # to connect at most; for the others of a failed process to report it
 MAX_ARRAYS, MAX_ARRAY_BYTES = 4096, 1 << 34  # in one message: far above any model's state dict
 MESSAGE, GOODBYE = 0, 1  # a frame's first field: a message follows, or the sender is done
 
@@ -286,9 +286,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         while any(c.poll() is None for c in children) and not code:
             time.sleep(0.1)
             code = next((c.returncode for c in children if c.returncode), 0)
-        time.sleep(1.0 if code else 0)  # a failing process's peers report it first
-        for c in children:
-            if c.poll() is None:
+        deadline = time.monotonic() + REPORT_S
+        for c in children:  # after a failure the others end on their own (they report it), or are ended
+            try:
+                c.wait(timeout=max(0.0, deadline - time.monotonic()) if code else None)
+            except subprocess.TimeoutExpired:
                 c.kill()
         codes = [c.wait() for c in children]
     sys.exit(code or next((c for c in codes if c), 0))
