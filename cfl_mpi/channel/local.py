@@ -84,8 +84,8 @@ ARRIVAL_CHECK_S = 30.0  # see LocalChannel._arrival_sleeps
 class SharedFrame(Frame):
     """One message for several receivers of this process (`Channel.isend_all`), the same
     object in each receiver's queue. Its arrays exist once, read-only: copied when posted
-    in-process; from another rank, fetched by the first receiver to take it (until then they
-    stay with the sender, as a unicast payload does) from the `payloads` the MPI inbox files.
+    in-process; from another process, fetched by the first receiver to take it (until then
+    they stay with the sender) from the `payloads` its transport files (`Fetch.shared`).
     Its header is read and its arrays checked once too (their values finite, and the checks of
     the class a receiver reads it as: payload.py): a representative's ω goes to
     every silo of the rank, and reading its JSON and checking its values per receiver would
@@ -94,7 +94,7 @@ class SharedFrame(Frame):
     def __init__(self, header: bytes, payloads: int, arrays: tuple[np.ndarray, ...] | None = None) -> None:
         self.header = header
         self.expected_payloads = payloads
-        self.payloads: list[object] = []  # the MPI inbox's handles, in order
+        self.payloads: list[object] = []  # the transport's handles, in order
         self.complete = threading.Event()  # every payload handle is filed
         if arrays is not None or not payloads:
             self.complete.set()
