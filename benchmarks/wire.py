@@ -120,7 +120,7 @@ def print_transfer(comm, channel, blob, repeats: int) -> None:
 def worker(mode: str, repeats: int, parties: int) -> None:
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(1):  # as a rank of a run with more ranks than cores (cfl_mpi.main.limit_threads)
+    with threadpool_limits(1):  # as a rank of a run with more ranks than cores (cfl_mpi.job.limit_threads)
         _worker(mode, repeats, parties)
 
 
