@@ -55,7 +55,7 @@ def test_the_sockets_backend_gives_the_mpi_jobs_results_bit_for_bit(emdcfl8, tmp
 
 @pytest.mark.mpi
 def test_a_process_of_the_sockets_backend_that_dies_ends_the_job_naming_it(tmp_path):
-    sets = ["silos=2", "train.rounds=2", "model.channels=[8,16]", "runtime.fault.silo=1"]
+    sets = ["silos=2", "data.rotations=[0,180]", "train.rounds=2", "model.channels=[8,16]", "runtime.fault.silo=1"]
     sets += ["runtime.fault.round=1", "runtime.fault.kind=exit", "strategy.name=fedavg"]
     started = time.monotonic()
     proc = run_sockets(3, [DIGITS, "--out", str(tmp_path), *(a for s in sets for a in ("--set", s))], timeout=300)
