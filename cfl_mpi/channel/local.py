@@ -72,7 +72,7 @@ class LocalFrame(Frame):
 
     def contents(self, src: int, who: str, expect: Expect, fetch: Fetch | None) -> tuple[dict[str, np.ndarray], dict]:
         layout, meta = decode_header(self.header, src, who, expect)
-        return fitted(self.arrays, layout, who, expected(expect)), meta
+        return _fitted(self.arrays, layout, who, expected(expect)), meta
 
 
 # A party whose bell rings on every arrival looks this often anyway (its timeout ends its
@@ -124,7 +124,7 @@ class SharedFrame(Frame):
     def contents(self, src: int, who: str, expect: Expect, fetch: Fetch | None) -> tuple[dict[str, np.ndarray], dict]:
         layout, meta = decode_header(self.header, src, who, expect, self.cached_json)
         fetch_shared = None if fetch is None else partial(fetch.shared, layout=layout)
-        return fitted(self.arrays(fetch_shared, who, expected(expect)), layout, who, expected(expect)), meta
+        return _fitted(self.arrays(fetch_shared, who, expected(expect)), layout, who, expected(expect)), meta
 
     def check(self, arrays: dict[str, np.ndarray], meta: dict, who: str, expect: Expect) -> None:
         self.check_once(expect.check, lambda: check_payload(arrays, meta, who, expect))
@@ -289,7 +289,7 @@ class LocalHub:
             bell.set()
 
 
-def fitted(payload: tuple[np.ndarray, ...], layout: list, who: str, what: str) -> dict[str, np.ndarray]:
+def _fitted(payload: tuple[np.ndarray, ...], layout: list, who: str, what: str) -> dict[str, np.ndarray]:
     """The arrays by name, if they are what the header declared."""
     # dtype against its name (`decode_header` allowed it): str(dtype) runs numpy's Python code,
     # far slower than the comparison, once per array and receiver of a shared ω

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
 
 from ..runtime.params import RuntimeConfig
 from ..runtime.placement import Placement, select_device, usable_cores
-
-if TYPE_CHECKING:
-    pass
 
 # Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".
 NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
