@@ -3,15 +3,20 @@ side on configs/ifca_rotated_mnist.yaml (the same data, partition and seed).
 
     python -m benchmarks.ifca_experiment --mnist DIR [--config YAML] [--silos 400] [--rounds 300]
         [--silo-ranks 2] [--methods emdcfl,ifca,fedavg,oracle] [--seed 0] [--out DIR] [--resume]
-        [--report-only] [--set KEY=VALUE ...]
+        [--stop-after-round N] [--report-only] [--set KEY=VALUE ...]
 
 Each method is its own MPI job (`python -m cfl_mpi.compare`, on 1 + `silo-ranks` ranks); IFCA
 starts from random cluster models as its authors' code does (`strategy.init: random`), the
-others as the config says. Writes in the output folder, besides compare's tables and runs:
+others as the config says. `--stop-after-round N` runs each method to round N of its
+`--rounds` and stops it there with its checkpoint (`runtime.stop_after_round`, not part of the
+experiment): the same command with a larger N and `--resume` continues every method from where
+it stopped, so that 300 rounds can be run in pieces that each fit a machine's time. Writes in
+the output folder, besides compare's tables and runs:
 `accuracy.png`, the average silo accuracy per round and against the server's wall time (the
-rounds' own seconds, summed), one line per method; and `experiment.md`, the table of final
-average and worst accuracy, ARI in round 1 and at the end, rounds to 90 % of the final
-accuracy, and the job's wall time. `--report-only` redraws both from finished runs.
+rounds' own seconds, summed), one line per method; and `experiment.md`, the table of the last
+round's average and worst accuracy, ARI in round 1 and at the end, rounds to 90 % of the last
+round's accuracy and the rounds' wall time, then each method's accuracy at the same rounds.
+`--report-only` redraws both from the runs as far as they got.
 
 Two test accuracies: the runtime's, each silo's test images under its own cluster's model,
 averaged over silos; and IFCA's (its code's `get_inference_stats`): the held-out test pool in
@@ -46,6 +51,7 @@ def run_methods(args: argparse.Namespace, out: Path) -> None:
         f"data.root={args.mnist}",
         "data.download=false",
         *(["ifca:strategy.init=random"] if "ifca" in args.methods else []),
+        *([f"runtime.stop_after_round={args.stop_after_round}"] if args.stop_after_round else []),
         *args.overrides,
     ]
     command = [
@@ -94,9 +100,23 @@ def ifca_test_accuracy(run: Path, clients_of: int = 100) -> float:
     return correct / (data.group_count() * (len(y_test) // clients_of) * clients_of)
 
 
-def read_run(run: Path) -> tuple[list[dict], dict]:
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return records, json.loads((run / "summary.json").read_text())
+def read_run(run: Path) -> list[dict]:
+    """The run's rounds so far (finished or stopped after a round)."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def accuracy_by_round(runs: dict[str, list[dict]]) -> str:
+    """Each method's average accuracy at the same rounds, up to the last round every run reached."""
+    last = min(len(records) for records in runs.values())
+    shown = sorted({r for r in (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300) if r <= last} | {last})
+    rows = [
+        "| method | " + " | ".join(f"round {r}" for r in shown) + " |",
+        "|---|" + "---|" * len(shown),
+    ]
+    for method, records in runs.items():
+        cells = " | ".join(f"{100 * records[r - 1]['avg_acc']:.2f} %" for r in shown)
+        rows.append(f"| {LABELS.get(method, method)} | {cells} |")
+    return "\n".join(rows)
 
 
 def rounds_to(share: float, accuracies: list[float]) -> int:
@@ -109,24 +129,21 @@ def report(out: Path, methods: list[str], seed: int) -> str:
     from cfl_mpi.plots import MARKERS, OKABE_ITO, _pyplot, _round_axis, coinciding
 
     plt = _pyplot()
-    runs = {m: read_run(out / f"{m}_s{seed}") for m in methods if (out / f"{m}_s{seed}" / "summary.json").exists()}
+    runs = {m: read_run(out / f"{m}_s{seed}") for m in methods if (out / f"{m}_s{seed}" / "metrics.jsonl").exists()}
     same = coinciding(
-        {
-            m: ([r["round"] for r in records], np.array([r["avg_acc"] for r in records]))
-            for m, (records, _) in runs.items()
-        }
+        {m: ([r["round"] for r in records], np.array([r["avg_acc"] for r in records])) for m, records in runs.items()}
     )
     fig, (by_round, by_wall) = plt.subplots(1, 2, figsize=(11.5, 4.4))
     rows = [
-        "| method | final average accuracy | IFCA's test accuracy | final worst accuracy | ARI round 1 | "
-        "ARI final | rounds to 90 % of final | wall |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | rounds | average accuracy | IFCA's test accuracy | worst accuracy | ARI round 1 | "
+        "ARI last | rounds to 90 % of last | wall of the rounds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, method in enumerate(methods):
         if method not in runs:
-            rows.append(f"| {LABELS.get(method, method)} | not run | | | | | | |")
+            rows.append(f"| {LABELS.get(method, method)} | not run | | | | | | | |")
             continue
-        records, summary = runs[method]
+        records = runs[method]
         label = LABELS.get(method, method) + (
             f" (same as {LABELS.get(same[method], same[method])})" if method in same else ""
         )
@@ -146,12 +163,12 @@ def report(out: Path, methods: list[str], seed: int) -> str:
         by_round.plot(rounds, accuracy, **style)
         by_wall.plot(wall, accuracy, **style)
         rows.append(
-            f"| {LABELS.get(method, method)} | {accuracy[-1]:.2f} % | "
+            f"| {LABELS.get(method, method)} | {rounds[-1]} | {accuracy[-1]:.2f} % | "
             f"{100 * ifca_test_accuracy(out / f'{method}_s{seed}'):.2f} % | {100 * records[-1]['worst_acc']:.2f} % | "
             f"{records[0]['ari']:.3f} | {records[-1]['ari']:.3f} | {rounds_to(0.9, accuracy)} | "
-            f"{summary['wall_s'] / 60:.1f} min |"
+            f"{wall[-1]:.1f} min |"
         )
-    _round_axis(by_round, {r["round"] for records, _ in runs.values() for r in records})
+    _round_axis(by_round, {r["round"] for records in runs.values() for r in records})
     for ax, label in ((by_round, "round"), (by_wall, "the server's wall time in rounds (minutes)")):
         ax.set_xlabel(label)
         ax.set_ylabel("average silo test accuracy (%)")
@@ -161,7 +178,8 @@ def report(out: Path, methods: list[str], seed: int) -> str:
     fig.tight_layout()
     fig.savefig(out / "accuracy.png", dpi=120)
     plt.close(fig)
-    return "\n".join(rows)
+    table = "\n".join(rows)
+    return f"{table}\n\nAverage silo test accuracy by round:\n\n{accuracy_by_round(runs)}" if runs else table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--resume", action="store_true", help="skip the methods whose run has finished")
+    parser.add_argument(
+        "--resume", action="store_true", help="skip the methods whose run has finished, continue the stopped ones"
+    )
+    parser.add_argument(
+        "--stop-after-round", type=int, metavar="N", help="run each method to round N (to be continued with --resume)"
+    )
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="[METHOD:]KEY=VALUE")
     args = parser.parse_args(argv)

@@ -11,7 +11,9 @@ update similarities S) from the first seed's run (`heatmap_<method>.png`).
 The config's own strategy keeps the settings the file gives it; every other method starts
 from its defaults (`--set strategy.name=<method>`). `--set key=value` applies to every
 method, `--set pacfl:strategy.beta=600` to one. `--resume` skips the runs whose
-`summary.json` exists.
+`summary.json` exists and continues a run that stopped before its end (Ctrl-C, or after
+`runtime.stop_after_round`) from its checkpoint; a run stopped at that round is skipped, so
+that one command with `--set runtime.stop_after_round=N --resume` brings every run to round N.
 
 Nothing runs or is written before every run's config is valid and the data they read are
 ready (missing data: one line, exit code 2). Each job's console lines reach the console as
@@ -38,6 +40,7 @@ from . import console, strategies
 from .cli import NO_MPIRUN, config_error, find_mpirun, split_list
 from .config import Config, ConfigError, load_config
 from .console import count, say, warn
+from .runtime.checkpoint import checkpoint_round
 from .runtime.stop import EXIT_INTERRUPTED
 
 PROG = "cfl_mpi.compare"  # config errors name the command
@@ -57,7 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     parser.add_argument("--out", help="folder for the runs and the tables (default: runs/compare_<name>)")
-    parser.add_argument("--resume", action="store_true", help="skip runs whose summary.json exists")
+    parser.add_argument(
+        "--resume", action="store_true", help="skip finished runs, continue stopped ones from their checkpoint"
+    )
     talk = parser.add_mutually_exclusive_group()
     talk.add_argument("--quiet", action="store_true", help="warnings only, from this command and its jobs")
     talk.add_argument("--verbose", action="store_true", help="each job's rounds in detail too")
@@ -108,23 +113,32 @@ def file_strategy(config: str) -> str | None:
 
 
 def launch(
-    mpirun: str | None, ranks: int, config: str, out: Path, sets: list[str], tag: str, talk: tuple[str, ...] = ()
+    mpirun: str | None,
+    ranks: int,
+    config: str,
+    out: Path,
+    sets: list[str],
+    tag: str,
+    talk: tuple[str, ...] = (),
+    resume: bool = False,
 ) -> tuple[int, float]:
     """One job (MPI, or the simulator when `mpirun` is None); its output goes to out/log.txt and,
     line by line as it comes, to the console after `tag` (the job's round lines are its
     progress: minutes of silence otherwise). Returns (exit code, wall seconds).
 
-    The run folders are the comparison's own: a run not skipped by `--resume` starts over
-    there (`--overwrite`) rather than being refused for the unfinished run it holds."""
+    The run folders are the comparison's own: a run not continued (`resume`: from its
+    checkpoint, its log appended to) starts over there (`--overwrite`) rather than being
+    refused for the unfinished run it holds."""
     out.mkdir(parents=True, exist_ok=True)
     start_cmd = (
         [mpirun, "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main"]
         if mpirun
         else [sys.executable, "-m", "cfl_mpi.simulate"]
     )
-    cmd = [*start_cmd, config, "--out", str(out), "--overwrite", *talk, *[a for s in sets for a in ("--set", s)]]
+    where = ["--resume", str(out)] if resume else ["--out", str(out), "--overwrite"]
+    cmd = [*start_cmd, config, *where, *talk, *[a for s in sets for a in ("--set", s)]]
     start = time.monotonic()
-    with open(out / "log.txt", "wb") as log:
+    with open(out / "log.txt", "ab" if resume else "wb") as log:
         log.write((" ".join(cmd) + "\n").encode())
         log.flush()
         job = subprocess.Popen(
@@ -302,20 +316,26 @@ def run(plan: Plan) -> int:
     jobs = [(method, seed) for method in plan.methods for seed in plan.seeds]
     for i, (method, seed) in enumerate(jobs, 1):
         run_dir, head = plan.out / f"{method}_s{seed}", f"[{i}/{len(jobs)}] {method} seed {seed}"
+        cfg = plan.configs[method, seed]
+        after = checkpoint_round(run_dir) if plan.resume else None
         if plan.resume and (run_dir / "summary.json").exists():
             say(f"{head}: done before, skipped ({run_dir})")
             continue
+        if after is not None and cfg.runtime.stop_after_round is not None and after >= cfg.runtime.stop_after_round:
+            say(f"{head}: stopped after round {after} before, as runtime.stop_after_round asks: skipped ({run_dir})")
+            continue
         (run_dir / "summary.json").unlink(missing_ok=True)
-        say(f"{head}: running; log {run_dir / 'log.txt'}")
+        say(f"{head}: {f'continuing after round {after}' if after else 'running'}; log {run_dir / 'log.txt'}")
         with Interrupts() as interrupts:
             code, wall = launch(
                 plan.mpirun,
-                plan.configs[method, seed].world_size,
+                cfg.world_size,
                 plan.config,
                 run_dir,
                 run_overrides(method, seed, plan.overrides, plan.file_method),
                 f"  [{method} s{seed}]",
                 plan.talk,
+                resume=bool(after),
             )
         if interrupts.count:
             print(
@@ -325,12 +345,15 @@ def run(plan: Plan) -> int:
                 flush=True,
             )
             return EXIT_INTERRUPTED
+        stopped = checkpoint_round(run_dir)
         if code == 0 and (run_dir / "summary.json").exists():
             summary = json.loads((run_dir / "summary.json").read_text())
             say(
                 f"{head}: done in {wall:.0f} s: {outcome(method, summary)} ({summary['wall_s']:.0f} s of rounds, "
                 f"the table's wall time; the rest is start-up and writing the results)"
             )
+        elif code == 0 and stopped == cfg.runtime.stop_after_round:
+            say(f"{head}: stopped after round {stopped} in {wall:.0f} s; continue with the same command and --resume")
         else:
             failed.append((method, seed))
             warn(

@@ -285,7 +285,7 @@ def _validate(cfg: Config) -> None:
         f"strategy.name: {cfg.strategy.name} trains the true clusters, and the data set knows none "
         "(give the manifest a group column, or choose another strategy)",
     )
-    for problem in cfg.runtime.problems(cfg.silos, cfg.model.name):
+    for problem in cfg.runtime.problems(cfg.silos, cfg.model.name, cfg.train.rounds):
         raise ConfigError(problem)
 
 

@@ -392,6 +392,35 @@ def test_compare_resume_skips_finished_runs(compared):
     assert "| PACFL |" in (out / "table.md").read_text() and time.monotonic() - start < 120
 
 
+@pytest.mark.job
+def test_compare_resume_continues_a_run_stopped_after_its_round(tmp_path):
+    """A long comparison in pieces: `runtime.stop_after_round` stops each run with its
+    checkpoint; the same command with --resume skips a run stopped there, and without the stop
+    continues it from its checkpoint to the end."""
+
+    def compare(*extra: str) -> subprocess.CompletedProcess:
+        sets = ["silos=4", "train.local_epochs=1", *SMALL, "train.rounds=3", *extra]
+        cmd = [sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--methods", "fedavg", "--seeds", "0"]
+        cmd += ["--out", str(tmp_path), "--backend", "simulate", "--resume", *(a for s in sets for a in ("--set", s))]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+    run = tmp_path / "fedavg_s0"
+    first = compare("runtime.stop_after_round=2")
+    assert first.returncode == 0, first.stderr
+    assert "[1/1] fedavg seed 0: stopped after round 2 in" in first.stdout and not (run / "summary.json").exists()
+    again = compare("runtime.stop_after_round=2")
+    assert "stopped after round 2 before, as runtime.stop_after_round asks: skipped" in again.stdout
+    rest = compare()
+    assert rest.returncode == 0, rest.stderr
+    assert "[1/1] fedavg seed 0: continuing after round 2" in rest.stdout
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2, 3]
+    assert json.loads((run / "summary.json").read_text())["resumed_after_round"] == 2
+    log = (run / "log.txt").read_text()
+    assert log.count("cfl_mpi.simulate") == 2 and f"--resume {run}" in log  # both pieces, appended
+
+
 def test_without_known_groups_the_table_has_no_ari_column():
     """Silos of one's own without a manifest group: no ARI to show, so no column for one."""
     runs = [{"avg_acc": 0.9, "worst_acc": 0.8, "ari": None, "wall_s": 3.0, "n_clusters": 2}]

@@ -57,6 +57,8 @@ def test_valid_config_and_overrides(tmp_path):
         ("strategy.fedwad_support=100000", "strategy.fedwad_support", "sample_cap"),
         ("data.silo_images=1", "data.silo_images", "at least 2 images"),
         ("runtime.device=gpu", "runtime.device", "expected one of 'auto', 'cpu', 'cuda'"),
+        ("runtime.stop_after_round=3", "runtime.stop_after_round", "between 1 and train.rounds (2)"),
+        ("runtime={checkpoint: false, stop_after_round: 1}", "runtime.stop_after_round", "runtime.checkpoint true"),
     ],
 )
 def test_errors_name_the_field(tmp_path, override, field, words):

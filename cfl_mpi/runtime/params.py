@@ -138,6 +138,10 @@ class RuntimeConfig:
     heartbeat_timeout_s: float = 30.0
     # Write the server's checkpoint (results folder, `checkpoint/`) after every round.
     checkpoint: bool = True
+    # Stop after this round, as after SLURM's warning (checkpoint written, exit code 0), to be
+    # continued with --resume: a long run in pieces that each fit a machine's time. null: run
+    # every round.
+    stop_after_round: int | None = None
     # What a silo whose own computation fails does (an exception in its data, training or
     # evaluation: a file gone, a NaN or inf loss, out of memory): abort ends the job, naming it;
     # drop lets it leave the federation (console, failure.txt and metrics.jsonl's `dropped`
@@ -167,8 +171,16 @@ class RuntimeConfig:
     # the round, so a batched run too is a function of its config and seed.
     silo_training: Literal["auto", "batched", "one_by_one"] = "auto"
 
-    def problems(self, silos: int, model: str) -> Iterator[str]:
+    def problems(self, silos: int, model: str, rounds: int) -> Iterator[str]:
         """One config-error line per value the types cannot rule out (`runtime.<key>: …`)."""
+        if self.stop_after_round is not None:
+            if not 1 <= self.stop_after_round <= rounds:
+                yield (
+                    f"runtime.stop_after_round: must lie between 1 and train.rounds ({rounds}) or be null, "
+                    f"got {self.stop_after_round}"
+                )
+            elif not self.checkpoint:
+                yield "runtime.stop_after_round: needs runtime.checkpoint true (the run continues from it)"
         if self.message_timeout_s <= 0:
             yield "runtime.message_timeout_s: must be positive"
         if self.payload_timeout_s <= 0:

@@ -134,6 +134,8 @@ class Server:
                 size, seconds = self.checkpoint(t)
                 record["checkpoint"] = {"bytes": size, "seconds": round(seconds, 4)}
             recorder.write(record)
+            if t == self.cfg.runtime.stop_after_round and t < self.cfg.train.rounds:
+                self.stop.request(f"runtime.stop_after_round is {t}")
         wait_all([self.channel.isend(c, Control(STOP, 0, 0), t + 1) for c in self.reachable()])
         wait_all(self.farewells)
         if t < self.cfg.train.rounds:

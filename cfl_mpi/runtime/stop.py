@@ -34,6 +34,10 @@ class StopRequest:
         1 after the run's own stop."""
         return EXIT_INTERRUPTED if self.reason == signal.SIGINT.name else 1 if self.failed else 0
 
+    def request(self, reason: str) -> None:
+        """Stop after this round, as SLURM's warning asks (the checkpoint is written, exit code 0)."""
+        self.reason = self.reason or reason
+
     def fail(self, reason: str) -> None:
         """Stop after this round, as a failed run (the checkpoint is written)."""
         self.reason, self.failed = self.reason or reason, True

@@ -183,6 +183,20 @@ def test_the_simulator_names_a_failing_silo_and_stops_every_party(tmp_path, kind
 
 
 @pytest.mark.job
+def test_stop_after_round_checkpoints_and_a_resume_finishes_the_run(tmp_path):
+    """A long run in pieces (runtime.stop_after_round, not part of the experiment): the first
+    piece stops after its round with the checkpoint and no summary, the resume plays the rest."""
+    settings = [*FOUR, "strategy.name=fedavg", "train.rounds=3", f"out={tmp_path}"]
+    cfg = load_config(PROJECT_ROOT / DIGITS, [*settings, "runtime.stop_after_round=2"])
+    assert simulate(cfg) is None
+    assert load_checkpoint(tmp_path).round == 2 and len(records(tmp_path)) == 2
+    assert not (tmp_path / "summary.json").exists()
+    summary = simulate(load_config(PROJECT_ROOT / DIGITS, settings), resume=True)
+    assert summary is not None and summary["resumed_after_round"] == 2
+    assert [r["round"] for r in records(tmp_path)] == [1, 2, 3]
+
+
+@pytest.mark.job
 def test_half_participation_measures_co_sampled_pairs_and_reaches_ari_one(tmp_path):
     """Appendix E.4: 4 of 8 silos train per round; a pair is measured the first round both
     train. With two rotations (four silos each) every silo is linked to its cluster within
