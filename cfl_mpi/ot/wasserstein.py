@@ -5,7 +5,8 @@ an optimal plan is a permutation matrix), which scipy's `linear_sum_assignment` 
 faster than a network simplex on the full plan. With m = k·n (k a small integer) it is one
 too: each of the n points, repeated k times with weight 1/(kn), is the same measure, so W1
 is the assignment cost of the k-fold repeated cost matrix; its many ties suit LAPJV (`lap`,
-from lapx). `benchmarks/w1.py` measures all three. POT's `emd2` covers any other n ≠ m.
+from lapx). `benchmarks/w1.py` measures all three. POT's `emd2` covers any other n ≠ m;
+`assignment_sizes` says how far two clouds are cut for W1 to be an assignment problem.
 Sinkhorn (entropic, Cuturi 2013) is the approximate variant of Appendix E.2.
 """
 
@@ -29,6 +30,7 @@ __all__ = [
     "squared_euclidean_cost",
     "transport_cost",
     "unit_rows",
+    "assignment_sizes",
     "w1",
     "w1_assignment",
     "w1_emd",
@@ -105,6 +107,14 @@ def w1_assignment(cost: np.ndarray) -> float:
     return float(cost[rows, cols].mean())
 
 
+def assignment_sizes(n: int, m: int) -> tuple[int, int]:
+    """The sizes (n', m') ≤ (n, m) whose uniform W1 is an assignment problem (`w1_repeated`):
+    the smaller kept, the larger cut to the largest multiple of it, at most MAX_REPEAT-fold."""
+    small = min(n, m)
+    large = small * min(MAX_REPEAT, max(n, m) // small)
+    return (small, large) if n <= m else (large, small)
+
+
 def w1_repeated(cost: np.ndarray) -> float:
     """Exact W1 for n and m = k·n uniform points (or n = k·m): the assignment cost of the
     cost matrix with each point of the smaller side repeated k times, by LAPJV."""
@@ -113,7 +123,7 @@ def w1_repeated(cost: np.ndarray) -> float:
     if large % small:
         raise ValueError(f"w1_repeated needs one size a multiple of the other, got {cost.shape}")
     square = np.repeat(cost, large // small, axis=0 if n < m else 1)
-    from .solvers import lapjv
+    from lap import lapjv  # lapx alone: the silos' τ and noise need no other solver
 
     _, cols, _ = lapjv(square)
     return float(square[np.arange(large), cols].mean())

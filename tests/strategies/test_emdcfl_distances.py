@@ -29,3 +29,60 @@ def test_a_batch_of_pairs_gives_each_pairs_distance_bit_for_bit(setting):
     assert batched.shape == (len(sizes),)
     for k, (x, y) in enumerate(zip(xs, ys)):
         assert batched[k] == pair_distance(distance, x, y), (k, sizes[k])
+
+
+def uniform_w1(x: np.ndarray, y: np.ndarray, metric: str) -> float:
+    """The plain reference: POT's network simplex on the full plan."""
+    import ot
+
+    from cfl_mpi.ot.wasserstein import ground_cost
+
+    n, m = len(x), len(y)
+    return float(ot.emd2(np.full(n, 1 / n), np.full(m, 1 / m), ground_cost(x, y, metric), numItermax=10_000_000))
+
+
+@pytest.mark.parametrize("n,m,cut", [(40, 40, (40, 40)), (41, 40, (40, 40)), (25, 60, (25, 50)), (11, 90, (11, 44))])
+@pytest.mark.parametrize("metric", ["cosine", "chordal"])
+def test_tau_is_w1_between_the_clouds_cut_to_assignment_sizes(n, m, cut, metric):
+    """τ by LAPJV alone: POT's W1 at equal sizes; at unequal ones POT's W1 between the larger
+    cloud's evenly spaced rows, as many as a multiple of the smaller (at most 4-fold)."""
+    from cfl_mpi.ot.wasserstein import assignment_sizes
+
+    distance = distance_of(EmdCflConfig(ground_cost=metric))
+    rng = np.random.default_rng(n + m)
+    x, y = rng.normal(size=(n, 12)) + 0.4, rng.normal(size=(m, 12))
+    assert assignment_sizes(n, m) == cut
+    keep_x = np.linspace(0, n - 1, cut[0]).round().astype(int)
+    keep_y = np.linspace(0, m - 1, cut[1]).round().astype(int)
+    assert len(set(keep_x)) == cut[0] and len(set(keep_y)) == cut[1]
+    np.testing.assert_allclose(distance.tau_between(x, y), uniform_w1(x[keep_x], y[keep_y], metric), rtol=1e-12)
+    if n == m:
+        assert distance.tau_between(x, y) == pair_distance(distance, x, y)  # the paper's τ, to the bit
+
+
+def test_an_emd_cfl_silo_computes_its_tau_and_noise_with_lapjv_alone():
+    """The exact solver's silo loads `lap` for its τ and noise, never POT, scipy.optimize or
+    scikit-learn (about a second of every silo rank's start-up); its server still loads them."""
+    import subprocess
+    import sys
+
+    from conftest import PROJECT_ROOT
+
+    code = (
+        "import sys, numpy as np\n"
+        "from cfl_mpi.config import load_config\n"
+        "from cfl_mpi.runtime.halves import run_facts\n"
+        "from cfl_mpi.strategies.emdcfl.silo import EmdCflSilo\n"
+        "cfg = load_config('configs/digits.yaml')\n"
+        "silo = EmdCflSilo(cfg.strategy, run_facts(cfg))\n"
+        "for name in silo.modules(): __import__(name)\n"
+        "rng = np.random.default_rng(0)\n"
+        "z_own, z_val = rng.normal(size=(37, 16)), rng.normal(size=(30, 16))\n"
+        "d = silo.parts.distance\n"
+        "print(d.reference(z_own, z_val, 14, rng), d.tau_between(z_own, z_val))\n"
+        "print(sorted(m for m in ('ot', 'scipy.optimize', 'sklearn') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
+    assert "cfl_mpi.ot.solvers" in distance_of(EmdCflConfig()).modules

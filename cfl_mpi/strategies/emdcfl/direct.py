@@ -36,6 +36,10 @@ class Direct:
     def needs_every_peer(self) -> bool:
         return False  # a pair of a silo that left stays unmeasured
 
+    @property
+    def silo_modules(self) -> tuple[str, ...]:
+        return ()  # the server solves every pair
+
     def report(
         self,
         ctx: SiloRound,

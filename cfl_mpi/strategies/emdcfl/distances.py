@@ -18,7 +18,15 @@ from typing import Protocol
 import numpy as np
 
 from ...ot.energy import energy_distances
-from ...ot.wasserstein import GroundCost, Solver, ground_costs, transport_cost
+from ...ot.wasserstein import (
+    GroundCost,
+    Solver,
+    assignment_sizes,
+    ground_cost,
+    ground_costs,
+    transport_cost,
+    w1_repeated,
+)
 from ...privacy.handshake import random_projection
 
 # Pairs stacked into one array computation at most: a few dozen ~100-point clouds keep the
@@ -35,6 +43,11 @@ def projected_dim(proj_ratio: float, embedding_dim: int) -> int:
 def sample_size(fraction: float, cap: int, n_train: int) -> int:
     """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph)."""
     return max(2, min(math.ceil(fraction * n_train), cap, n_train))
+
+
+def evenly_spaced(x: np.ndarray, k: int) -> np.ndarray:
+    """k of x's rows spread evenly over it, first and last kept (all of them where k = len(x))."""
+    return x if k == len(x) else x[np.linspace(0, len(x) - 1, k).round().astype(np.int64)]
 
 
 def stacked(xs: list[np.ndarray], ys: list[np.ndarray]) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
@@ -55,7 +68,11 @@ class PairDistance(Protocol):
 
     @property
     def modules(self) -> tuple[str, ...]:
-        """What a party measuring with it loads before round 1."""
+        """What the server, which measures the pairs with it, loads before round 1."""
+
+    @property
+    def silo_modules(self) -> tuple[str, ...]:
+        """What a silo, which takes its τ and noise with it, loads before round 1."""
 
     def between(self, xs: list[np.ndarray], ys: list[np.ndarray]) -> np.ndarray:
         """The distance of each pair (xs[k], ys[k])."""
@@ -79,14 +96,14 @@ class Unprojected:
 
     per_pair = False
 
-    def in_noise(self, d: PairDistance, own: np.ndarray, second: np.ndarray, r: np.ndarray) -> float:
+    def in_noise(self, d: Transport, own: np.ndarray, second: np.ndarray, r: np.ndarray) -> float:
         """The reference a null draw subtracts (own: the draw's subset of Z_{c|c}, unprojected)."""
         return pair_distance(d, own, second)
 
     def of_silo(
-        self, d: PairDistance, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
+        self, d: Transport, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
     ) -> float | None:
-        return pair_distance(d, z_own, z_val)
+        return d.tau_between(z_own, z_val)
 
 
 class FullProjection(Unprojected):
@@ -94,10 +111,10 @@ class FullProjection(Unprojected):
     the authors' code does (`tau_projection: full`)."""
 
     def of_silo(
-        self, d: PairDistance, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
+        self, d: Transport, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
     ) -> float | None:
         r = random_projection(rng, z_own.shape[1], z_own.shape[1], projection)
-        return pair_distance(d, z_own @ r, z_val @ r)
+        return d.tau_between(z_own @ r, z_val @ r)
 
 
 class PerPair:
@@ -105,11 +122,11 @@ class PerPair:
 
     per_pair = True
 
-    def in_noise(self, d: PairDistance, own: np.ndarray, second: np.ndarray, r: np.ndarray) -> float:
+    def in_noise(self, d: Transport, own: np.ndarray, second: np.ndarray, r: np.ndarray) -> float:
         return pair_distance(d, own @ r, second @ r)
 
     def of_silo(
-        self, d: PairDistance, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
+        self, d: Transport, z_own: np.ndarray, z_val: np.ndarray, rng: np.random.Generator, projection: str
     ) -> float | None:
         return None
 
@@ -135,9 +152,29 @@ class Transport:
 
     @property
     def modules(self) -> tuple[str, ...]:
-        """The assignment solvers and POT's simplex (for clouds of unequal sizes, as τ's
-        training and validation samples mostly are) for exact W1, POT for Sinkhorn."""
+        """The assignment solvers and POT's simplex (for the pairs of silos of unequal sizes)
+        for exact W1, POT for Sinkhorn."""
         return {"sinkhorn": ("cfl_mpi.ot.pot",)}.get(self.solver, ("cfl_mpi.ot.solvers",))
+
+    @property
+    def silo_modules(self) -> tuple[str, ...]:
+        """LAPJV alone for exact W1 (τ and the noise are assignment problems: `tau_between`,
+        `reference`), POT for Sinkhorn."""
+        return {"sinkhorn": ("cfl_mpi.ot.pot",)}.get(self.solver, ("lap",))
+
+    def tau_between(self, z_own: np.ndarray, z_val: np.ndarray) -> float:
+        """τ's W1 (Alg. 1, line 14) between the silo's training and validation clouds. For the
+        exact solver the larger cloud is first cut to a size whose W1 against the other is an
+        assignment problem (`assignment_sizes`: a multiple of the smaller), solved by LAPJV: τ
+        at equal sizes is the paper's to the bit, and a silo needs neither POT's network simplex
+        nor scipy.optimize, whose imports cost every silo rank about a second before round 1
+        (docs/PERFORMANCE.md, "Lean silo ranks"). The cut keeps evenly spaced rows: both clouds
+        are in the order of the data set's pool, which may follow its sources (MNIST's test
+        split does), so a systematic sample, not the first rows."""
+        if self.solver == "sinkhorn":
+            return pair_distance(self, z_own, z_val)
+        n, m = assignment_sizes(len(z_own), len(z_val))
+        return w1_repeated(ground_cost(evenly_spaced(z_own, n), evenly_spaced(z_val, m), self.ground_cost))
 
     def between(self, xs: list[np.ndarray], ys: list[np.ndarray]) -> np.ndarray:
         """Each pair's W1, the ground-cost matrices of equal shapes computed stacked."""
@@ -186,7 +223,7 @@ class Transport:
         so that line 16 subtracts it in the space where W1(Z_{c|c} R, Z_{c'|c} R) was measured
         and the projection's distortion of the two cancels: on small silos it is most of W's
         spread (docs/SMALL_SILOS.md)."""
-        return pair_distance(self, zr_own, z_val @ r)
+        return self.tau_between(zr_own, z_val @ r)
 
 
 @dataclass(frozen=True)
@@ -205,6 +242,10 @@ class Energy:
 
     @property
     def modules(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def silo_modules(self) -> tuple[str, ...]:
         return ()
 
     def between(self, xs: list[np.ndarray], ys: list[np.ndarray]) -> np.ndarray:

@@ -27,6 +27,7 @@ from ...ot.wasserstein import unit_rows
 from ...wire.messages import ProtocolError
 from ..base import ServerRound, SiloRound
 from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
+from ..fedwad.halves import FEDWAD_SOLVERS
 from .measurement import Record, Reference, SendReady
 from .messages import Projected, ReferenceReport
 from .pairs import SERVE
@@ -52,6 +53,10 @@ class FedWaD:
     @property
     def needs_every_peer(self) -> bool:
         return True  # a job needs both of its silos until it ends
+
+    @property
+    def silo_modules(self) -> tuple[str, ...]:
+        return FEDWAD_SOLVERS  # the silos compute the interpolating measures' plans
 
     def params(self) -> FedWaDParams:
         return FedWaDParams(p=self.p, n_iter=self.iterations, dim=self.dim_r, max_support=self.support or self.max_rows)

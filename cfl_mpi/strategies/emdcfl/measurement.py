@@ -58,6 +58,10 @@ class Measurement(Protocol):
     def needs_every_peer(self) -> bool:
         """Whether a pair's entry needs both silos until it is measured (none may leave)."""
 
+    @property
+    def silo_modules(self) -> tuple[str, ...]:
+        """What its silo half solves with, loaded before round 1."""
+
     def report(
         self,
         ctx: SiloRound,

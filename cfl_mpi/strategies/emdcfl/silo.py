@@ -158,7 +158,11 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         return parts(params, run).needs_every_peer
 
     def modules(self) -> tuple[str, ...]:
-        return (*self.parts.distance.modules, "cryptography.hazmat.backends.openssl")  # X25519's, else at the 1st key
+        return (
+            *self.parts.distance.silo_modules,
+            *self.parts.measurement.silo_modules,
+            "cryptography.hazmat.backends.openssl",  # X25519's, else at the first key
+        )
 
     def before_training(self, ctx: SiloRound) -> None:
         self.waits = PartnerWaits(ctx.channel, ctx.round)
