@@ -42,8 +42,9 @@ METHODS = ("emdcfl", "ifca", "fedavg", "oracle")
 LABELS = {"emdcfl": "EMD-CFL", "ifca": "IFCA", "fedavg": "FedAvg", "oracle": "Oracle"}
 
 
-def run_methods(args: argparse.Namespace, out: Path) -> None:
-    """compare's jobs, one per method, on the experiment's settings."""
+def run_methods(args: argparse.Namespace, out: Path) -> int:
+    """compare's jobs, one per method, on the experiment's settings; compare's exit code (1 if
+    a run failed: the others are reported all the same)."""
     sets = [
         f"silos={args.silos}",
         f"train.rounds={args.rounds}",
@@ -67,7 +68,7 @@ def run_methods(args: argparse.Namespace, out: Path) -> None:
         str(out),
         *(a for s in sets for a in ("--set", s)),
     ]
-    subprocess.run(command + (["--resume"] if args.resume else []), cwd=ROOT, check=True)
+    return subprocess.run(command + (["--resume"] if args.resume else []), cwd=ROOT).returncode
 
 
 def ifca_test_accuracy(run: Path, clients_of: int = 100) -> float:
@@ -182,7 +183,7 @@ def report(out: Path, methods: list[str], seed: int) -> str:
     return f"{table}\n\nAverage silo test accuracy by round:\n\n{accuracy_by_round(runs)}" if runs else table
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist", type=Path, help="folder of MNIST's files (the config's data.pool says which)")
     parser.add_argument("--config", default=CONFIG, help=f"the experiment's config (default {CONFIG})")
@@ -203,11 +204,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.methods = args.methods.split(",")
     out = (args.out or Path(f"runs/ifca_experiment_c{args.silos}_t{args.rounds}")).resolve()
+    code = 0
     if not args.report_only:
         if args.mnist is None:
             parser.error("--mnist DIR is needed to run the jobs")
         args.mnist = args.mnist.resolve()
-        run_methods(args, out)
+        code = run_methods(args, out)
     table = report(out, args.methods, args.seed)
     text = (
         f"# IFCA's rotated MNIST: C = {args.silos} on {args.silo_ranks} silo ranks, {args.rounds} rounds, "
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     (out / "experiment.md").write_text(text)
     print(text)
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
