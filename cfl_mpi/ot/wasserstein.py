@@ -24,13 +24,13 @@ GroundCost = Literal["cosine", "chordal", "euclidean", "sqeuclidean"]
 Solver = Literal["exact", "sinkhorn"]
 
 __all__ = [
+    "assignment_sizes",
     "cosine_cost",
     "ground_cost",
     "ground_costs",
     "squared_euclidean_cost",
     "transport_cost",
     "unit_rows",
-    "assignment_sizes",
     "w1",
     "w1_assignment",
     "w1_emd",

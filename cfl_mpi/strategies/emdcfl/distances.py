@@ -160,7 +160,7 @@ class Transport:
     def silo_modules(self) -> tuple[str, ...]:
         """LAPJV alone for exact W1 (τ and the noise are assignment problems: `tau_between`,
         `reference`), POT for Sinkhorn."""
-        return {"sinkhorn": ("cfl_mpi.ot.pot",)}.get(self.solver, ("lap",))
+        return self.modules if self.solver == "sinkhorn" else ("lap",)
 
     def tau_between(self, z_own: np.ndarray, z_val: np.ndarray) -> float:
         """τ's W1 (Alg. 1, line 14) between the silo's training and validation clouds. For the
