@@ -24,6 +24,13 @@ and how much waiting ranks slow a working one.
    in order and sends its own clouds. Seconds until the server holds every silo's clouds, and
    the CPU seconds of each rank: the channel's share of the stage's burst, in which 1,200
    silo threads of a rank wake at once.
+6. An update fan-in at C = 2,400 (`--worker fanin --parties 1200` under `mpirun -n 3`): every
+   silo of the two silo ranks sends the server an update of IFCA's MLP (784-200-10, 636 KB),
+   which the server takes only after FAN_IN_DELAY_S (it is still waiting for the last silos'
+   identity step, say), while each silo rank's main thread computes as a compute worker does.
+   That work's seconds with the rank's silos waiting on their sends against alone (the same
+   process, just before), the seconds until the server holds every update, and each rank's
+   CPU seconds and context switches.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ WAITING = 8
 PARTIES = (1, 100, 500)  # silos waiting on one rank
 FAN_OUT = (100, 1200)  # silos on each of two ranks, each sent one message (a staged plan's shape)
 HANDSHAKE_PARTIES = 1200  # silos on each of two ranks: C = 2,400
+FAN_IN_DELAY_S = 5.0  # the server takes the updates this long after they are sent
+FAN_IN_WORK = 60  # the silo ranks' work meanwhile (a few seconds on one core)
 WAIT_S = 5.0
 PATHS = ("channel", "raw, reused buffer", "raw, fresh buffer")
 
@@ -143,7 +152,7 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
         RankLayout(parties, 1)
         if mode == "parties"
         else RankLayout(parties * (size - 1), size - 1)
-        if mode in ("fanout", "handshake")
+        if mode in ("fanout", "handshake", "fanin")
         else RankLayout(size - 1, size - 1)
     )
     here = [SERVER] if rank == 0 else list(layout.silos_on(rank))
@@ -192,6 +201,8 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
                 print(f"{slowest[0]:.3f}", flush=True)
         elif mode == "handshake":
             placing_stage(comm, layout, channels)
+        elif mode == "fanin":
+            update_fan_in(comm, layout, channels, repeats)
         elif rank == 0:  # waiting: rank 0 works; every other rank waits in recv until it is done
             seconds = work(repeats)
             for silo in range(size - 1):
@@ -270,10 +281,55 @@ def placing_stage(comm, layout, channels) -> None:
         )
 
 
+def update_fan_in(comm, layout, channels, repeats: int) -> None:
+    """Section 6: the silos' updates wait for a busy server while their rank computes."""
+    from cfl_mpi.channel import SERVER
+    from cfl_mpi.wire.messages import Expect, message_kind
+
+    update_kind = message_kind("bench_update")
+    # IFCA's MLP (784-200-10); the silos of a rank send views of one set of arrays
+    update = {"w0": np.ones((200, 784), np.float32), "b0": np.ones(200, np.float32)}
+    update |= {"w1": np.ones((10, 200), np.float32), "b1": np.ones(10, np.float32)}
+    alone = work(repeats) if comm.Get_rank() else 0.0
+    comm.Barrier()
+    start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    if comm.Get_rank() == 0:
+        time.sleep(FAN_IN_DELAY_S)
+        expect = Expect.like(update_kind, 0, update)
+        for _ in channels[0].recv_each(range(layout.silos), lambda _: expect):
+            pass
+        waited = 0.0
+    else:
+        threads = [threading.Thread(target=c.send, args=(SERVER, update_kind, 0, update)) for c in channels]
+        for t in threads:
+            t.start()
+        waited = work(repeats)
+        for t in threads:
+            t.join()
+    end = resource.getrusage(resource.RUSAGE_SELF)
+    rows = comm.gather(
+        (
+            time.perf_counter() - start,
+            waited / alone if alone else 0.0,
+            end.ru_utime - usage.ru_utime + end.ru_stime - usage.ru_stime,
+            end.ru_nvcsw - usage.ru_nvcsw + end.ru_nivcsw - usage.ru_nivcsw,
+        ),
+        root=0,
+    )
+    if comm.Get_rank() == 0:  # wall, the silo ranks' work with senders waiting / alone, CPU and switches per rank
+        print(
+            f"{max(r[0] for r in rows):.2f} s | "
+            + ", ".join(f"{r[1]:.2f}" for r in rows[1:])
+            + " | "
+            + " | ".join(f"{cpu:.2f} s, {switches / 1000:.0f}k" for _, _, cpu, switches in rows),
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", choices=["transfer", "waiting", "parties", "fanout", "handshake"])
+    parser.add_argument("--worker", choices=["transfer", "waiting", "parties", "fanout", "handshake", "fanin"])
     parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -328,6 +384,14 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(repeats):
         wall, ranks = launch(3, "handshake", 1, HANDSHAKE_PARTIES).strip().split(" s | ", 1)
         print(f"| | {wall} | {ranks} |", flush=True)
+    print(
+        "\n| updates of 1,200 silos on each of 2 ranks, taken after "
+        f"{FAN_IN_DELAY_S:g} s | seconds | work with the senders waiting / alone, ranks 1, 2 | rank 0, 1, 2: "
+        "CPU seconds, context switches |\n|---|---|---|---|"
+    )
+    for _ in range(repeats):
+        wall, work_ratios, ranks = launch(3, "fanin", FAN_IN_WORK, HANDSHAKE_PARTIES).strip().split(" | ", 2)
+        print(f"| | {wall} | {work_ratios} | {ranks} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ agreed, a failure on any rank aborts the whole job.
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -85,7 +86,9 @@ class MpiBackend:
     def abort(self) -> NoReturn:
         time.sleep(ABORT_GRACE_S)
         self.comm.Abort(1)
-        raise AssertionError("unreachable: MPI_Abort returned")
+        # MPICH's MPI_Abort has returned in the inbox's thread (a node's loss, while the job was
+        # already going down): end the process here, not with an error that buries the cause
+        os._exit(1)
 
     def finish(self) -> None:
         """MPI_Finalize waits for every rank, spinning: the silos, done at STOP, wait here

@@ -64,11 +64,11 @@ PAYLOAD_MAX_SLEEP_S = 1e-3
 # polls every runtime.max_poll_sleep_ms, and its large sends (a server's models to hundreds of
 # silos) crawl (docs/PERFORMANCE.md, "Sends in flight").
 SENDING_MAX_SLEEP_S = 1e-3
-# The inbox tests only this many of its rank's oldest sends a poll: a server slower than its
-# silos leaves thousands of them in flight, and one Testsome over all of them (and a list
-# rebuilt) on every poll would make a poll's cost grow with them
-# (docs/PERFORMANCE.md, "Sends tested per poll"). MPI progresses every request on any call; the
-# owner of a send tests its own.
+# The inbox tests this many of its rank's sends a poll, in turn (those still in flight go to
+# the back): a server slower than its silos leaves thousands of them in flight, and one
+# Testsome over all of them (and a list rebuilt) on every poll would make a poll's cost grow
+# with them (docs/PERFORMANCE.md, "Sends tested per poll"). MPI progresses every request on any
+# call; the inbox rings a send's owner when it sees it complete ("Sends waited on the bell").
 SENDS_TESTED = 64
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
 # How often a busy inbox (messages arriving back to back) still beats and checks its peers.
@@ -111,7 +111,8 @@ class MpiInbox:
             )
         self._stop = threading.Event()
         self._nudged = threading.Event()
-        self._sends: deque[MPI.Request] = deque()  # the rank's sends in flight, oldest first (under mpi_lock)
+        # the rank's sends in flight and their owners' bells, in the order they are tested (under mpi_lock)
+        self._sends: deque[tuple[MPI.Request, threading.Event | None]] = deque()
         # by sender: frames whose payloads are to come, with their receivers
         self._filling: dict[int, deque[tuple[SharedFrame, list[int]]]] = defaultdict(deque)
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
@@ -146,32 +147,42 @@ class MpiInbox:
         a rank (after every pair's tags); their payloads travel on tag + 1."""
         return 2 * (self.layout.slots * self.layout.slots + src_slot)
 
-    def track(self, requests: list[MPI.Request]) -> None:
-        """A send just posted (`mpi_lock` held): the inbox keeps MPI progressing it."""
-        self._sends.extend(requests)
+    def track(self, requests: list[MPI.Request], bell: threading.Event | None = None) -> None:
+        """Requests just posted (`mpi_lock` held): the inbox keeps MPI progressing them, and
+        rings `bell` (their owner's) when it sees one complete."""
+        self._sends.extend((request, bell) for request in requests)
         self._nudged.set()
 
     def _sending(self) -> bool:
         """Whether a send of the rank is still in flight (testing them progresses them). One
-        Testsome for the `SENDS_TESTED` oldest, not a Testall per message: a poll's cost stays
-        the same however many sends are in flight."""
+        Testsome for the next `SENDS_TESTED` in turn, not a Testall per message: a poll's cost
+        stays the same however many sends are in flight. The owners of those it sees complete
+        are rung: they sleep on their bell until then."""
         with self.mpi_lock:
             sends = self._sends
-            oldest = [sends.popleft() for _ in range(min(SENDS_TESTED, len(sends)))]
-            if oldest:
-                MPI.Request.Testsome(oldest)  # completed ones (here or by their owner) are null
-                sends.extendleft(reversed([r for r in oldest if r]))
-            return bool(sends)
+            tested = [sends.popleft() for _ in range(min(SENDS_TESTED, len(sends)))]
+            if tested:
+                MPI.Request.Testsome([request for request, _ in tested])  # completed ones are null
+                sends.extend(entry for entry in tested if entry[0])  # the rest wait for their turn
+            in_flight = bool(sends)
+        for request, bell in tested:
+            if not request and bell is not None:
+                bell.set()
+        return in_flight
 
     def _run(self) -> None:
-        sleep = 5e-5
+        sleep, tested = 5e-5, 0.0
         try:
             while not self._stop.is_set():
                 self._beat()
                 if self._take_one():
                     sleep = 5e-5
+                    if self._sends and time.monotonic() - tested > SENDING_MAX_SLEEP_S:
+                        self._sending()  # messages arriving back to back: the rank's sends still move
+                        tested = time.monotonic()
                     continue
-                longest = SENDING_MAX_SLEEP_S if self._sending() else self.max_sleep_s
+                sending, tested = self._sending(), time.monotonic()
+                longest = SENDING_MAX_SLEEP_S if sending else self.max_sleep_s
                 if self._nudged.wait(min(sleep, longest)):
                     self._nudged.clear()
                     sleep = 5e-5
@@ -312,12 +323,17 @@ class _MpiPending(Pending):
         self.channel, self.requests, self.buffers = channel, requests, buffers
 
     def wait(self) -> None:
-        self.channel.wait_until(self.done, lambda: "a send to complete")
+        """On the owner's bell, which the inbox rings when it sees a request complete: a rank's
+        silos waiting for the server to take their updates would otherwise wake at the back-off
+        cap, hundreds of times a second together, and take the GIL and the MPI lock from the
+        compute workers and the inbox (docs/PERFORMANCE.md, "Sends waited on the bell")."""
+        first, longest = self.channel._arrival_sleeps()
+        self.channel.wait_until(self.done, lambda: "a send to complete", None, longest, first_sleep_s=first)
 
     def done(self) -> bool:
         """Without the rank's MPI lock where the inbox has seen every request complete (mpi4py
         nulls a request in place once a test has seen it complete): the silo threads of a rank
-        poll their sends at once, and would queue hundreds deep on that lock
+        look at their sends at once, and would queue hundreds deep on that lock
         (docs/PERFORMANCE.md, "Silo-thread locks")."""
         if any(self.requests):
             with self.channel.mpi_lock:
@@ -403,7 +419,7 @@ class MpiChannel(LocalChannel):
         with self.mpi_lock:
             requests = [self.comm.Isend([buffers[0], MPI.BYTE], dest=rank, tag=tag)]
             requests += [self.comm.Isend([b, MPI.BYTE], dest=rank, tag=tag + 1) for b in buffers[1:]]
-            self.inbox.track(requests)
+            self.inbox.track(requests, self._bell)
         return _MpiPending(self, requests, buffers)
 
     def _post_all(self, dests: list[int], header: bytes, arrays: list[np.ndarray]) -> Pending:
