@@ -49,10 +49,18 @@ def test_with_drop_a_silo_whose_computation_fails_leaves_and_the_others_go_on(tm
     )
     # the clusters as in the clean run (found in round 1); its cluster trains on without it
     assert [r["clusters"] for r in records] == [r["clusters"] for r in clean]
-    others = [c for c in range(8) if c != SILO]
-    gap = max(abs(records[-1]["accuracy"][c] - clean[-1]["accuracy"][c]) for c in others)
-    print(f"the other silos' final accuracy within {100 * gap:.1f} points of the clean run's")
-    assert gap <= 0.025  # two test images
+    clusters, final, clean_final = clean[-1]["clusters"], records[-1]["accuracy"], clean[-1]["accuracy"]
+    mates = [c for c in range(8) if c != SILO and clusters[c] == clusters[SILO]]
+    others = [c for c in range(8) if clusters[c] != clusters[SILO]]
+    # the other cluster never saw silo 3: its silos' accuracies are the clean run's to the bit
+    assert [final[c] for c in others] == [clean_final[c] for c in others]
+    # silo 3's cluster trains on three silos' updates instead of four: its silos' accuracies move
+    # by a few of their 90 test images (measured on one CPU: +4.4, 0, +2.2 points; on another, 0)
+    # and stay at the clean run's level, where a cluster that stopped training would lose tens
+    # of points
+    moved = [final[c] - clean_final[c] for c in mates]
+    print(f"silo 3's cluster mates, final accuracy against the clean run's: {[round(100 * m, 1) for m in moved]}")
+    assert min(moved) >= -0.10
 
 
 @pytest.mark.job
