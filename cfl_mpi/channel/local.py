@@ -350,8 +350,9 @@ class LocalChannel(Channel):
         return self.hub.failure is not None
 
     def _arrival_sleeps(self) -> tuple[float, float]:
-        """Every arrival (and the run's failure) rings the receiver's bell, so a waiting party
-        sleeps until then, from its first look: polling at the back-off cap costs a rank CPU in
+        """Every arrival (and the run's failure; over MPI, the completion of the party's send
+        too: `_MpiPending.wait`) rings the party's bell, so a waiting party sleeps until then,
+        from its first look: polling at the back-off cap costs a rank CPU in
         proportion to its waiting silos, and a back-off from 50 µs wakes each silo waiting for
         the server's message many times, while the inbox that delivers it queues behind them for
         the GIL (benchmarks/wire.py; docs/PERFORMANCE.md, "Bells and wake-ups")."""
