@@ -3,7 +3,7 @@ settings, seconds per round by phase, peak memory, accuracy and cluster agreemen
 same rounds, as ratios ours / theirs.
 
     python -m benchmarks.ifca_anchor --ifca PATH --mnist DIR [--rounds 3] [--repeats 3]
-        [--silo-ranks 2] [--out DIR]
+        [--silo-ranks 2] [--emdcfl] [--out DIR]
 
 PATH is a checkout of IFCA's code (Ghosh, Chung, Yin, Ramchandran, NeurIPS 2020:
 github.com/jichan3751/ifca), run unmodified: its `mnist/train_cluster_mnist.py` with its own
@@ -13,7 +13,9 @@ holding a copy of that config and, in `data/MNIST/raw`, the MNIST files of DIR u
 torchvision finds them and downloads nothing). Ours is `configs/ifca_rotated_mnist.yaml` (the
 same data recipe: each rotation a permutation of the training images in 600 silos of 100,
 tests from the test split, raw pixels) with `strategy.name=ifca` and `strategy.init=random`
-(IFCA's code starts from random models), under `mpirun -n 1+silo-ranks`.
+(IFCA's code starts from random models), under `mpirun -n 1+silo-ranks`; with --emdcfl also the
+config's EMD-CFL, whose rounds after the first (its clusters fixed by round 1) are set beside
+IFCA's rounds.
 
 Per round, theirs: training (`sec(train)` of its log), the identity step (its inference over
 every training client under every model, which picks next round's clusters) and the test (its
@@ -105,12 +107,16 @@ def run_theirs(ifca: Path, mnist: Path, rounds: int, scratch: Path) -> tuple[dic
     }, " ".join(command) + "   (in a scratch folder with its config.json and MNIST under data/MNIST/raw)"
 
 
-def run_ours(mnist: Path, rounds: int, silo_ranks: int, scratch: Path, repeat: int) -> tuple[dict, str]:
-    """Our IFCA on the same experiment under mpirun; its per-round phases, accuracies, ARI and memory."""
+def run_ours(
+    mnist: Path, rounds: int, silo_ranks: int, scratch: Path, repeat: int, strategy: str = "ifca"
+) -> tuple[dict, str]:
+    """Our IFCA (or the config's EMD-CFL) on the same experiment under mpirun; its per-round
+    phases, accuracies, ARI and memory."""
     silos = 2400
-    sets = [f"data.root={mnist}", "data.download=false", f"train.rounds={rounds}", "strategy.name=ifca",
-            "strategy.init=random", f"runtime.silos_per_rank={math.ceil(silos / silo_ranks)}"]  # fmt: skip
-    out = scratch / f"ours_{repeat}"
+    method = ["strategy.name=ifca", "strategy.init=random"] if strategy == "ifca" else []
+    sets = [f"data.root={mnist}", "data.download=false", f"train.rounds={rounds}", *method,
+            f"runtime.silos_per_rank={math.ceil(silos / silo_ranks)}"]  # fmt: skip
+    out = scratch / f"ours_{strategy}_{repeat}"
     job = run_job(ROOT, CONFIG, sets, 1 + silo_ranks, keep=out)
     per_round = [
         {
@@ -130,6 +136,7 @@ def run_ours(mnist: Path, rounds: int, silo_ranks: int, scratch: Path, repeat: i
         "ifca_acc": ifca_test_accuracy(out),
         "silo_acc": job.records[-1]["avg_acc"],
         "ari": job.records[-1]["ari"],
+        "ari_first": job.records[0]["ari"],
     }, command
 
 
@@ -160,6 +167,30 @@ def table(theirs: list[dict], ours: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def emdcfl_table(theirs: list[dict], emdcfl: list[dict]) -> str:
+    """Our EMD-CFL against IFCA's code: its rounds after the first (training, aggregation and
+    evaluation: its clusters are fixed after round 1), round 1 (its clustering), accuracy."""
+    rows = ["| | IFCA's code | cfl_mpi's EMD-CFL | ours / theirs |", "|---|---|---|---|"]
+
+    def row(what: str, a: float, b: float, unit: str) -> None:
+        rows.append(f"| {what} | {a:.2f} {unit} | {b:.2f} {unit} | {b / a:.2f}× |")
+
+    row("a round after the first", median_round(theirs, "round"), median_round(emdcfl, "round"), "s")
+    row("training", median_round(theirs, "train"), median_round(emdcfl, "train"), "s")
+    row("test / evaluation", median_round(theirs, "test"), median_round(emdcfl, "test"), "s")
+    first = [statistics.median(run["rounds"][0]["round"] for run in runs) for runs in (theirs, emdcfl)]
+    row("round 1 (EMD-CFL's clustering)", first[0], first[1], "s")
+    row("whole command", *(statistics.median(r["wall_s"] for r in runs) for runs in (theirs, emdcfl)), "s")
+    row("peak memory (PSS)", *(statistics.median(r["pss_mb"] / 1024 for r in runs) for runs in (theirs, emdcfl)), "GB")
+    acc = [statistics.median(100 * r["ifca_acc"] for r in runs) for runs in (theirs, emdcfl)]
+    rows.append(f"| IFCA's test accuracy | {acc[0]:.2f} % | {acc[1]:.2f} % | {acc[1] - acc[0]:+.2f} points |")
+    silo = statistics.median(100 * r["silo_acc"] for r in emdcfl)
+    rows.append(f"| per-silo test accuracy | – | {silo:.2f} % | |")
+    ari = statistics.median(r["ari_first"] for r in emdcfl), statistics.median(r["ari"] for r in emdcfl)
+    rows.append(f"| ARI after round 1 / the last round | – | {ari[0]:.3f} / {ari[1]:.3f} | |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ifca", type=Path, required=True, help="a checkout of github.com/jichan3751/ifca")
@@ -167,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--silo-ranks", type=int, default=2)
+    parser.add_argument("--emdcfl", action="store_true", help="also run our EMD-CFL (its clustering round is minutes)")
     parser.add_argument("--out", type=Path, default=Path("runs/ifca_anchor"))
     args = parser.parse_args(argv)
     script = args.ifca / "mnist" / "train_cluster_mnist.py"
@@ -175,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     theirs: list[dict] = []
     ours: list[dict] = []
+    emdcfl: list[dict] = []
     commands: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ifca_anchor_") as tmp:
         for repeat in range(args.repeats):  # interleaved: a drift of the machine hits both
@@ -184,18 +217,30 @@ def main(argv: list[str] | None = None) -> None:
             theirs.append(result)
             result, ours_command = run_ours(args.mnist.resolve(), args.rounds, args.silo_ranks, scratch, repeat)
             ours.append(result)
-            print(f"repeat {repeat + 1}/{args.repeats}: theirs {theirs[-1]['wall_s']:.1f} s, "
-                  f"ours {ours[-1]['wall_s']:.1f} s", flush=True)  # fmt: skip
-        commands = [theirs_command, ours_command]
+            commands = [theirs_command, ours_command]
+            if args.emdcfl:
+                result, emdcfl_command = run_ours(
+                    args.mnist.resolve(), args.rounds, args.silo_ranks, scratch, repeat, "emdcfl"
+                )
+                emdcfl.append(result)
+                commands.append(emdcfl_command)
+            print(f"repeat {repeat + 1}/{args.repeats}: theirs {theirs[-1]['wall_s']:.1f} s, ours "
+                  + ", ".join(f"{r[-1]['wall_s']:.1f} s" for r in (ours, emdcfl) if r), flush=True)  # fmt: skip
     text = (
         f"# IFCA's own code beside cfl_mpi: IFCA's rotated MNIST, m = 2,400, {args.rounds} rounds, "
         f"medians of {args.repeats} interleaved runs\n\n{machine()}\n\n"
         f"Anchor: github.com/jichan3751/ifca at {anchor_commit(args.ifca)}, run unmodified.\n\n"
-        f"{table(theirs, ours)}\n\nCommands (`python -m benchmarks.ifca_anchor {' '.join(argv or sys.argv[1:])}`):\n\n"
+        f"{table(theirs, ours)}\n\n"
+        + (
+            f"EMD-CFL (the config's own strategy) on the same experiment:\n\n{emdcfl_table(theirs, emdcfl)}\n\n"
+            if emdcfl
+            else ""
+        )
+        + f"Commands (`python -m benchmarks.ifca_anchor {' '.join(argv or sys.argv[1:])}`):\n\n"
         + "\n".join(f"    {c}" for c in commands)
         + "\n\nRaw figures: `anchor.json`.\n"
     )
-    (args.out / "anchor.json").write_text(json.dumps({"theirs": theirs, "ours": ours}, indent=1))
+    (args.out / "anchor.json").write_text(json.dumps({"theirs": theirs, "ours": ours, "emdcfl": emdcfl}, indent=1))
     (args.out / "anchor.md").write_text(text)
     print(text)
 

@@ -24,15 +24,25 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
 from .config import Config, TrainConfig
+from .models.build import load_arrays
 from .models.params import BATCHABLE_MODELS
 from .training import Sgd, evaluate, train_local
 
-__all__ = ["Evaluation", "LocalTraining", "batchable", "batches_silos", "evaluate_together", "train_together"]
+__all__ = [
+    "Evaluation",
+    "LocalTraining",
+    "batchable",
+    "batches_silos",
+    "evaluate_each",
+    "evaluate_together",
+    "train_together",
+]
 
 
 # The most images one stacked step or evaluation pass holds (all its silos' together): bounds
@@ -53,11 +63,18 @@ class LocalTraining:
 
 @dataclass
 class Evaluation:
-    """One silo's share of a batched evaluation: its model and a labelled set of its own."""
+    """One silo's share of a batched evaluation: its model, a labelled set of its own, and the
+    weights to load into the model first (None: as it is)."""
 
     model: nn.Module
     x: torch.Tensor
     y: torch.Tensor
+    weights: dict[str, np.ndarray] | None = None
+
+    def loaded(self) -> nn.Module:
+        if self.weights is not None:
+            load_arrays(self.model, self.weights)
+        return self.model
 
 
 def batchable(model: nn.Module) -> bool:
@@ -89,10 +106,27 @@ def train_together(jobs: list[LocalTraining], cfg: TrainConfig, device: torch.de
     return [None] * len(jobs)
 
 
+def evaluate_each(jobs: list[Evaluation], device: torch.device) -> list[tuple[float, float] | Exception]:
+    """`evaluate` of each job's model on its own set, one after another in one call (the same
+    bits as alone: a silo's result never depends on which silos queued with it); a job's
+    exception is its result, for its own silo to raise. One call for the silos that queued
+    rather than one each: a worker handed thousands of small calls spends more on the hand-offs
+    than on the evaluations (docs/PERFORMANCE.md, "Evaluations in one call")."""
+    results: list[tuple[float, float] | Exception] = []
+    for job in jobs:
+        try:
+            results.append(evaluate(job.loaded(), job.x, job.y, device))
+        except Exception as err:  # noqa: BLE001 - that silo's own failure, not its batch's
+            results.append(err)
+    return results
+
+
 @torch.no_grad()
 def evaluate_together(jobs: list[Evaluation], device: torch.device) -> list[tuple[float, float]]:
     """`evaluate` of each job's model on its own set, (accuracy, mean cross-entropy), the jobs
     with sets of one size as one computation (passes of at most STEP_IMAGES images)."""
+    for job in jobs:
+        job.loaded()
     results = {}
     for group in _by_size(jobs):
         if len(group) == 1 or not batchable(group[0].model):

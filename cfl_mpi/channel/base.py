@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -202,22 +202,29 @@ class Channel(ABC):
         return True
 
     def _await(self, sources: list[int]) -> int:
-        """Wait until one of `sources` has a message waiting; which."""
+        """Wait until one of `sources` has a message waiting; the first such."""
+        return self._await_some(sources, lambda: [] if (first := self.ready(sources)) is None else [first])[0]
+
+    def _await_some(self, sources: Collection[int], look: Callable[[], list[int]]) -> list[int]:
+        """Wait until `look` names sources with a message waiting (of `sources`); those."""
         found: list[int] = []
 
         def any_ready() -> bool:
-            first = self.ready(sources)
-            found[:] = [] if first is None else [first]
+            found[:] = look()
             return bool(found)
 
-        names = ", ".join(self.describe(s) for s in sources[:4]) + (" ..." if len(sources) > 4 else "")
-        if not any_ready():
-            self._awaiting(sources)
+        def what() -> str:
+            named = sorted(sources)
+            return (
+                "a message from " + ", ".join(self.describe(s) for s in named[:4]) + (" ..." if len(named) > 4 else "")
+            )
+
+        if any_ready():
+            return found
+        self._awaiting(sources)
         first, longest = self._arrival_sleeps()
-        self.wait_until(
-            any_ready, lambda: f"a message from {names}", self._patience(sources), longest, first_sleep_s=first
-        )
-        return found[0]
+        self.wait_until(any_ready, what, self._patience(sources), longest, first_sleep_s=first)
+        return found
 
     def recv_each(
         self,
@@ -232,18 +239,20 @@ class Channel(ABC):
         instead of raising, and its source is awaited no more."""
         pending = set(sources)
         while pending:
-            source = self._await(sorted(pending))
-            pending.remove(source)
-            try:
-                if self._took_instead(source, instead):
+            # every source already waiting, from one look; a look per message is quadratic in a
+            # round's thousands of silos (docs/PERFORMANCE.md, "Messages taken as they wait")
+            for source in self._await_some(pending, lambda: self.ready_among(pending)):
+                pending.remove(source)
+                try:
+                    if self._took_instead(source, instead):
+                        continue
+                    message = self._receive(source, expect(source))
+                except ProtocolError as err:
+                    if refused is None:
+                        raise
+                    refused(source, err)
                     continue
-                message = self._receive(source, expect(source))
-            except ProtocolError as err:
-                if refused is None:
-                    raise
-                refused(source, err)
-                continue
-            yield message
+                yield message
 
     def disown(self, source: int) -> None:
         """Take nothing from `source` any more: what waits from it and whatever it sends later
@@ -268,14 +277,19 @@ class Channel(ABC):
         """The first of `sources` with a message waiting for this party, or None; never waits
         (for a party that also waits on other work, e.g. computations on a pool)."""
 
-    def _patience(self, sources: list[int]) -> float:
+    def ready_among(self, sources: Collection[int]) -> list[int]:
+        """Those of `sources` with a message waiting for this party, in order; never waits."""
+        return [s for s in sorted(sources) if self.ready([s]) is not None]
+
+    def _patience(self, sources: Collection[int]) -> float:
         """The message timeout, doubled for a silo waiting on the server alone. The server's
         wait restarts with each silo's message, so a silo that sent early would otherwise time
         out first when another falls silent, and blame the server; the server, which can name
         the silent silo, must speak first."""
-        return 2 * self.timeout_s if self.me != SERVER and sources == [SERVER] else self.timeout_s
+        alone = len(sources) == 1 and SERVER in sources
+        return 2 * self.timeout_s if self.me != SERVER and alone else self.timeout_s
 
-    def _awaiting(self, sources: list[int]) -> None:
+    def _awaiting(self, sources: Collection[int]) -> None:
         """Called when this party starts waiting for a message from one of `sources`."""
 
     def _arrival_sleeps(self) -> tuple[float, float]:

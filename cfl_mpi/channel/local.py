@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -242,6 +242,14 @@ class LocalHub:
             return None
         return next((s for s in sources if s in senders), None)
 
+    def waiting_among(self, dest: int, sources: Collection[int]) -> list[int]:
+        """Those of `sources` whose frames wait for `dest`, in order: one set intersection
+        (atomic under the GIL, over the smaller of the two)."""
+        senders = self._senders.get(dest)
+        if not senders:
+            return []
+        return sorted(senders.intersection(sources))
+
     def waiting(self, src: int, dest: int) -> bool:
         return bool(self._queues.get((src, dest)))
 
@@ -336,6 +344,9 @@ class LocalChannel(Channel):
 
     def ready(self, sources: Iterable[int]) -> int | None:
         return self.hub.first_waiting(self.me, sources)
+
+    def ready_among(self, sources: Collection[int]) -> list[int]:
+        return self.hub.waiting_among(self.me, sources)
 
     def _receive(self, source: int, expect: Expect) -> Message:
         return self.hub.receive(source, self.me, self.describe(source), expect)

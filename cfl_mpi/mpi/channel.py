@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import cast
 
@@ -439,7 +439,7 @@ class MpiChannel(LocalChannel):
     def _processes(self, dests: list[int]) -> int:
         return len({self.layout.rank_of(d) for d in dests})
 
-    def _awaiting(self, sources: list[int]) -> None:
+    def _awaiting(self, sources: Collection[int]) -> None:
         if any(self._remote(s) for s in sources):
             self.inbox.nudge()
 

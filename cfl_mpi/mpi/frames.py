@@ -7,6 +7,7 @@ sends: a small message in one (`inline_buffer`), a multicast's envelope (`envelo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -133,7 +134,7 @@ class InlineFrame(Frame):
     ) -> dict[str, np.ndarray]:
         """The arrays the header declares, if the bytes after it are exactly theirs."""
         start = _inline_start(len(header))
-        specs = [(name, np.dtype(dtype), shape, int(np.prod(shape, dtype=np.int64))) for name, dtype, shape in layout]
+        specs = [(name, np.dtype(dtype), shape, math.prod(shape)) for name, dtype, shape in layout]  # checked sizes
         declared = sum(d.itemsize * n for _, d, _, n in specs)
         if len(self.raw) != start + declared:
             raise ProtocolError(

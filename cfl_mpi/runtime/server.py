@@ -333,9 +333,12 @@ class Server:
         def declared(silo: int) -> type[Evaluation]:  # other silos' extra meta is ignored
             return BackdoorEvaluation if targets[silo] else Evaluation
 
+        expects = {
+            kind: kind.expect(t, kinds=len(self.kinds), steps=len(steps)) for kind in (Evaluation, BackdoorEvaluation)
+        }
         for msg in self.channel.recv_each(
             here,
-            lambda c: declared(c).expect(t, kinds=len(self.kinds), steps=len(steps)),
+            lambda c: expects[declared(c)],
             self._leaving(t),
             self._refused(t),
         ):

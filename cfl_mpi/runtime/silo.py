@@ -111,9 +111,9 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         else:
             compute(train_local, model, x_train, y_train, cfg.train, generator, device)
 
-    def receive_model(round: int) -> None:
+    def received_model(round: int) -> dict[str, np.ndarray]:
         weights = StartModel.of(channel.recv(SERVER, StartModel.expect(round, like=template))).weights
-        compute(load_arrays, model, protocol.decode_model(weights, round))
+        return protocol.decode_model(weights, round)
 
     def diverged(arrays: dict[str, np.ndarray]) -> bool:
         return not all(all_finite(a) for a in arrays.values() if np.issubdtype(a.dtype, np.floating))
@@ -126,7 +126,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         if action != WAIT:
             faults.at_round_start(t, channel)
             if control.model:
-                receive_model(t - 1)
+                compute(load_arrays, model, received_model(t - 1))
         if action == TRAIN:
             ctx = SiloRound(
                 t, silo, channel, model, data, device, cfg.silos, first=bool(control.first), compute=compute
@@ -145,14 +145,13 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
             protocol.after_training(ctx)
         if action != WAIT:
             steps = ctx.step_seconds if action == TRAIN else {}
-            receive_model(t)
+            weights = received_model(t)  # loaded as the evaluation's first step
             sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
             reported.clear()
             reported.update(channel.sent_bytes)
             timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
-            channel.send(
-                SERVER, evaluation.report(t, model, sent, timings, channel.waits.wall_s, channel.waits.cpu_s), t
-            )
+            waited = (channel.waits.wall_s, channel.waits.cpu_s)
+            channel.send(SERVER, evaluation.report(t, model, weights, sent, timings, *waited), t)
 
     try:
         t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
@@ -236,10 +235,18 @@ class SiloEvaluation:
         )
 
     def report(
-        self, round: int, model: Any, sent: np.ndarray, timings: np.ndarray, wait_wall_s: float, wait_cpu_s: float
+        self,
+        round: int,
+        model: Any,
+        weights: dict[str, np.ndarray],
+        sent: np.ndarray,
+        timings: np.ndarray,
+        wait_wall_s: float,
+        wait_cpu_s: float,
     ) -> Evaluation:
-        """The round's `Evaluation` of `model`, with the bytes sent, the timed steps and the waits."""
-        accuracy, loss = self._evaluate(round, model, self.test)
+        """The round's `Evaluation` of `model` once `weights` are loaded into it (in the same
+        computation), with the bytes sent, the timed steps and the waits."""
+        accuracy, loss = self._evaluate(round, model, self.test, weights=weights)
         loss = loss if math.isfinite(loss) else HUGE_LOSS  # a diverged model is reported, not a crash
         known = (sent, timings, accuracy, loss, self.n_test, wait_wall_s, wait_cpu_s)
         if self.backdoor is None:
@@ -247,18 +254,28 @@ class SiloEvaluation:
         return BackdoorEvaluation(*known, backdoor_acc=self._evaluate(round, model, self.backdoor, backdoor=True)[0])
 
     def _evaluate(
-        self, round: int, model: Any, labelled: tuple[Any, Any], backdoor: bool = False
+        self,
+        round: int,
+        model: Any,
+        labelled: tuple[Any, Any],
+        backdoor: bool = False,
+        weights: dict[str, np.ndarray] | None = None,
     ) -> tuple[float, float]:
         from ..batched_training import Evaluation as EvaluationJob
-        from ..batched_training import evaluate_together
-        from ..training import evaluate
+        from ..batched_training import evaluate_each, evaluate_together
 
+        job = EvaluationJob(model, *labelled, weights)
+        key = ("evaluation", round, backdoor)
         if (mates := self.together) is not None:
             return self.compute.together(
-                ("evaluation", round, backdoor),
-                lambda jobs: evaluate_together(jobs, self.device),
-                EvaluationJob(model, *labelled),
-                self.silo,
-                lambda: mates(round, backdoor),
+                key, lambda jobs: evaluate_together(jobs, self.device), job, self.silo, lambda: mates(round, backdoor)
             )
-        return self.compute(evaluate, model, *labelled, self.device)
+        result = self.compute.batched(key, lambda jobs: evaluate_each(jobs, self.device), job, EVALUATION_BATCH)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+# Silos whose evaluations one call computes at most, one after another (a worker takes a batch
+# up as soon as it is free: the limit only bounds one call's length).
+EVALUATION_BATCH = 4096

@@ -174,6 +174,21 @@ def test_recv_each_yields_one_message_per_sender():
     assert not any(hub.waiting(c, SERVER) for c in range(3))
 
 
+def test_recv_each_takes_those_waiting_in_order_then_waits_for_the_rest():
+    """A look takes every sender already waiting (in order); a sender's second message stays
+    for a later receive; a sender that comes later is waited for."""
+    hub = LocalHub()
+    server = LocalChannel(SERVER, hub, 5, 0.02)
+    silos = [LocalChannel(c, hub, 5, 0.02) for c in range(4)]
+    for c in (3, 1, 0, 1):
+        silos[c].send(SERVER, PING, 4, GOOD, n_samples=c + 1)
+    threading.Timer(0.2, lambda: silos[2].send(SERVER, PING, 4, GOOD, n_samples=3)).start()
+    assert server.ready_among({0, 1, 2, 3}) == [0, 1, 3]
+    got = [m.sender for m in server.recv_each(range(4), lambda _: EXPECT)]
+    assert got == [0, 1, 3, 2]
+    assert server.ready_among(range(4)) == [1]  # its second message, not taken
+
+
 def test_silos_talk_to_each_other_directly():
     hub = LocalHub()
     a, b = LocalChannel(0, hub, 5, 0.02), LocalChannel(1, hub, 5, 0.02)

@@ -13,6 +13,7 @@ from cfl_mpi.batched_training import (
     LocalTraining,
     batchable,
     batches_silos,
+    evaluate_each,
     evaluate_together,
     train_together,
 )
@@ -86,6 +87,29 @@ def test_batched_evaluation_gives_each_silo_its_accuracy_and_loss(make):
     assert len(set(alone)) > 1  # the silos' figures differ: a mix-up would show
     for (acc, loss), (acc_b, loss_b) in zip(alone, together):
         assert acc_b == acc and loss_b == pytest.approx(loss, rel=1e-5, abs=0)
+
+
+def test_evaluations_in_one_call_load_each_silos_weights_and_keep_each_silos_bits_and_failure():
+    """`evaluate_each`: each silo's weights loaded into its model, then `evaluate` alone's
+    bits; a silo whose evaluation fails gets its exception, its batch mates their figures."""
+    base, data = models_and_data(lambda: Mlp(784, 10, hidden=32), SIZES)
+    cfg = TrainConfig(local_epochs=1, lr=0.1, momentum=0.0, weight_decay=0.0, batch_size=16)
+    trained = []
+    for i, (x, y) in enumerate(data):
+        model = copy.deepcopy(base)
+        train_local(model, x, y, cfg, torch.Generator().manual_seed(i), torch.device("cpu"))
+        trained.append({k: v.numpy().copy() for k, v in model.state_dict().items()})
+    alone = []
+    for weights, (x, y) in zip(trained, data):
+        model = copy.deepcopy(base)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+        alone.append(evaluate(model, x, y, torch.device("cpu")))
+    jobs = [Evaluation(copy.deepcopy(base), x, y, weights) for weights, (x, y) in zip(trained, data)]
+    jobs[2].y = jobs[2].y[:-1]  # labels that do not fit its images: its own evaluation fails
+    results = evaluate_each(jobs, torch.device("cpu"))
+    assert isinstance(results[2], Exception)
+    assert [r for i, r in enumerate(results) if i != 2] == [r for i, r in enumerate(alone) if i != 2]
+    assert len(set(alone)) > 1  # the silos' figures differ: a mix-up would show
 
 
 def test_only_models_without_buffers_or_dropout_are_batched():

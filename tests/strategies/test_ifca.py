@@ -76,3 +76,27 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
         expect = ClusterModel.expect(1, like=model)
         clusters = [ClusterModel.of(silo.recv(SERVER, expect)).cluster for _ in range(4)]
         assert clusters == [0, 1, 0, 1] and not hub.waiting(SERVER, silo.me)
+
+
+def test_identity_step_gives_each_silo_its_losses_as_alone_and_loads_the_model_they_choose():
+    """One call for several silos: each silo's losses are `evaluate`'s alone (the same bits),
+    and each silo's model then holds the cluster model of its lowest loss (the one it trains)."""
+    import torch
+
+    from cfl_mpi.models.mlp import Mlp
+    from cfl_mpi.strategies.ifca.halves import chosen, identity_step
+    from cfl_mpi.training import evaluate
+
+    torch.manual_seed(0)
+    cluster_models = [{k: v.numpy().copy() for k, v in Mlp(784, 10, hidden=16).state_dict().items()} for _ in range(3)]
+    data = [(torch.rand(n, 784), torch.randint(0, 10, (n,))) for n in (30, 30, 12)]
+    jobs = [(Mlp(784, 10, hidden=16), cluster_models, x, y) for x, y in data]
+    table = identity_step(jobs, torch.device("cpu"))
+    probe = Mlp(784, 10, hidden=16)
+    for (model, _, x, y), losses in zip(jobs, table):
+        for k, arrays in enumerate(cluster_models):
+            probe.load_state_dict({name: torch.from_numpy(a) for name, a in arrays.items()})
+            assert losses[k] == evaluate(probe, x, y, torch.device("cpu"))[1]
+        for name, a in model.state_dict().items():
+            assert np.array_equal(a.numpy(), cluster_models[chosen(losses)][name])
+    assert len({tuple(r) for r in table}) == len(table)  # each silo's own losses: a mix-up would show

@@ -205,21 +205,17 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
     def before_training(self, ctx: SiloRound) -> None:
         if self._seeding_round(ctx):
             return
-        from ...models.build import load_arrays
-
         models = [arrays for _, arrays in self._models(ctx, "cluster model")]
         # The silos of a process get the K models as the same arrays (Channel.isend_all): those
         # that queue their losses together share one call, which loads each model once for all.
         shared = tuple(id(next(iter(arrays.values()))) for arrays in models)
         table = ctx.compute.batched(
             ("ifca_losses", ctx.round, shared),
-            lambda jobs: identity_losses(jobs, ctx.device),
+            lambda jobs: identity_step(jobs, ctx.device),
             (ctx.model, models, ctx.data.x_train, ctx.data.y_train),
             IDENTITY_BATCH,
         )
-        choice = int(ifca_assign(table[None, :])[0])
-        ctx.channel.send(SERVER, Losses(table, choice), ctx.round)
-        ctx.compute(load_arrays, ctx.model, models[choice])  # train the chosen cluster's model
+        ctx.channel.send(SERVER, Losses(table, chosen(table)), ctx.round)  # and trains that model
 
     def after_training(self, ctx: SiloRound) -> None:
         if not self._seeding_round(ctx):
@@ -232,6 +228,22 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
 # loaded once for them (a worker takes a batch up as soon as it is free, so a large limit
 # leaves no worker idle).
 IDENTITY_BATCH = 4096
+
+
+def chosen(losses: np.ndarray) -> int:
+    """The cluster a silo's losses choose: IFCA's argmin, as the server assigns."""
+    return int(ifca_assign(losses[None, :])[0])
+
+
+def identity_step(jobs: list[tuple], device) -> list[np.ndarray]:
+    """`identity_losses`, then each silo's model loaded with the cluster model its losses
+    choose (the one it trains): in the same call, not one more hand-off to a worker per silo."""
+    from ...models.build import load_arrays
+
+    table = identity_losses(jobs, device)
+    for (model, models, _, _), losses in zip(jobs, table):
+        load_arrays(model, models[chosen(losses)])
+    return table
 
 
 def identity_losses(jobs: list[tuple], device) -> list[np.ndarray]:
