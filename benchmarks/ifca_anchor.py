@@ -145,17 +145,24 @@ def median_round(runs: list[dict], key: str) -> float:
     return statistics.median(statistics.median(r[key] for r in run["rounds"][1:] or run["rounds"]) for run in runs)
 
 
-def table(theirs: list[dict], ours: list[dict]) -> str:
-    rows = ["| | IFCA's code | cfl_mpi | ours / theirs |", "|---|---|---|---|"]
+IFCA_PHASES = (("round", "a round after the first"), ("train", "training"), ("identity", "identity step"),
+               ("test", "test / evaluation"))  # fmt: skip
+# EMD-CFL's clusters are fixed after its first round: a round after it has no identity step
+EMDCFL_PHASES = (("round", "a round after the first"), ("train", "training"), ("test", "test / evaluation"))
+
+
+def table(theirs: list[dict], ours: list[dict], name: str = "cfl_mpi", phases=IFCA_PHASES, first="round 1") -> str:
+    """Medians side by side, ours / theirs: seconds per round by phase, round 1, the whole
+    command, memory, IFCA's test accuracy and the clusters' ARI."""
+    rows = [f"| | IFCA's code | {name} | ours / theirs |", "|---|---|---|---|"]
 
     def row(what: str, a: float, b: float, unit: str) -> None:
         rows.append(f"| {what} | {a:.2f} {unit} | {b:.2f} {unit} | {b / a:.2f}× |")
 
-    for key, what in (("round", "a round after the first"), ("train", "training"), ("identity", "identity step"),
-                      ("test", "test / evaluation")):  # fmt: skip
+    for key, what in phases:
         row(what, median_round(theirs, key), median_round(ours, key), "s")
-    first = [statistics.median(run["rounds"][0]["round"] for run in runs) for runs in (theirs, ours)]
-    row("round 1", first[0], first[1], "s")
+    firsts = [statistics.median(run["rounds"][0]["round"] for run in runs) for runs in (theirs, ours)]
+    row(first, firsts[0], firsts[1], "s")
     row("whole command", *(statistics.median(r["wall_s"] for r in runs) for runs in (theirs, ours)), "s")
     row("peak memory (PSS)", *(statistics.median(r["pss_mb"] / 1024 for r in runs) for runs in (theirs, ours)), "GB")
     acc = [statistics.median(100 * r["ifca_acc"] for r in runs) for runs in (theirs, ours)]
@@ -164,30 +171,7 @@ def table(theirs: list[dict], ours: list[dict]) -> str:
     rows.append(f"| per-silo test accuracy | – | {silo:.2f} % | |")
     ari = [statistics.median(r["ari"] for r in runs) for runs in (theirs, ours)]
     rows.append(f"| ARI of the last round's clusters | {ari[0]:.3f} | {ari[1]:.3f} | |")
-    return "\n".join(rows)
-
-
-def emdcfl_table(theirs: list[dict], emdcfl: list[dict]) -> str:
-    """Our EMD-CFL against IFCA's code: its rounds after the first (training, aggregation and
-    evaluation: its clusters are fixed after round 1), round 1 (its clustering), accuracy."""
-    rows = ["| | IFCA's code | cfl_mpi's EMD-CFL | ours / theirs |", "|---|---|---|---|"]
-
-    def row(what: str, a: float, b: float, unit: str) -> None:
-        rows.append(f"| {what} | {a:.2f} {unit} | {b:.2f} {unit} | {b / a:.2f}× |")
-
-    row("a round after the first", median_round(theirs, "round"), median_round(emdcfl, "round"), "s")
-    row("training", median_round(theirs, "train"), median_round(emdcfl, "train"), "s")
-    row("test / evaluation", median_round(theirs, "test"), median_round(emdcfl, "test"), "s")
-    first = [statistics.median(run["rounds"][0]["round"] for run in runs) for runs in (theirs, emdcfl)]
-    row("round 1 (EMD-CFL's clustering)", first[0], first[1], "s")
-    row("whole command", *(statistics.median(r["wall_s"] for r in runs) for runs in (theirs, emdcfl)), "s")
-    row("peak memory (PSS)", *(statistics.median(r["pss_mb"] / 1024 for r in runs) for runs in (theirs, emdcfl)), "GB")
-    acc = [statistics.median(100 * r["ifca_acc"] for r in runs) for runs in (theirs, emdcfl)]
-    rows.append(f"| IFCA's test accuracy | {acc[0]:.2f} % | {acc[1]:.2f} % | {acc[1] - acc[0]:+.2f} points |")
-    silo = statistics.median(100 * r["silo_acc"] for r in emdcfl)
-    rows.append(f"| per-silo test accuracy | – | {silo:.2f} % | |")
-    ari = statistics.median(r["ari_first"] for r in emdcfl), statistics.median(r["ari"] for r in emdcfl)
-    rows.append(f"| ARI after round 1 / the last round | – | {ari[0]:.3f} / {ari[1]:.3f} | |")
+    rows.append(f"| ARI after round 1 | – | {statistics.median(r['ari_first'] for r in ours):.3f} | |")
     return "\n".join(rows)
 
 
@@ -232,7 +216,9 @@ def main(argv: list[str] | None = None) -> None:
         f"Anchor: github.com/jichan3751/ifca at {anchor_commit(args.ifca)}, run unmodified.\n\n"
         f"{table(theirs, ours)}\n\n"
         + (
-            f"EMD-CFL (the config's own strategy) on the same experiment:\n\n{emdcfl_table(theirs, emdcfl)}\n\n"
+            "EMD-CFL (the config's own strategy) on the same experiment:\n\n"
+            + table(theirs, emdcfl, "cfl_mpi's EMD-CFL", EMDCFL_PHASES, "round 1 (EMD-CFL's clustering)")
+            + "\n\n"
             if emdcfl
             else ""
         )
