@@ -72,6 +72,7 @@ class Evaluation:
     weights: dict[str, np.ndarray] | None = None
 
     def loaded(self) -> nn.Module:
+        """The model, holding `weights` once they are loaded (on the worker that evaluates it)."""
         if self.weights is not None:
             load_arrays(self.model, self.weights)
         return self.model

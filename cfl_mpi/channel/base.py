@@ -277,9 +277,9 @@ class Channel(ABC):
         """The first of `sources` with a message waiting for this party, or None; never waits
         (for a party that also waits on other work, e.g. computations on a pool)."""
 
+    @abstractmethod
     def ready_among(self, sources: Collection[int]) -> list[int]:
         """Those of `sources` with a message waiting for this party, in order; never waits."""
-        return [s for s in sorted(sources) if self.ready([s]) is not None]
 
     def _patience(self, sources: Collection[int]) -> float:
         """The message timeout, doubled for a silo waiting on the server alone. The server's
