@@ -113,8 +113,8 @@ class MpiInbox:
         self._nudged = threading.Event()
         # the rank's sends in flight and their owners' bells, in the order they are tested (under mpi_lock)
         self._sends: deque[tuple[MPI.Request, threading.Event | None]] = deque()
-        # by sender: frames whose payloads are to come, with their receivers
-        self._filling: dict[int, deque[tuple[SharedFrame, list[int]]]] = defaultdict(deque)
+        # by sender: frames whose payloads are to come
+        self._filling: dict[int, deque[SharedFrame]] = defaultdict(deque)
         self._thread = threading.Thread(target=self._run, name=f"mpi-inbox-{self.rank}", daemon=True)
         self._thread.start()
 
@@ -213,15 +213,16 @@ class MpiInbox:
             if handle is None:
                 return False
             size, rank, tag = status.Get_count(MPI.BYTE), status.Get_source(), status.Get_tag()
-            deliveries, completed = (
-                self._file_multicast(handle, size, rank, tag)
-                if tag >= self.multicast_tag(0)
-                else ([(*self._parties(rank, tag), self._frame(handle, size, tag))], [])
-            )
-        for src, dest, frame in deliveries:
-            self.hub.deliver(src, dest, frame)
-        for dest in completed:  # they may wait for the payloads of a frame they took
-            self.hub.bell(dest).set()
+            if self.liveness is not None:
+                self.liveness.heard_from(rank, time.monotonic())
+            delivery: tuple[int, list[int], Frame] | None
+            if tag >= self.multicast_tag(0):
+                delivery = self._file_multicast(handle, size, rank, tag)
+            else:
+                src, dest = self._parties(rank, tag)
+                delivery = (src, [dest], self._frame(handle, size, tag))
+        if delivery is not None:
+            self.hub.deliver_all(*delivery)
         return True
 
     @staticmethod
@@ -241,11 +242,11 @@ class MpiInbox:
 
     def _file_multicast(
         self, handle: MPI.Message, size: int, rank: int, tag: int
-    ) -> tuple[list[tuple[int, int, Frame]], list[int]]:
-        """A payload: filed with the sender's oldest `SharedFrame` still missing some; its
-        receivers, if that completes it. An envelope: the (sender, receiver, frame) to deliver,
-        one per receiver it names (`mpi_lock` held). A malformed one fails the rank's inbox,
-        naming the sender: its receivers cannot be known."""
+    ) -> tuple[int, list[int], SharedFrame] | None:
+        """A payload: filed with the sender's oldest `SharedFrame` still missing some (the
+        receiver fetching it is rung, if that completes it). An envelope: (sender, its
+        receivers, the frame) to deliver (`mpi_lock` held). A malformed one fails the rank's
+        inbox, naming the sender: its receivers cannot be known."""
         src_slot = (tag - self.multicast_tag(0)) // 2
         senders = [SERVER] if rank == 0 else self.layout.silos_on(rank)
         if src_slot >= len(senders):
@@ -255,13 +256,12 @@ class MpiInbox:
             filling = self._filling[src]
             if not filling:
                 raise ProtocolError(f"{who} sent a payload to several parties of rank {self.rank} without an envelope")
-            frame, frame_receivers = filling[0]
+            frame = filling[0]
             frame.payloads.append(RemotePayload(handle, size))
-            if len(frame.payloads) < frame.expected_payloads:
-                return [], []
-            filling.popleft()
-            frame.complete.set()
-            return [], frame_receivers
+            if len(frame.payloads) == frame.expected_payloads:
+                filling.popleft()
+                frame.completed()
+            return None
         receivers = [SERVER] if self.rank == 0 else self.layout.silos_on(self.rank)
         if not ENVELOPE_FIXED <= size <= ENVELOPE_FIXED + 4 * len(receivers) + MAX_HEADER_BYTES:
             raise ProtocolError(f"{who} sent an envelope of {size} bytes to rank {self.rank}")
@@ -286,8 +286,8 @@ class MpiInbox:
         frame = SharedFrame(bytes(raw[ENVELOPE_FIXED + 4 * count :]), payloads)
         named = [receivers[int(slot)] for slot in slots]
         if payloads:
-            self._filling[src].append((frame, named))
-        return [(src, dest, frame) for dest in named], []
+            self._filling[src].append(frame)
+        return src, named, frame
 
     def _parties(self, rank: int, tag: int) -> tuple[int, int]:
         """(sender, receiver) of a message from `rank` with `tag`; an error if none is."""
@@ -455,6 +455,7 @@ class MpiChannel(LocalChannel):
         filed by the inbox behind its envelope, each checked against its declared size."""
         who = self.describe(source)
         what = f"{expect.kind} (round {expect.round})"
+        frame.fetcher = self._bell  # before the look: the inbox rings it once it sees it complete
         self._await_payload(frame.complete.is_set, who, what, rung=True)
         arrays = [np.empty(shape, dtype=dtype) for _, dtype, shape in layout]
         sent = carried(arrays)

@@ -5,9 +5,11 @@ ranks and their silos, instead of after `runtime.message_timeout_s` of silence.
 Every silo rank beats to rank 0, and rank 0 to every silo rank, each `interval_s`, on a
 communicator of their own (a duplicate of the job's: beats never meet the protocol's messages
 nor its tag checks). The rank's inbox thread (channel.py) sends and takes them between its polls,
-so a rank whose parties compute for minutes still beats. A rank that has heard nothing from a
-watched rank for the timeout reports it lost; a silo rank waits twice as long for rank 0, so
-that rank 0, which can name the silent node, speaks first. A rank whose parties are done says
+so a rank whose parties compute for minutes still beats. Any message the inbox takes from a
+watched rank counts as hearing it too: a rank whose messages arrive is alive, and under load its
+beats can wait behind its other traffic. A rank that has heard nothing from a watched rank for
+the timeout reports it lost; a silo rank waits twice as long for rank 0, so that rank 0, which
+can name the silent node, speaks first. A rank whose parties are done says
 goodbye and is watched no more.
 
 MPI's own failure report is not enough: under MPICH's Hydra nobody notices a link that went
@@ -58,6 +60,11 @@ class Liveness:
         self._take(now)
         silent = [r for r, t in self.heard.items() if now - t > self.timeout_s]
         return self.describe(silent[0], now) if silent else None
+
+    def heard_from(self, rank: int, now: float) -> None:
+        """A message of the protocol came from `rank` (its inbox took it): alive."""
+        if rank in self.heard:
+            self.heard[rank] = now
 
     def _take(self, now: float) -> None:
         status = MPI.Status()

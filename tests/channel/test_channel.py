@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cfl_mpi.channel import SERVER, ChannelClosed, LocalChannel, LocalHub, PeerTimeout, RankLayout
+from cfl_mpi.channel.local import SharedFrame
 from cfl_mpi.mpi.frames import InlineFrame, inline_buffer
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 from cfl_mpi.wire.messages import check_payload as local_check
@@ -55,6 +56,48 @@ def test_a_message_to_several_silos_is_one_read_only_copy_they_share_counted_onc
     assert np.shares_memory(got[0].arrays["w"], got[2].arrays["w"])
     one = len(encode_header(PING, 4, SERVER, arrays, {"n_samples": 10})) + 6 * 4
     assert server.sent_bytes["test_ping"] == one  # once for the process, not once per receiver
+
+
+class CountingLock:
+    """A lock that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self.lock, self.taken = threading.Lock(), 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_frame_for_many_receivers_is_queued_under_one_taking_of_the_lock_and_rings_only_theirs():
+    """A rank's inbox delivers a message to every silo of the rank: taking the hub's lock once
+    per receiver, it would queue behind the silo threads it wakes each time."""
+    hub = LocalHub()
+    dropped = []
+    hub.disown(5, 2, dropped.append)
+    hub.deliver(5, 0, SharedFrame(b"{}", 0))  # an earlier frame to silo 0: the numbers count on
+    bells = [hub.bell(d) for d in range(4)]
+    bells[0].clear()
+    hub._lock = counting = CountingLock()
+    frame = SharedFrame(b"{}", 1)
+    assert hub.deliver_all(5, [0, 1, 2], frame) == [1, 0, 0]
+    assert counting.taken == 1
+    assert [b.is_set() for b in bells] == [True, True, False, False]  # 2 disowned 5; 3 was not sent it
+    assert dropped == [frame] and hub.waiting_among(1, [5]) == [5] and not hub.waiting(5, 2)
+    assert hub.taken(5, 2, 0) and not hub.taken(5, 1, 0)
+
+
+def test_a_shared_frames_last_payload_rings_the_receiver_fetching_it_and_no_other():
+    frame, fetcher, other = SharedFrame(b"{}", 2), threading.Event(), threading.Event()
+    frame.completed()  # nobody fetching yet: nobody rung, and a fetcher's first look sees it complete
+    assert frame.complete.is_set() and not fetcher.is_set()
+    frame = SharedFrame(b"{}", 2)
+    frame.fetcher = fetcher
+    frame.completed()
+    assert frame.complete.is_set() and fetcher.is_set() and not other.is_set()
 
 
 def test_a_message_to_several_silos_is_checked_by_each_receiver():

@@ -39,6 +39,14 @@ def test_a_rank_silent_while_its_node_beats_is_named_alone():
     assert live.describe(2, 100.0).startswith("rank 2 (silos 2-3) on b silent for 40 s while its node's other ranks")
 
 
+def test_any_message_from_a_watched_rank_counts_as_hearing_it_and_a_rank_that_said_goodbye_stays_unwatched():
+    """Under load a rank's beats can wait behind its other traffic: its messages prove it alive."""
+    live = watcher(["a", "a", "b"], {1: 60.0})  # rank 2 said goodbye
+    live.heard_from(1, 95.0)
+    live.heard_from(2, 95.0)
+    assert live.heard == {1: 95.0}
+
+
 def test_the_heartbeat_timeout_must_span_three_beats(tmp_path):
     with pytest.raises(ConfigError, match=r"^runtime.heartbeat_timeout_s: must be at least 3 heartbeats"):
         load_config(PROJECT_ROOT / "configs/digits.yaml", ["runtime.heartbeat_s=5", "runtime.heartbeat_timeout_s=10"])
