@@ -58,6 +58,9 @@ __all__ = ["MpiChannel", "MpiInbox"]
 # a peer that withholds its payload costs it 10 ms of CPU, not payload_timeout_s.
 PAYLOAD_SPIN_S = 10e-3
 PAYLOAD_MAX_SLEEP_S = 1e-3
+# A party waiting for the inbox to file a payload (it rings the party then) looks this often
+# whether the payload is late (`MpiChannel._await_payload`).
+PAYLOAD_LATE_CHECK_S = 0.25
 # A large send moves only while its rank calls MPI (MPICH copies it through shared memory in
 # chunks, each on a progress call): while any send of the rank is in flight the inbox polls
 # at most this far apart. With only its back-off, a rank whose parties all wait for replies
@@ -111,6 +114,7 @@ class MpiInbox:
             )
         self._stop = threading.Event()
         self._nudged = threading.Event()
+        self.idle_at = 0.0  # when a poll last found nothing more in MPI for the rank (monotonic)
         # the rank's sends in flight and their owners' bells, in the order they are tested (under mpi_lock)
         self._sends: deque[tuple[MPI.Request, threading.Event | None]] = deque()
         # by sender: frames whose payloads are to come
@@ -181,6 +185,7 @@ class MpiInbox:
                         self._sending()  # messages arriving back to back: the rank's sends still move
                         tested = time.monotonic()
                     continue
+                self.idle_at = time.monotonic()
                 sending, tested = self._sending(), time.monotonic()
                 longest = SENDING_MAX_SLEEP_S if sending else self.max_sleep_s
                 if self._nudged.wait(min(sleep, longest)):
@@ -483,16 +488,29 @@ class MpiChannel(LocalChannel):
     def _await_payload(self, ready: Callable[[], bool], who: str, what: str, rung: bool = False) -> None:
         """Wait for a payload that an honest peer posted right behind its header: until the
         inbox has filed it (`rung`: it rings this party's bell then), or MPI has received it
-        (polled, as MPI progresses it only when called)."""
-        first, longest, spin = (
-            (*self._arrival_sleeps(), 0.0)
-            if rung
-            else (5e-5, min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s), PAYLOAD_SPIN_S)
-        )
+        (polled, as MPI progresses it only when called). One the inbox is to file is late only
+        once the inbox has found nothing more in MPI for the rank `payload_timeout_s` after the
+        wait began: a rank's inbox behind on a burst (a message that wakes a thousand silo
+        threads) has not filed yet what an honest peer sent at once; past the message timeout
+        it is late anyway."""
+        start = time.monotonic()
+
+        def here_or_late() -> bool:
+            if ready():
+                return True
+            if self.inbox.idle_at - start > self.payload_timeout_s:
+                raise PeerTimeout(what)
+            return False
+
+        def waiting_for() -> str:
+            return f"the payload of {what} from {who}"
+
         try:
-            self.wait_until(
-                ready, lambda: f"the payload of {what} from {who}", self.payload_timeout_s, longest, spin, first
-            )
+            if rung:  # the message timeout bounds it; the bell ends each sleep early
+                self.wait_until(here_or_late, waiting_for, None, PAYLOAD_LATE_CHECK_S, 0.0, PAYLOAD_LATE_CHECK_S)
+            else:
+                sleep = min(PAYLOAD_MAX_SLEEP_S, self.max_sleep_s)
+                self.wait_until(ready, waiting_for, self.payload_timeout_s, sleep, PAYLOAD_SPIN_S)
         except PeerTimeout:
             raise ProtocolError(
                 f"{who} sent a header of {what} whose payload did not follow within {self.payload_timeout_s:g} s"

@@ -125,7 +125,8 @@ class RuntimeConfig:
     # waits twice as long for the server, so that the server names a silent silo first.
     message_timeout_s: float = 1800.0
     # A header's payload follows it at once from an honest peer: one that has not arrived
-    # this long after its header is a protocol error, not a slow peer.
+    # this long after its header, the rank's inbox having caught up with what MPI holds for
+    # the rank, is a protocol error, not a slow peer.
     payload_timeout_s: float = 15.0
     # Longest sleep between two polls of a pending receive (back-off cap), so that a
     # waiting rank uses ~0 % CPU but still reacts within this delay.
