@@ -9,8 +9,8 @@ so a rank whose parties compute for minutes still beats. Any message the inbox t
 watched rank counts as hearing it too: a rank whose messages arrive is alive, and under load its
 beats can wait behind its other traffic. A rank that has heard nothing from a watched rank for
 the timeout reports it lost; a silo rank waits twice as long for rank 0, so that rank 0, which
-can name the silent node, speaks first. A rank whose parties are done says
-goodbye and is watched no more.
+can name the silent node, speaks first. A rank whose parties are done says goodbye and is
+watched no more.
 
 MPI's own failure report is not enough: under MPICH's Hydra nobody notices a link that went
 down (TCP waits), and a node whose processes die takes the job down with the launcher's words
