@@ -3,7 +3,7 @@ settings, seconds per round by phase, peak memory, accuracy and cluster agreemen
 same rounds, as ratios ours / theirs.
 
     python -m benchmarks.ifca_anchor --ifca PATH --mnist DIR [--rounds 3] [--repeats 3]
-        [--silo-ranks 2] [--emdcfl] [--out DIR]
+        [--silo-ranks 2] [--emdcfl] [--simulator] [--out DIR]
 
 PATH is a checkout of IFCA's code (Ghosh, Chung, Yin, Ramchandran, NeurIPS 2020:
 github.com/jichan3751/ifca), run unmodified: its `mnist/train_cluster_mnist.py` with its own
@@ -20,12 +20,13 @@ IFCA's rounds.
 Per round, theirs: training (`sec(train)` of its log), the identity step (its inference over
 every training client under every model, which picks next round's clusters) and the test (its
 test clients under every model). Ours: the server's phases (train, clustering = the identity
-step, aggregation, evaluation). Memory: theirs the peak PSS of its process; ours the sum of
-each rank's peak PSS. Accuracy: both on IFCA's own test (100-image test clients taking the
-model of lowest loss; `ifca_experiment.ifca_test_accuracy` for ours), ours also per silo;
-cluster agreement: the ARI of the final round's clusters against the rotations. Medians over
---repeats runs, theirs and ours interleaved. Writes `anchor.md` (the table, the machine, the
-anchor's commit and every command) in --out.
+step, aggregation, evaluation). Memory: theirs the peak PSS of its process; ours the peak of
+the ranks' PSS summed at one moment (what the machine holds at once). With --simulator also
+our IFCA in the simulator: one process, as theirs. Accuracy: both on IFCA's own test
+(100-image test clients taking the model of lowest loss; `ifca_experiment.ifca_test_accuracy`
+for ours), ours also per silo; cluster agreement: the ARI of the final round's clusters
+against the rotations. Medians over --repeats runs, theirs and ours interleaved. Writes
+`anchor.md` (the table, the machine, the anchor's commit and every command) in --out.
 """
 
 from __future__ import annotations
@@ -110,14 +111,24 @@ def run_theirs(ifca: Path, mnist: Path, rounds: int, scratch: Path) -> tuple[dic
 def run_ours(
     mnist: Path, rounds: int, silo_ranks: int, scratch: Path, repeat: int, strategy: str = "ifca"
 ) -> tuple[dict, str]:
-    """Our IFCA (or the config's EMD-CFL) on the same experiment under mpirun; its per-round
-    phases, accuracies, ARI and memory."""
+    """Our IFCA (or the config's EMD-CFL) on the same experiment under mpirun (silo_ranks 0: in
+    the simulator, one process as IFCA's script); its per-round phases, accuracies, ARI and
+    memory (the peak of the ranks' PSS summed at one moment)."""
     silos = 2400
     method = ["strategy.name=ifca", "strategy.init=random"] if strategy == "ifca" else []
-    sets = [f"data.root={mnist}", "data.download=false", f"train.rounds={rounds}", *method,
-            f"runtime.silos_per_rank={math.ceil(silos / silo_ranks)}"]  # fmt: skip
-    out = scratch / f"ours_{strategy}_{repeat}"
-    job = run_job(ROOT, CONFIG, sets, 1 + silo_ranks, keep=out)
+    sets = [f"data.root={mnist}", "data.download=false", f"train.rounds={rounds}", *method]
+    out = scratch / f"ours_{strategy}_{silo_ranks}_{repeat}"
+    if silo_ranks:
+        sets.append(f"runtime.silos_per_rank={math.ceil(silos / silo_ranks)}")
+        job = run_job(ROOT, CONFIG, sets, 1 + silo_ranks, keep=out)
+        records, wall_s, pss_mb = job.records, job.wall_s, job.tree_pss_mb
+        command = f"mpirun -n {1 + silo_ranks} python -m cfl_mpi.main {CONFIG} "
+    else:
+        overrides = [a for s in sets for a in ("--set", s)]
+        cmd = [sys.executable, "-m", "cfl_mpi.simulate", CONFIG, "--out", str(out), *overrides]
+        _, wall_s, pss_mb = run_watched(cmd, ROOT, {**os.environ, "PYTHONPATH": str(ROOT)})
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        command = f"python -m cfl_mpi.simulate {CONFIG} "
     per_round = [
         {
             "train": r["seconds"].get("train", 0.0),
@@ -126,18 +137,17 @@ def run_ours(
             "aggregation": r["seconds"].get("aggregation", 0.0),
             "round": sum(r["seconds"].values()),
         }
-        for r in job.records
+        for r in records
     ]
-    command = f"mpirun -n {1 + silo_ranks} python -m cfl_mpi.main {CONFIG} " + " ".join(f"--set {s}" for s in sets)
     return {
-        "wall_s": job.wall_s,
-        "pss_mb": sum(job.pss_mb.values()),
+        "wall_s": wall_s,
+        "pss_mb": pss_mb,
         "rounds": per_round,
         "ifca_acc": ifca_test_accuracy(out),
-        "silo_acc": job.records[-1]["avg_acc"],
-        "ari": job.records[-1]["ari"],
-        "ari_first": job.records[0]["ari"],
-    }, command
+        "silo_acc": records[-1]["avg_acc"],
+        "ari": records[-1]["ari"],
+        "ari_first": records[0]["ari"],
+    }, command + " ".join(f"--set {s}" for s in sets)
 
 
 def median_round(runs: list[dict], key: str) -> float:
@@ -183,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--silo-ranks", type=int, default=2)
     parser.add_argument("--emdcfl", action="store_true", help="also run our EMD-CFL (its clustering round is minutes)")
+    parser.add_argument(
+        "--simulator", action="store_true", help="also run our IFCA in the simulator (one process, as IFCA's script)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/ifca_anchor"))
     args = parser.parse_args(argv)
     script = args.ifca / "mnist" / "train_cluster_mnist.py"
@@ -192,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     theirs: list[dict] = []
     ours: list[dict] = []
     emdcfl: list[dict] = []
+    simulated: list[dict] = []
     commands: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ifca_anchor_") as tmp:
         for repeat in range(args.repeats):  # interleaved: a drift of the machine hits both
@@ -208,8 +222,12 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 emdcfl.append(result)
                 commands.append(emdcfl_command)
-            print(f"repeat {repeat + 1}/{args.repeats}: theirs {theirs[-1]['wall_s']:.1f} s, ours "
-                  + ", ".join(f"{r[-1]['wall_s']:.1f} s" for r in (ours, emdcfl) if r), flush=True)  # fmt: skip
+            if args.simulator:
+                result, simulator_command = run_ours(args.mnist.resolve(), args.rounds, 0, scratch, repeat)
+                simulated.append(result)
+                commands.append(simulator_command)
+            walls = ", ".join(f"{r[-1]['wall_s']:.1f} s" for r in (ours, emdcfl, simulated) if r)
+            print(f"repeat {repeat + 1}/{args.repeats}: theirs {theirs[-1]['wall_s']:.1f} s, ours {walls}", flush=True)
     text = (
         f"# IFCA's own code beside cfl_mpi: IFCA's rotated MNIST, m = 2,400, {args.rounds} rounds, "
         f"medians of {args.repeats} interleaved runs\n\n{machine()}\n\n"
@@ -222,11 +240,19 @@ def main(argv: list[str] | None = None) -> None:
             if emdcfl
             else ""
         )
+        + (
+            "Our IFCA in the simulator (one process, as IFCA's script):\n\n"
+            + table(theirs, simulated, "cfl_mpi's simulator")
+            + "\n\n"
+            if simulated
+            else ""
+        )
         + f"Commands (`python -m benchmarks.ifca_anchor {' '.join(argv or sys.argv[1:])}`):\n\n"
         + "\n".join(f"    {c}" for c in commands)
         + "\n\nRaw figures: `anchor.json`.\n"
     )
-    (args.out / "anchor.json").write_text(json.dumps({"theirs": theirs, "ours": ours, "emdcfl": emdcfl}, indent=1))
+    raw = {"theirs": theirs, "ours": ours, "emdcfl": emdcfl, "simulator": simulated}
+    (args.out / "anchor.json").write_text(json.dumps(raw, indent=1))
     (args.out / "anchor.md").write_text(text)
     print(text)
 

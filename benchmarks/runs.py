@@ -33,6 +33,8 @@ class Job:
     records: list[dict]  # metrics.jsonl
     summary: dict
     pss_mb: dict[int, float]  # peak proportional set size of each rank (MPI rank → MB)
+    # the peak of the ranks' PSS summed at one moment: what the machine holds at once (MB)
+    tree_pss_mb: float
     # wall-clock seconds from the job's start to the server's writing summary.json (its rounds
     # are over) and to its last plot (the results folder complete); the rest is the teardown
     results_s: tuple[float, float] = (float("nan"), float("nan"))
@@ -65,7 +67,8 @@ def run_job(
         start, started = time.monotonic(), time.time()
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peaks: dict[int, float] = {}
-        sampler = threading.Thread(target=sample_pss, args=(proc, peaks), daemon=True)
+        together = [0.0]
+        sampler = threading.Thread(target=sample_pss, args=(proc, peaks, together), daemon=True)
         sampler.start()
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
@@ -79,7 +82,8 @@ def run_job(
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
         written = [p.stat().st_mtime - started for p in Path(out).iterdir() if p.is_file()]
         results = ((Path(out) / "summary.json").stat().st_mtime - started, max(written))
-        return Job(wall, records, json.loads((Path(out) / "summary.json").read_text()), peaks, results)
+        summary = json.loads((Path(out) / "summary.json").read_text())
+        return Job(wall, records, summary, peaks, together[0], results)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -100,13 +104,18 @@ def _mpi_rank(pid: int) -> int | None:
     return int(rank) if rank is not None else None
 
 
-def sample_pss(proc: subprocess.Popen, peaks: dict[int, float], every_s: float = 0.5) -> None:
-    """Peak PSS (shared pages counted once: /proc/PID/smaps_rollup) of each MPI rank of a job."""
+def sample_pss(proc: subprocess.Popen, peaks: dict[int, float], together: list[float], every_s: float = 0.5) -> None:
+    """Peak PSS (shared pages counted once: /proc/PID/smaps_rollup) of each MPI rank of a job,
+    and in together[0] the peak of their sum at one moment (the ranks peak at different times:
+    the server as it gathers the updates, a silo rank as it trains)."""
     while proc.poll() is None:
+        now = {}
         for pid in _descendants(proc.pid):
             rank = _mpi_rank(pid)
             if rank is not None:
-                peaks[rank] = max(peaks.get(rank, 0.0), _pss_kb(pid) / 1024)
+                now[rank] = _pss_kb(pid) / 1024
+                peaks[rank] = max(peaks.get(rank, 0.0), now[rank])
+        together[0] = max(together[0], sum(now.values()))
         time.sleep(every_s)
 
 

@@ -30,7 +30,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from .config import Config, TrainConfig
-from .models.build import load_arrays
+from .models.build import hold_arrays, own_weights
 from .models.params import BATCHABLE_MODELS
 from .training import Sgd, evaluate, train_local
 
@@ -64,17 +64,18 @@ class LocalTraining:
 @dataclass
 class Evaluation:
     """One silo's share of a batched evaluation: its model, a labelled set of its own, and the
-    weights to load into the model first (None: as it is)."""
+    weights the model continues from, to evaluate (None: as it is)."""
 
     model: nn.Module
     x: torch.Tensor
     y: torch.Tensor
     weights: dict[str, np.ndarray] | None = None
 
-    def loaded(self) -> nn.Module:
-        """The model, holding `weights` once they are loaded (on the worker that evaluates it)."""
+    def loaded(self, device: torch.device) -> nn.Module:
+        """The model, holding `weights` (models/build.py's `hold_arrays`) once they are loaded on
+        the worker that evaluates it."""
         if self.weights is not None:
-            load_arrays(self.model, self.weights)
+            hold_arrays(self.model, self.weights, device)
         return self.model
 
 
@@ -95,7 +96,10 @@ def batches_silos(cfg: Config, device: torch.device) -> bool:
 
 def train_together(jobs: list[LocalTraining], cfg: TrainConfig, device: torch.device) -> list[None]:
     """Each job's model trained as `train_local` would, the jobs of one training set size as
-    one computation (in chunks of silos whose step holds at most STEP_IMAGES images)."""
+    one computation (in chunks of silos whose step holds at most STEP_IMAGES images), on
+    weights each model owns (as `train_local`: models/build.py's `own_weights`)."""
+    for job in jobs:
+        own_weights(job.model)
     for group in _by_size(jobs):
         if len(group) == 1 or not batchable(group[0].model):
             for job in group:
@@ -116,7 +120,7 @@ def evaluate_each(jobs: list[Evaluation], device: torch.device) -> list[tuple[fl
     results: list[tuple[float, float] | Exception] = []
     for job in jobs:
         try:
-            results.append(evaluate(job.loaded(), job.x, job.y, device))
+            results.append(evaluate(job.loaded(device), job.x, job.y, device))
         except Exception as err:  # noqa: BLE001 - that silo's own failure, not its batch's
             results.append(err)
     return results
@@ -127,7 +131,7 @@ def evaluate_together(jobs: list[Evaluation], device: torch.device) -> list[tupl
     """`evaluate` of each job's model on its own set, (accuracy, mean cross-entropy), the jobs
     with sets of one size as one computation (passes of at most STEP_IMAGES images)."""
     for job in jobs:
-        job.loaded()
+        job.loaded(device)
     results = {}
     for group in _by_size(jobs):
         if len(group) == 1 or not batchable(group[0].model):

@@ -17,7 +17,7 @@ import platform
 import sys
 import traceback
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -31,6 +31,7 @@ from .cli import EXIT_CONFIG, announce, check_results_folder, load_run_config, p
 from .config import Config, ConfigError
 from .results import record_failure, write_nodes
 from .runtime.compute import ComputePool
+from .runtime.memory import FreedMemory
 from .runtime.parties import PartyFailure, PartyThreads
 from .runtime.placement import DEVICE_RECORD_BYTES, DeviceReport, Placement, describe_devices, require_gpu
 from .runtime.stop import StopRequest, ignore_stop_signals, release_stop_signals
@@ -250,7 +251,9 @@ def run_parties(
     from .runtime.silo import run_silo
 
     silos = [p for p in here if p != SERVER]
-    with ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos) as compute:
+    pool = ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos)
+    freeing: AbstractContextManager = FreedMemory() if silos and cfg.runtime.silo_models == "shared" else nullcontext()
+    with pool as compute, freeing:
         server = None
         if SERVER in here:
             server = start_server(

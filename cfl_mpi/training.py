@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .config import TrainConfig
+from .models.build import own_weights
 
 EVAL_BATCH = 512
 
@@ -73,7 +74,10 @@ class Sgd:
 def train_local(
     model: nn.Module, x: Array, y: Array, cfg: TrainConfig, generator: torch.Generator, device: torch.device
 ) -> None:
-    """E local epochs of SGD with momentum and weight decay (Alg. 1, ClientUpdate)."""
+    """E local epochs of SGD with momentum and weight decay (Alg. 1, ClientUpdate), on weights
+    the model owns (one that shares its weights gets copies first: models/build.py's
+    `own_weights`)."""
+    own_weights(model)
     model.train()
     optimiser = Sgd(list(model.parameters()), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     xs, ys = tensor(x), tensor(y)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -30,11 +33,25 @@ __all__ = [
     "seeded_states",
     "state_arrays",
     "load_arrays",
+    "share_arrays",
+    "own_weights",
+    "skeleton_model",
+    "as_skeleton",
+    "hold_arrays",
+    "shares_weights",
+    "state_template",
     "load_weights_file",
     "WeightsError",
     "OwnModelError",
     "check_model",
 ]
+
+M = TypeVar("M", bound=nn.Module)
+
+# share_arrays hands torch read-only arrays on purpose (a module holding them only computes
+# with them; training takes a copy of its own first): torch's warning about those is not for
+# a rank's console.
+warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
 
 # torch's default generator is process-wide, and several silos (threads) may build models at
 # once: seeded draws and every other construction take turns, so θ(0) depends on the seed only.
@@ -140,6 +157,15 @@ def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
 
 
+def state_template(module: nn.Module) -> dict[str, np.ndarray]:
+    """The names, dtypes and shapes of the module's state as arrays that hold no memory (what
+    a received model must match: `Payload.expect(like=...)`); the module may be a skeleton."""
+    return {
+        k: np.broadcast_to(np.zeros((), dtype=torch.empty(0, dtype=v.dtype).numpy().dtype), tuple(v.shape))
+        for k, v in module.state_dict().items()
+    }
+
+
 _THREAD = threading.local()
 
 
@@ -153,15 +179,66 @@ def scratch_copy(module: nn.Module) -> nn.Module:
     copies = _THREAD.__dict__.setdefault("copies", {})
     if key not in copies:
         copies[key] = copy.deepcopy(module)
+        setattr(copies[key], _SHARES, False)  # its weights are its own: loads copy into them
     return copies[key]
+
+
+# A module whose weights may be memory it shares with other modules (`share_arrays`): it never
+# writes into its tensors; training and loading give it copies of its own first.
+_SHARES = "_cfl_mpi_shares_weights"
+
+
+def shares_weights(module: nn.Module) -> bool:
+    """Whether the module holds the arrays it is handed rather than copies (`skeleton_model`)."""
+    return bool(getattr(module, _SHARES, False))
 
 
 def load_arrays(module: nn.Module, arrays: dict[str, np.ndarray]) -> None:
     """Load received arrays into the module (names and shapes were checked on receipt). Arrays
     that several silos share are read-only: torch takes those as a copy (it has no read-only
-    tensors), the others as they are."""
+    tensors), the others as they are. A module that shares its weights gets copies of its own
+    first: nothing is written into memory it shares."""
+    own_weights(module)
     device = next(module.parameters()).device
     module.load_state_dict(
         {k: (torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)).to(device) for k, v in arrays.items()},
         strict=True,
     )
+
+
+def share_arrays(module: nn.Module, arrays: dict[str, np.ndarray], device: torch.device) -> None:
+    """The module's parameters and buffers become `arrays` themselves (on the CPU: no copy; on
+    another device, a copy there), for a module that only computes with them (evaluates,
+    embeds, picks a cluster) until `own_weights`."""
+    module.load_state_dict({k: torch.from_numpy(v).to(device) for k, v in arrays.items()}, strict=True, assign=True)
+
+
+def hold_arrays(module: nn.Module, arrays: dict[str, np.ndarray], device: torch.device) -> None:
+    """The module continues from `arrays`: shared where it shares its weights, else copied into
+    its own memory (a silo's model under `runtime.silo_models`)."""
+    if shares_weights(module):
+        share_arrays(module, arrays, device)
+    else:
+        load_arrays(module, arrays)
+
+
+def own_weights(module: nn.Module) -> None:
+    """A module that shares its weights gets copies of its own (training calls this before its
+    first step); any other module keeps its own as they are."""
+    if shares_weights(module):
+        module.load_state_dict({k: v.clone() for k, v in module.state_dict().items()}, strict=True, assign=True)
+
+
+def skeleton_model(cfg: Config, num_classes: int) -> SplitModel:
+    """A silo's model that shares its weights (`runtime.silo_models: shared`): until the server's
+    model comes in by `share_arrays`, the architecture with its tensors on torch's meta device
+    (no memory, no random draws)."""
+    return as_skeleton(lambda: build_model(cfg, num_classes, load_weights=False))
+
+
+def as_skeleton(build: Callable[[], M]) -> M:
+    """`build()`'s module on torch's meta device, marked as sharing the weights it is handed."""
+    with torch.device("meta"):
+        module = build()
+    setattr(module, _SHARES, True)
+    return module

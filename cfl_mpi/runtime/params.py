@@ -171,6 +171,14 @@ class RuntimeConfig:
     # for bit (docs/SMALL_SILOS.md). The silos that train together are the process's silos of
     # the round, so a batched run too is a function of its config and seed.
     silo_training: Literal["auto", "batched", "one_by_one"] = "auto"
+    # What a silo holds between its steps: own, a model of its own (its memory per silo, the
+    # weights it continues from copied in); shared, no model: the weights it continues from
+    # are the received message's, held once by the process's silos of one cluster, and
+    # training takes a copy that goes once the update has left (the process then hands what it
+    # frees back to the system every second). shared fits many silos of a large model in a
+    # rank; it allocates each silo's weights anew every round, which costs time on a CPU
+    # (docs/PERFORMANCE.md, "Silos hold no model").
+    silo_models: Literal["own", "shared"] = "own"
 
     def problems(self, silos: int, model: str, rounds: int) -> Iterator[str]:
         """One config-error line per value the types cannot rule out (`runtime.<key>: …`)."""

@@ -57,7 +57,15 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
     import torch
 
     from ..batched_training import LocalTraining, batches_silos, train_together
-    from ..models.build import build_model, load_arrays, state_arrays
+    from ..models.build import (
+        build_model,
+        hold_arrays,
+        load_arrays,
+        shares_weights,
+        skeleton_model,
+        state_arrays,
+        state_template,
+    )
     from ..training import to_device, train_local
 
     leaving = cfg.runtime.on_silo_failure == "drop"
@@ -73,8 +81,13 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         faults.at_start_up()
         data = cfg.data.build(silo, cfg.data_facts())
         mark("data")
-        # weights come from the server; torch runs on the compute workers only (compute.py)
-        model = compute(lambda: build_model(cfg, cfg.data.num_classes(), load_weights=False).to(device))
+        # weights come from the server (runtime.silo_models: shared, the received arrays
+        # themselves); torch runs on the compute workers only (compute.py)
+        classes = cfg.data.num_classes()
+        shared = cfg.runtime.silo_models == "shared"
+        model = compute(
+            lambda: skeleton_model(cfg, classes) if shared else build_model(cfg, classes, load_weights=False).to(device)
+        )
         # the sets training and evaluation use every round, on the device once (where they fit)
         x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
     except Exception as err:  # noqa: BLE001 - its data or model failed: with drop, it leaves
@@ -95,7 +108,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
     protocol = silo_half(cfg)
     mark("strategy")
     kinds = halves(cfg).all_kinds
-    template = state_arrays(model)
+    template = state_template(model)
 
     def train(t: int, generator: torch.Generator) -> None:
         """Local training: alone, or with the process's silos that train in round t, as one
@@ -118,40 +131,44 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
     def diverged(arrays: dict[str, np.ndarray]) -> bool:
         return not all(all_finite(a) for a in arrays.values() if np.issubdtype(a.dtype, np.floating))
 
+    def take_part(t: int, control: Control) -> dict[str, float]:
+        """Round t's training, update and strategy exchanges; the seconds of the strategy's steps.
+        A model that shares its weights then holds those it started from again: the trained
+        ones go once they have left."""
+        ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.first), compute=compute)
+        protocol.before_training(ctx)
+        start = model.state_dict()
+        seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
+        faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
+        train(t, torch.Generator().manual_seed(seed))
+        trained, n_samples = faults.update(t, state_arrays(model), len(data.y_train))
+        if leaving and diverged(trained):
+            raise FloatingPointError(f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)")
+        faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
+        faults.after_update(t)
+        protocol.after_training(ctx)
+        if shares_weights(model):
+            model.load_state_dict(start, assign=True)  # no computation: on the silo thread
+        return ctx.step_seconds
+
     reported: Counter[str] = Counter()
 
     def play(t: int, control: Control) -> None:
         """Round t as `control` says: train (with the strategy's exchanges) and evaluate."""
         action = control.action
-        if action != WAIT:
-            faults.at_round_start(t, channel)
-            if control.model:
-                compute(load_arrays, model, received_model(t - 1))
-        if action == TRAIN:
-            ctx = SiloRound(
-                t, silo, channel, model, data, device, cfg.silos, first=bool(control.first), compute=compute
-            )
-            protocol.before_training(ctx)
-            seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
-            faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
-            train(t, torch.Generator().manual_seed(seed))
-            trained, n_samples = faults.update(t, state_arrays(model), len(data.y_train))
-            if leaving and diverged(trained):
-                raise FloatingPointError(
-                    f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)"
-                )
-            faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
-            faults.after_update(t)
-            protocol.after_training(ctx)
-        if action != WAIT:
-            steps = ctx.step_seconds if action == TRAIN else {}
-            weights = received_model(t)  # loaded as the evaluation's first step
-            sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
-            reported.clear()
-            reported.update(channel.sent_bytes)
-            timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
-            waited = (channel.waits.wall_s, channel.waits.cpu_s)
-            channel.send(SERVER, evaluation.report(t, model, weights, sent, timings, *waited), t)
+        if action == WAIT:
+            return
+        faults.at_round_start(t, channel)
+        if control.model:
+            compute(hold_arrays, model, received_model(t - 1), device)
+        steps = take_part(t, control) if action == TRAIN else {}
+        weights = received_model(t)  # held by the model as the evaluation's first step
+        sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
+        reported.clear()
+        reported.update(channel.sent_bytes)
+        timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
+        waited = (channel.waits.wall_s, channel.waits.cpu_s)
+        channel.send(SERVER, evaluation.report(t, model, weights, sent, timings, *waited), t)
 
     try:
         t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round

@@ -177,10 +177,9 @@ class IfcaSilo(SiloProtocol[IfcaConfig]):
 
     def _models(self, ctx: SiloRound, what: str):
         """Receive the round's models 0..K-1 in order, yielding (k, arrays)."""
-        from ...models.build import state_arrays
+        from ...models.build import state_template
 
-        template = state_arrays(ctx.model)
-        expect = ClusterModel.expect(ctx.round, like=template)
+        expect = ClusterModel.expect(ctx.round, like=state_template(ctx.model))
         k, total = 0, None
         while total is None or k < total:
             msg = ctx.channel.recv(SERVER, expect)
@@ -236,13 +235,13 @@ def chosen(losses: np.ndarray) -> int:
 
 
 def identity_step(jobs: list[tuple], device) -> list[np.ndarray]:
-    """`identity_losses`, then each silo's model loaded with the cluster model its losses
-    choose (the one it trains): in the same call, not one more hand-off to a worker per silo."""
-    from ...models.build import load_arrays
+    """`identity_losses`, then each silo's model holding the cluster model its losses choose
+    (the one it trains): in the same call, not one more hand-off to a worker per silo."""
+    from ...models.build import hold_arrays
 
     table = identity_losses(jobs, device)
     for (model, models, _, _), losses in zip(jobs, table):
-        load_arrays(model, models[chosen(losses)])
+        hold_arrays(model, models[chosen(losses)], device)
     return table
 
 
