@@ -137,7 +137,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         ones go once they have left."""
         ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.first), compute=compute)
         protocol.before_training(ctx)
-        start = model.state_dict()
+        start = model.state_dict() if shares_weights(model) else None  # the shared arrays it trains from
         seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
         faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
         train(t, torch.Generator().manual_seed(seed))
@@ -147,7 +147,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
         faults.after_update(t)
         protocol.after_training(ctx)
-        if shares_weights(model):
+        if start is not None:
             model.load_state_dict(start, assign=True)  # no computation: on the silo thread
         return ctx.step_seconds
 
