@@ -6,8 +6,10 @@ glibc's malloc keeps what the threads free in its arenas, for later requests of 
 arena, and a rank hosting thousands of silos then grows round after round by what it freed
 (docs/PERFORMANCE.md, "Silos hold no model"). `malloc_trim` returns the free pages of every
 arena; `FreedMemory` calls it every `period_s` while it is open, from a thread of its own
-(ctypes releases the GIL for the call). Where the C library has no `malloc_trim` (macOS,
-musl) it does nothing.
+(ctypes releases the GIL for the call). By default every 5 s, not every second: a trim holds
+an arena's lock while it hands pages back, and the pages handed back are faulted in again by
+the next round's copies (docs/PERFORMANCE.md, "Silos hold no model"). Where the C library has
+no `malloc_trim` (macOS, musl) it does nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def _malloc_trim() -> Callable[[int], object] | None:
 class FreedMemory:
     """A context in which a thread returns the process's freed memory every `period_s`."""
 
-    def __init__(self, period_s: float = 1.0) -> None:
+    def __init__(self, period_s: float = 5.0) -> None:
         self.period_s = period_s
         self._trim = _malloc_trim()
         self._closed = threading.Event()

@@ -175,7 +175,7 @@ class RuntimeConfig:
     # weights it continues from copied in); shared, no model: the weights it continues from
     # are the received message's, held once by the process's silos of one cluster, and
     # training takes a copy that goes once the update has left (the process then hands what it
-    # frees back to the system every second). shared fits many silos of a large model in a
+    # frees back to the system every few seconds). shared fits many silos of a large model in a
     # rank; it allocates each silo's weights anew every round, which costs time on a CPU
     # (docs/PERFORMANCE.md, "Silos hold no model").
     silo_models: Literal["own", "shared"] = "own"
