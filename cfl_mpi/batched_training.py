@@ -98,8 +98,6 @@ def train_together(jobs: list[LocalTraining], cfg: TrainConfig, device: torch.de
     """Each job's model trained as `train_local` would, the jobs of one training set size as
     one computation (in chunks of silos whose step holds at most STEP_IMAGES images), on
     weights each model owns (as `train_local`: models/build.py's `own_weights`)."""
-    for job in jobs:
-        own_weights(job.model)
     for group in _by_size(jobs):
         if len(group) == 1 or not batchable(group[0].model):
             for job in group:
@@ -191,5 +189,6 @@ def _train_stacked(group: list[LocalTraining], cfg: TrainConfig, device: torch.d
             optimiser.step()
     with torch.no_grad():
         for i, job in enumerate(group):
+            own_weights(job.model)  # written below: never into weights it shares
             for own, stacked in zip(job.model.parameters(), params):
                 own.copy_(stacked[i])
