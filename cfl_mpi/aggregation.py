@@ -28,6 +28,8 @@ from typing import Literal
 
 import numpy as np
 
+from .weighted_sum import WeightedSum
+
 __all__ = [
     "fedavg",
     "coordinate_median",
@@ -40,6 +42,7 @@ __all__ = [
     "screen_updates",
     "aggregate",
     "cluster_averages",
+    "ClusterSums",
 ]
 
 Model = dict[str, np.ndarray]
@@ -61,7 +64,9 @@ class AggregationConfig:
     # norm_clip: the bound M on an update's norm; null: the cluster's median update norm.
     clip_norm: float | None = None
     # Check every update against the silo's start model and the other members of its cluster
-    # before the rule (aggregation.screen_updates; decisions go to metrics.jsonl).
+    # before the rule (aggregation.screen_updates; decisions go to metrics.jsonl). The server
+    # then holds a cluster's updates until its last has come; unscreened FedAvg (or norm_clip
+    # at a fixed clip_norm) sums each as it arrives and holds none.
     screen: bool = True
     # An update whose norm exceeds norm_ratio times the cluster's median is rejected, or
     # scaled down to that bound ("clip"). A sample count is lowered to the silo's first
@@ -69,6 +74,14 @@ class AggregationConfig:
     outliers: Literal["reject", "clip"] = "reject"
     norm_ratio: float = 4.0
     count_ratio: float = 2.0
+
+    @property
+    def streams(self) -> bool:
+        """Whether each update can be decided and summed as it arrives (`ClusterSums`): a
+        weighted mean, with no bound taken from the other members (unscreened FedAvg, or norm
+        clipping at a fixed `clip_norm`). The screening's medians and the coordinate-wise
+        rules need every update of the cluster at once."""
+        return not self.screen and (self.rule == "fedavg" or (self.rule == "norm_clip" and self.clip_norm is not None))
 
     def problems(self) -> Iterator[str]:
         """One config-error line per value the types cannot rule out (`aggregation.<key>: …`)."""
@@ -83,28 +96,20 @@ class AggregationConfig:
 
 
 def fedavg(updates: list[Model], weights: list[int]) -> Model:
-    """θ_k = Σ_c (N_c / N_k) θ_c over a cluster's members (EMD-CFL Alg. 1, line 21).
+    """θ_k = Σ_c N_c θ_c / Σ_c N_c over a cluster's members (EMD-CFL Alg. 1, line 21).
 
-    Floating tensors are averaged in float64 and cast back; integer buffers (e.g. a batch
-    counter) are not averageable and are taken from the member with the most samples.
+    Summed order-free (`WeightedSum`): the server that folds updates in as they arrive gets
+    these bits. Integer buffers (e.g. a batch counter) are not averageable and are taken from
+    the member with the most samples, the first of equals.
     """
     if not updates or len(updates) != len(weights):
         raise ValueError("fedavg needs one weight per update, and at least one update")
-    w = np.asarray(weights, dtype=np.float64)
-    if (w <= 0).any():
+    if any(n <= 0 for n in weights):
         raise ValueError(f"fedavg: sample counts must be positive, got {weights}")
-    w /= w.sum()
-    largest = int(np.argmax(w))
-    out = {}
-    for name, ref in updates[0].items():
-        if np.issubdtype(ref.dtype, np.floating):
-            acc = np.zeros(ref.shape, dtype=np.float64)
-            for wi, upd in zip(w, updates):
-                acc += wi * upd[name]
-            out[name] = acc.astype(ref.dtype)
-        else:
-            out[name] = updates[largest][name].copy()
-    return out
+    total = WeightedSum(updates[0])
+    for key, (update, n) in enumerate(zip(updates, weights)):
+        total.add(update, int(n), key)
+    return total.mean()
 
 
 def _coordinatewise(models: list[Model], rule: Callable[[np.ndarray], np.ndarray]) -> Model:
@@ -353,3 +358,36 @@ def cluster_averages(
         first_counts.update(screened.first_counts)
         decisions += screened.decisions
     return {c: models.get(int(clusters[c]), starts[c]) for c in range(len(clusters))}, decisions
+
+
+class ClusterSums:
+    """`cluster_averages` for a server that sums each update into its cluster's mean as it
+    arrives, in any order, and keeps none (a round's updates need not fit in its memory):
+    only where `cfg.streams`, with the clusters known before training. Same bits as
+    `cluster_averages` over the same updates (`WeightedSum` is order-free)."""
+
+    def __init__(self, cfg: AggregationConfig, round: int, clusters: np.ndarray, starts: dict[int, Model]) -> None:
+        if not cfg.streams:
+            raise ValueError(f"aggregation {cfg} needs every update of a cluster at once")
+        self.cfg, self.round, self.clusters, self.starts = cfg, round, clusters.copy(), starts
+        self.sums: dict[int, WeightedSum] = {}
+        self.counts: dict[int, int] = {}
+
+    def add(self, silo: int, model: Model, n: int) -> None:
+        """Silo `silo`'s update, trained on `n` examples (ValueError, nothing added, if it
+        cannot be summed: see `WeightedSum.add`)."""
+        if self.cfg.rule == "norm_clip":
+            assert self.cfg.clip_norm is not None
+            model = clip_update(model, self.starts[silo], self.cfg.clip_norm)
+        k = int(self.clusters[silo])
+        self.sums.setdefault(k, WeightedSum(model)).add(model, n, silo)
+        self.counts[silo] = n
+
+    def averages(self, first_counts: dict[int, int]) -> tuple[dict[int, Model], list[Decision]]:
+        """What every silo continues from, and the decisions (all accepted), as `cluster_averages`
+        gives them; `first_counts` gains the newcomers' counts."""
+        models = {k: total.mean() for k, total in self.sums.items()}
+        order = sorted(self.counts, key=lambda c: (int(self.clusters[c]), c))
+        first_counts.update({c: self.counts[c] for c in order if c not in first_counts})
+        decisions = [Decision(c, self.round, "accepted") for c in order]
+        return {c: models.get(int(self.clusters[c]), self.starts[c]) for c in range(len(self.clusters))}, decisions

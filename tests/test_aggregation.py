@@ -12,8 +12,10 @@ from hypothesis.extra import numpy as hnp
 
 from cfl_mpi.aggregation import (
     AggregationConfig,
+    ClusterSums,
     aggregate,
     clip_update,
+    cluster_averages,
     coordinate_median,
     fedavg,
     norm_clipped_mean,
@@ -273,3 +275,45 @@ def test_aggregate_applies_the_configured_rule(rule, call):
     model, screened = aggregate(rule, 1, silos, models, starts, counts, {})
     np.testing.assert_array_equal(model["w"], call(models, starts, counts)["w"])
     assert screened.first_counts == {0: 10, 1: 20, 2: 30, 3: 40}
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [AggregationConfig(screen=False), AggregationConfig(screen=False, rule="norm_clip", clip_norm=0.5)],
+    ids=["fedavg", "norm_clip"],
+)
+def test_summing_updates_as_they_arrive_gives_cluster_averages_bits_whatever_the_order(cfg):
+    """Three clusters (one of one member, one with no update this round), updates folded in a
+    shuffled order: the same models, decisions and first counts as the rule over them all."""
+    rng = np.random.default_rng(3)
+    clusters = np.array([0, 1, 0, 2, 1, 0, 1, 0])
+    starts = {c: {"w": rng.standard_normal(50).astype(np.float32), "n": np.array(c)} for c in range(8)}
+    updates = {
+        c: {"w": starts[c]["w"] + rng.standard_normal(50).astype(np.float32) * 0.3, "n": np.array(10 + c)}
+        for c in (0, 2, 3, 5, 7)
+    }
+    counts = {c: int(rng.integers(10, 500)) for c in updates}
+    expected_first: dict[int, int] = {0: 1}
+    expected, decisions = cluster_averages(cfg, 4, clusters, updates, counts, starts, expected_first)
+    for order in ([0, 2, 3, 5, 7], [7, 3, 5, 0, 2]):
+        sums, first = ClusterSums(cfg, 4, clusters, starts), {0: 1}
+        for c in order:
+            sums.add(c, updates[c], counts[c])
+        models, got = sums.averages(first)
+        assert got == decisions and first == expected_first
+        for c in range(8):
+            assert models[c]["w"].tobytes() == expected[c]["w"].tobytes() and models[c]["n"] == expected[c]["n"]
+
+
+def test_only_rules_that_decide_each_update_alone_sum_on_arrival():
+    assert AggregationConfig(screen=False).streams
+    assert AggregationConfig(screen=False, rule="norm_clip", clip_norm=1.0).streams
+    for cfg in (
+        AggregationConfig(),  # the screening compares each update with the cluster's median
+        AggregationConfig(screen=False, rule="norm_clip"),  # the bound is the members' median norm
+        AggregationConfig(screen=False, rule="median"),
+        AggregationConfig(screen=False, rule="trimmed_mean"),
+    ):
+        assert not cfg.streams
+        with pytest.raises(ValueError, match="every update"):
+            ClusterSums(cfg, 1, np.zeros(2, dtype=np.int64), {})

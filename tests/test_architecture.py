@@ -22,7 +22,16 @@ PACKAGE = PROJECT_ROOT / "cfl_mpi"
 # (`strategies.*` is a strategy's light parameters package, `strategies.*.*` its halves and
 # their helpers, which sit on top of the config, the data and the models).
 LAYERS = (
-    ("cfl_mpi", "wire", "privacy", "ot", "clustering", "console", "settings"),  # formats, maths, keys, words
+    (
+        "cfl_mpi",
+        "wire",
+        "privacy",
+        "ot",
+        "clustering",
+        "weighted_sum",
+        "console",
+        "settings",
+    ),  # formats, maths, keys, words
     ("channel", "mpi", "mpi.frames", "mpi.channel", "mpi.liveness"),  # how messages travel
     (
         "strategies",

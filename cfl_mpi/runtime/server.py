@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..aggregation import Decision
+from ..aggregation import ClusterSums, Decision
 from ..channel import Alternative, Channel, Pending, wait_all
 from ..clustering.labels import adjusted_rand_index
 from ..config import Config, config_digest
@@ -155,6 +155,8 @@ class Server:
         phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
         with timed(phases, "clustering"):
             self.strategy.before_training(ctx)
+        if self.cfg.aggregation.streams and self.strategy.settled(ctx):
+            ctx.sums = ClusterSums(self.cfg.aggregation, t, self.strategy.clusters, ctx.start_models)
         with timed(phases, "train"):
             slowest = self.receive_updates(ctx)
         with timed(phases, "clustering"):
@@ -183,6 +185,8 @@ class Server:
         )
         if slowest is not None:
             record["slowest_update"] = slowest
+        if ctx.sums is not None:
+            record["summed_on_arrival"] = True  # no update was held: see aggregation.ClusterSums
         left = [{"silo": c, **d} for c, d in self.dropped.items() if d["round"] == t]
         if self.cfg.runtime.on_silo_failure == "drop":
             record["dropped"] = left
@@ -239,13 +243,19 @@ class Server:
 
     def receive_updates(self, ctx: ServerRound) -> dict | None:
         """The training silos' weight updates and sample counts into `ctx`, in silo order, not
-        arrival order: the run is a function of the seed. Returns which silo's update came
+        arrival order: the run is a function of the seed. Where `ctx.sums` is set each update
+        is summed into it as it arrives, and none is kept. Returns which silo's update came
         last, where it runs and after how many seconds (a slow node shows there), if any trained."""
         expect = Update.expect(ctx.round, like=self.theta0)
         start, last = time.monotonic(), None
         arrived = {}
         for msg in self.channel.recv_each(ctx.participants, lambda _: expect, ctx.leaving, self._refused(ctx.round)):
-            arrived[msg.sender], last = Update.of(msg), msg.sender
+            update, last = Update.of(msg), msg.sender
+            if ctx.sums is not None:
+                ctx.sums.add(msg.sender, update.weights, update.n_samples)
+                ctx.n_samples[msg.sender] = update.n_samples
+            else:
+                arrived[msg.sender] = update
         for c in sorted(arrived):
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
         ctx.participants[:] = [c for c in ctx.participants if c not in self.dropped]  # its cluster trains without it

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from ..aggregation import AggregationConfig, Decision, cluster_averages
+from ..aggregation import AggregationConfig, ClusterSums, Decision, cluster_averages
 from ..channel import Alternative, Channel
 from ..wire.messages import Kind
 from ..wire.round import ROUND_KINDS
@@ -86,6 +86,9 @@ class ServerRound:
     # the screening's bound), and what `aggregate` decided about each update this round
     first_counts: dict[int, int] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
+    # Where the strategy's clusters are `settled` and the rule `streams`: the updates summed
+    # as they arrived, in place of `updates` (which then stays empty)
+    sums: ClusterSums | None = None
     cores: int = 1  # cores the server's process may use for its own computations (e.g. W1 solves)
     step_seconds: dict[str, float] = field(default_factory=dict)  # the strategy's own breakdown, recorded
     facts: dict[str, Any] = field(
@@ -161,19 +164,31 @@ class Strategy(ABC, Generic[P]):
         """Update and return the assignment used to aggregate this round's updates."""
         return self.clusters
 
+    def settled(self, ctx: ServerRound) -> bool:
+        """Whether, once `before_training` returned, this round's updates are aggregated under
+        `self.clusters` as they stand and nothing but `aggregate` reads them: the server may
+        then sum each update as it arrives and hold none (`ServerRound.sums`). False keeps
+        every update until `after_training`, which may cluster by them."""
+        return False
+
     def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
         """What every silo continues from: each cluster's updates screened and aggregated by
         the config's `aggregation` rule (weighted FedAvg by default, Alg. 1, line 21); a
         cluster without participants keeps its members' models."""
-        models, decisions = cluster_averages(
-            self.run.aggregation,
-            ctx.round,
-            self.clusters,
-            ctx.updates,
-            ctx.n_samples,
-            ctx.start_models,
-            ctx.first_counts,
-        )
+        if ctx.sums is not None:
+            if not np.array_equal(ctx.sums.clusters, self.clusters):
+                raise RuntimeError(f"{type(self).__name__} settled its clusters before training, then moved them")
+            models, decisions = ctx.sums.averages(ctx.first_counts)
+        else:
+            models, decisions = cluster_averages(
+                self.run.aggregation,
+                ctx.round,
+                self.clusters,
+                ctx.updates,
+                ctx.n_samples,
+                ctx.start_models,
+                ctx.first_counts,
+            )
         ctx.decisions += decisions
         return models
 

@@ -83,6 +83,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
             ]
         )
 
+    def settled(self, ctx: ServerRound) -> bool:
+        return not self.more and not any(self.partners.values())  # the round measures nothing
+
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         """Measure each stage's pairs and send the next stage the plan asks for, until none
         follows; then the plan's clusters (the last ones where the round measured nothing)."""

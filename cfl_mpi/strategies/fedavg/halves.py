@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import Halves, Strategy
+from ..base import Halves, ServerRound, Strategy
 
 
 class FedAvg(Strategy):
@@ -12,6 +12,9 @@ class FedAvg(Strategy):
 
     def initial_clusters(self) -> np.ndarray:
         return np.zeros(self.run.silos, dtype=np.int64)
+
+    def settled(self, ctx: ServerRound) -> bool:
+        return True  # the clusters never move
 
 
 HALVES = Halves(FedAvg)

@@ -83,6 +83,9 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
         k = self.run.cluster_count(s.clusters)
         self.clusters, self.sigma = spectral_clusters(self.D, k, self.run.seed)
 
+    def settled(self, ctx: ServerRound) -> bool:
+        return True  # clustered before round 1 trains, once
+
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
         return {"clusters": self.clusters, "D": self.D}, {"sigma": self.sigma}
 

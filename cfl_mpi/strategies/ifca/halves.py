@@ -85,10 +85,13 @@ class Ifca(Strategy[IfcaConfig]):
             self._seed(ctx)
         return self.clusters
 
+    def settled(self, ctx: ServerRound) -> bool:
+        return self.models is not None  # assigned by the losses; init "silos" seeds round 1 from the updates
+
     def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
         """FedAvg per cluster, which becomes that cluster's model for the next round."""
         models, mine = super().aggregate(ctx), self._cluster_models()
-        for c in ctx.updates:
+        for c in ctx.participants:  # those that sent an update (the server drops any that left)
             mine[self.clusters[c]] = models[c]
         return models
 

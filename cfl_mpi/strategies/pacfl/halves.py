@@ -71,6 +71,9 @@ class Pacfl(Strategy[PacflConfig]):
     def initial_clusters(self) -> np.ndarray:
         return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 
+    def settled(self, ctx: ServerRound) -> bool:
+        return not ctx.first  # no signature to come this round
+
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         new = sorted(c for c in ctx.first if c in ctx.participants)  # not those that left
         if not new:
