@@ -363,15 +363,17 @@ def cluster_averages(
 class ClusterSums:
     """`cluster_averages` for a server that sums each update into its cluster's mean as it
     arrives, in any order, and keeps none (a round's updates need not fit in its memory):
-    only where `cfg.streams`, with the clusters known before training. Same bits as
-    `cluster_averages` over the same updates (`WeightedSum` is order-free)."""
+    only where `cfg.streams`. A silo's cluster is read from `clusters` (the strategy's array)
+    as its update comes, so it must be known by then. Same bits as `cluster_averages` over the
+    same updates (`WeightedSum` is order-free)."""
 
     def __init__(self, cfg: AggregationConfig, round: int, clusters: np.ndarray, starts: dict[int, Model]) -> None:
         if not cfg.streams:
             raise ValueError(f"aggregation {cfg} needs every update of a cluster at once")
-        self.cfg, self.round, self.clusters, self.starts = cfg, round, clusters.copy(), starts
+        self.cfg, self.round, self.clusters, self.starts = cfg, round, clusters, starts
         self.sums: dict[int, WeightedSum] = {}
         self.counts: dict[int, int] = {}
+        self.summed_into: dict[int, int] = {}  # silo → the cluster its update went to
 
     def add(self, silo: int, model: Model, n: int) -> None:
         """Silo `silo`'s update, trained on `n` examples (ValueError, nothing added, if it
@@ -381,13 +383,16 @@ class ClusterSums:
             model = clip_update(model, self.starts[silo], self.cfg.clip_norm)
         k = int(self.clusters[silo])
         self.sums.setdefault(k, WeightedSum(model)).add(model, n, silo)
-        self.counts[silo] = n
+        self.counts[silo], self.summed_into[silo] = n, k
 
-    def averages(self, first_counts: dict[int, int]) -> tuple[dict[int, Model], list[Decision]]:
-        """What every silo continues from, and the decisions (all accepted), as `cluster_averages`
-        gives them; `first_counts` gains the newcomers' counts."""
+    def averages(self, clusters: np.ndarray, first_counts: dict[int, int]) -> tuple[dict[int, Model], list[Decision]]:
+        """What every silo continues from under the round's final `clusters`, and the decisions
+        (all accepted), as `cluster_averages` gives them; `first_counts` gains the newcomers'
+        counts. ValueError if a silo's cluster moved after its update was summed."""
+        if moved := [c for c, k in self.summed_into.items() if clusters[c] != k]:
+            raise ValueError(f"silos {moved[:5]} moved to another cluster after their updates were summed")
         models = {k: total.mean() for k, total in self.sums.items()}
-        order = sorted(self.counts, key=lambda c: (int(self.clusters[c]), c))
+        order = sorted(self.counts, key=lambda c: (self.summed_into[c], c))
         first_counts.update({c: self.counts[c] for c in order if c not in first_counts})
         decisions = [Decision(c, self.round, "accepted") for c in order]
-        return {c: models.get(int(self.clusters[c]), self.starts[c]) for c in range(len(self.clusters))}, decisions
+        return {c: models.get(int(clusters[c]), self.starts[c]) for c in range(len(clusters))}, decisions

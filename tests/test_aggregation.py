@@ -299,10 +299,21 @@ def test_summing_updates_as_they_arrive_gives_cluster_averages_bits_whatever_the
         sums, first = ClusterSums(cfg, 4, clusters, starts), {0: 1}
         for c in order:
             sums.add(c, updates[c], counts[c])
-        models, got = sums.averages(first)
+        models, got = sums.averages(clusters, first)
         assert got == decisions and first == expected_first
         for c in range(8):
             assert models[c]["w"].tobytes() == expected[c]["w"].tobytes() and models[c]["n"] == expected[c]["n"]
+
+
+def test_a_silo_whose_cluster_moved_after_its_update_was_summed_is_an_error():
+    clusters = np.array([0, 0, 1])
+    starts = {c: {"w": np.zeros(3, np.float32)} for c in range(3)}
+    sums = ClusterSums(AggregationConfig(screen=False), 2, clusters, starts)
+    sums.add(1, {"w": np.ones(3, np.float32)}, 5)
+    clusters[1] = 1  # the strategy's own array, read as each update comes
+    sums.add(2, {"w": np.ones(3, np.float32)}, 5)
+    with pytest.raises(ValueError, match=r"silos \[1\] moved"):
+        sums.averages(clusters, {})
 
 
 def test_only_rules_that_decide_each_update_alone_sum_on_arrival():

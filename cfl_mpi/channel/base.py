@@ -237,22 +237,41 @@ class Channel(ABC):
         `instead`'s kind in place of its message: that one goes to `instead.take`, not out.
         With `refused`, a message that breaks the protocol goes to `refused(source, error)`
         instead of raising, and its source is awaited no more."""
+        for _, message in self.recv_in_turn(sources, [expect], instead, refused):
+            yield message
+
+    def recv_in_turn(
+        self,
+        sources: Iterable[int],
+        expects: Sequence[Callable[[int], Expect]],
+        instead: Alternative | None = None,
+        refused: Callable[[int, ProtocolError], None] | None = None,
+    ) -> Iterator[tuple[int, Message]]:
+        """`recv_each` for sources that each send len(expects) messages, the i-th as
+        `expects[i]` reads it: yields (i, message) in the order they arrive, so one source's
+        second message need not wait for every source's first. `instead` and `refused` as in
+        `recv_each`; either ends what is awaited from that source."""
         pending = set(sources)
+        step = dict.fromkeys(pending, 0)
         while pending:
             # every source already waiting, from one look; a look per message is quadratic in a
             # round's thousands of silos (docs/PERFORMANCE.md, "Messages taken as they wait")
             for source in self._await_some(pending, lambda: self.ready_among(pending)):
                 pending.remove(source)
+                i = step[source]
                 try:
                     if self._took_instead(source, instead):
                         continue
-                    message = self._receive(source, expect(source))
+                    message = self._receive(source, expects[i](source))
                 except ProtocolError as err:
                     if refused is None:
                         raise
                     refused(source, err)
                     continue
-                yield message
+                if i + 1 < len(expects):
+                    pending.add(source)
+                    step[source] = i + 1
+                yield i, message
 
     def disown(self, source: int) -> None:
         """Take nothing from `source` any more: what waits from it and whatever it sends later

@@ -19,7 +19,7 @@ from ..clustering.labels import adjusted_rand_index
 from ..config import Config, config_digest
 from ..console import detail, say, warn
 from ..results import RunRecorder, record_failure
-from ..strategies.base import Model, ServerRound, timed
+from ..strategies.base import AheadOfUpdate, Model, ServerRound, timed
 from ..wire.messages import Message, ProtocolError
 from ..wire.round import (
     EVALUATE,
@@ -158,7 +158,7 @@ class Server:
         if self.cfg.aggregation.streams and self.strategy.settled(ctx):
             ctx.sums = ClusterSums(self.cfg.aggregation, t, self.strategy.clusters, ctx.start_models)
         with timed(phases, "train"):
-            slowest = self.receive_updates(ctx)
+            slowest = self.receive_updates(ctx, self.strategy.ahead_of_update(ctx))
         with timed(phases, "clustering"):
             clusters = self.strategy.after_training(ctx)
         here = [c for c in here if c not in self.dropped]  # a silo may leave in training or clustering
@@ -241,15 +241,21 @@ class Server:
         """The silos the server still talks to: all but those it dropped for breaking the protocol."""
         return [c for c in range(self.cfg.silos) if c not in self.expelled]
 
-    def receive_updates(self, ctx: ServerRound) -> dict | None:
+    def receive_updates(self, ctx: ServerRound, ahead: AheadOfUpdate | None) -> dict | None:
         """The training silos' weight updates and sample counts into `ctx`, in silo order, not
         arrival order: the run is a function of the seed. Where `ctx.sums` is set each update
-        is summed into it as it arrives, and none is kept. Returns which silo's update came
-        last, where it runs and after how many seconds (a slow node shows there), if any trained."""
+        is summed into it as it arrives, and none is kept; `ahead`: the strategy's message each
+        silo sends before its update, taken as it comes. Returns which silo's update came last,
+        where it runs and after how many seconds (a slow node shows there), if any trained."""
         expect = Update.expect(ctx.round, like=self.theta0)
+        expects = [lambda _: expect] if ahead is None else [ahead.expect, lambda _: expect]
         start, last = time.monotonic(), None
         arrived = {}
-        for msg in self.channel.recv_each(ctx.participants, lambda _: expect, ctx.leaving, self._refused(ctx.round)):
+        for step, msg in self.channel.recv_in_turn(ctx.participants, expects, ctx.leaving, self._refused(ctx.round)):
+            if step + 1 < len(expects):
+                assert ahead is not None
+                ahead.take(msg)
+                continue
             update, last = Update.of(msg), msg.sender
             if ctx.sums is not None:
                 ctx.sums.add(msg.sender, update.weights, update.n_samples)

@@ -18,13 +18,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
 from ..aggregation import AggregationConfig, ClusterSums, Decision, cluster_averages
 from ..channel import Alternative, Channel
-from ..wire.messages import Kind
+from ..wire.messages import Expect, Kind, Message
 from ..wire.round import ROUND_KINDS
 from .spec import StrategyParams
 
@@ -99,6 +99,14 @@ class ServerRound:
     leaving: Alternative | None = None
 
 
+class AheadOfUpdate(NamedTuple):
+    """What a strategy takes from each participant ahead of its update (`Strategy.ahead_of_update`):
+    how it is read from a silo, and what takes it (which may raise a ProtocolError)."""
+
+    expect: Callable[[int], Expect]
+    take: Callable[[Message], None]
+
+
 class InlineCompute:
     """`SiloRound.compute` of a silo that computes in its own thread (unit tests); the runtime's
     is a `runtime.compute.ComputePool`, with the same two calls."""
@@ -165,20 +173,25 @@ class Strategy(ABC, Generic[P]):
         return self.clusters
 
     def settled(self, ctx: ServerRound) -> bool:
-        """Whether, once `before_training` returned, this round's updates are aggregated under
-        `self.clusters` as they stand and nothing but `aggregate` reads them: the server may
-        then sum each update as it arrives and hold none (`ServerRound.sums`). False keeps
-        every update until `after_training`, which may cluster by them."""
+        """Whether this round's updates are aggregated under `self.clusters` as it stands
+        once `before_training` returned (or, for a silo, once its `ahead_of_update` message
+        was taken) and nothing but `aggregate` reads them: the server may then sum each update
+        as it arrives and hold none (`ServerRound.sums`). False keeps every update until
+        `after_training`, which may cluster by them."""
         return False
+
+    def ahead_of_update(self, ctx: ServerRound) -> AheadOfUpdate | None:
+        """A message every participant sends after `before_training` and before its update,
+        which the server takes in the same receive as the updates (`Channel.recv_in_turn`):
+        a silo's update then need not wait in its rank for every other silo's message."""
+        return None
 
     def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
         """What every silo continues from: each cluster's updates screened and aggregated by
         the config's `aggregation` rule (weighted FedAvg by default, Alg. 1, line 21); a
         cluster without participants keeps its members' models."""
         if ctx.sums is not None:
-            if not np.array_equal(ctx.sums.clusters, self.clusters):
-                raise RuntimeError(f"{type(self).__name__} settled its clusters before training, then moved them")
-            models, decisions = ctx.sums.averages(ctx.first_counts)
+            models, decisions = ctx.sums.averages(self.clusters, ctx.first_counts)
         else:
             models, decisions = cluster_averages(
                 self.run.aggregation,

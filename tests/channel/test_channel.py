@@ -232,6 +232,22 @@ def test_recv_each_takes_those_waiting_in_order_then_waits_for_the_rest():
     assert server.ready_among(range(4)) == [1]  # its second message, not taken
 
 
+def test_recv_in_turn_takes_a_senders_second_message_before_anothers_first():
+    """Each sender's messages in its order, read as expects[i] says, the senders' in the
+    order they come: silo 0's second message need not wait for silo 1's first."""
+    hub = LocalHub()
+    server = LocalChannel(SERVER, hub, 5, 0.02)
+    silos = [LocalChannel(c, hub, 5, 0.02) for c in range(2)]
+    silos[0].send(SERVER, PING, 4, GOOD, n_samples=1)
+    silos[0].send(SERVER, PING, 4, GOOD, n_samples=2)
+    threading.Timer(0.2, lambda: silos[1].send(SERVER, PING, 4, GOOD, n_samples=3)).start()
+    threading.Timer(0.3, lambda: silos[1].send(SERVER, PING, 4, GOOD, n_samples=4)).start()
+    expects = [lambda _: EXPECT, lambda _: EXPECT]
+    got = [(step, m.sender, m.meta["n_samples"]) for step, m in server.recv_in_turn([0, 1], expects)]
+    assert got == [(0, 0, 1), (1, 0, 2), (0, 1, 3), (1, 1, 4)]
+    assert not server.ready_among(range(2))
+
+
 def test_silos_talk_to_each_other_directly():
     hub = LocalHub()
     a, b = LocalChannel(0, hub, 5, 0.02), LocalChannel(1, hub, 5, 0.02)

@@ -60,18 +60,22 @@ def test_ifca_rejects_a_silo_that_trains_another_cluster_than_its_losses_say(tmp
     strategy.models = [model, model]
     ctx = ServerRound(1, server, [0, 1, 2, 3], {}, {}, {c: model for c in range(4)})
 
-    def answer(chosen):
+    def identity_step(chosen):
+        """The server's half of a round's identity step, each silo answering `chosen`."""
+        strategy.before_training(ctx)
+        ahead = strategy.ahead_of_update(ctx)
         for c, (table, k) in enumerate(zip(losses, chosen)):
             silos[c].send(SERVER, Losses(np.array(table), k), 1)
+        for msg in server.recv_each(range(4), ahead.expect):
+            ahead.take(msg)
+        strategy.after_training(ctx)
 
-    answer([0, 0, 1, 0])  # silo 3 claims cluster 0
     with pytest.raises(ProtocolError, match=r"silo 3 sent losses of round 1 and chose cluster 0, but .* cluster 1"):
-        strategy._assign(ctx)
-    answer([0, 0, 1, 1])
-    strategy._assign(ctx)
+        identity_step([0, 0, 1, 0])  # silo 3 claims cluster 0
+    identity_step([0, 0, 1, 1])
     np.testing.assert_array_equal(strategy.clusters, [0, 0, 1, 1])
-    assert ctx.start_models[3] is strategy.models[1]
-    # each _assign sent every silo the K = 2 models, in order
+    assert ctx.start_models[3] is strategy.models[1] and ctx.step_seconds["identity"] > 0
+    # each identity step sent every silo the K = 2 models, in order
     for silo in silos:
         expect = ClusterModel.expect(1, like=model)
         clusters = [ClusterModel.of(silo.recv(SERVER, expect)).cluster for _ in range(4)]

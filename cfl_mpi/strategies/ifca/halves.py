@@ -3,9 +3,11 @@
 Every round, before training, the server sends each silo all K cluster models (`model`
 messages of that round, `cluster` = k, `clusters` = K); the silo evaluates each on its own
 training data, sends the K losses (`losses`) and trains the one of lowest loss, as
-IFCA's clients estimate their identity themselves. The server assigns with `ifca_assign`
-on the loss table, checks that every silo chose what its losses say, and averages each
-cluster's updates into its model (FedAvg per cluster, `aggregate`). A cluster nobody
+IFCA's clients estimate their identity themselves. The server takes each silo's losses as
+they come, in the same receive as the updates (`ahead_of_update`: a silo's update, which
+follows its losses, need not wait for every other silo's losses), assigns it with
+`ifca_assign`, checks that it chose what its losses say, and averages each cluster's updates
+into its model (FedAvg per cluster, `aggregate`). A cluster nobody
 joined keeps its model. The models evaluated at the end of a round are the silos' cluster
 models.
 
@@ -23,13 +25,15 @@ Initialisation (`strategy.init`):
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ...channel import SERVER, wait_all
-from ...wire.messages import ProtocolError
+from ...wire.messages import Message, ProtocolError
 from ...wire.payload import Payload, array, scalar, state
 from ...wire.round import HUGE_LOSS, StartModel
-from ..base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
+from ..base import AheadOfUpdate, Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from . import IfcaConfig
 from .assign import ifca_assign
 
@@ -68,25 +72,38 @@ class Ifca(Strategy[IfcaConfig]):
         self.losses = np.full((run.silos, self.k), np.nan)
         self.seeds: list[int] = []
         self.artifacts = {"losses": self.losses}
+        self.broadcasts: list = []  # the round's K models on their way to the silos
+        self.broadcast_at = 0.0
 
     def initial_clusters(self) -> np.ndarray:
         return np.zeros(self.run.silos, dtype=np.int64)  # everyone trains from θ(0) until assigned
 
     def before_training(self, ctx: ServerRound) -> None:
+        """IFCA's identity estimation starts: the K models to every participant; each silo's
+        losses come back ahead of its update (`ahead_of_update`)."""
         s = self.params
         if self.models is None:
             if s.init == "silos":
                 return  # round 1 trains from θ(0); the models are seeded after training
             self.models = self.run.initial_models(self.k)  # torch: only for init: random
-        self._assign(ctx)
+        self.broadcasts = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
+        self.broadcast_at = time.monotonic()
+
+    def ahead_of_update(self, ctx: ServerRound) -> AheadOfUpdate | None:
+        if not self.broadcasts:
+            return None  # the seeding round: no models yet
+        expect = Losses.expect(ctx.round, k=self.k)
+        return AheadOfUpdate(lambda _: expect, lambda msg: self._assign(ctx, msg))
+
+    def settled(self, ctx: ServerRound) -> bool:
+        return self.models is not None  # each silo by its losses; init "silos" seeds round 1 from the updates
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
+        wait_all(self.broadcasts)
+        self.broadcasts = []
         if self.models is None:
             self._seed(ctx)
         return self.clusters
-
-    def settled(self, ctx: ServerRound) -> bool:
-        return self.models is not None  # assigned by the losses; init "silos" seeds round 1 from the updates
 
     def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
         """FedAvg per cluster, which becomes that cluster's model for the next round."""
@@ -104,26 +121,20 @@ class Ifca(Strategy[IfcaConfig]):
         """Model k to every participant: once per rank, shared there (Channel.isend_all)."""
         return [ctx.channel.isend_all(ctx.participants, ClusterModel(model, k, self.k), ctx.round)]
 
-    def _assign(self, ctx: ServerRound) -> None:
-        """IFCA's identity estimation: K models out, K losses back, argmin per silo."""
-        models = self._cluster_models()
-        pending = [p for k, m in enumerate(models) for p in self._broadcast(ctx, m, k)]
-        chosen = {}
-        expect = Losses.expect(ctx.round, k=self.k)
-        for msg in ctx.channel.recv_each(ctx.participants, lambda _: expect, ctx.leaving):  # one may leave
-            c, reply = msg.sender, Losses.of(msg)
-            self.losses[c], chosen[c] = reply.losses, reply.cluster
-        wait_all(pending)
-        here = ctx.participants  # the others keep their cluster until they train again
-        self.clusters[here] = ifca_assign(self.losses[here])
-        for c in here:
-            if chosen[c] != self.clusters[c]:
-                raise ProtocolError(
-                    f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
-                    f"{chosen[c]}, but its losses {self.losses[c].tolist()} put it in cluster "
-                    f"{self.clusters[c]}"
-                )
-            ctx.start_models[c] = models[self.clusters[c]]
+    def _assign(self, ctx: ServerRound, msg: Message) -> None:
+        """One silo's identity: its K losses, the argmin its cluster (which it must have
+        chosen too), that cluster's model what its update is measured against."""
+        c, reply = msg.sender, Losses.of(msg)
+        self.losses[c] = reply.losses
+        self.clusters[c] = ifca_assign(self.losses[c][None, :])[0]
+        if reply.cluster != self.clusters[c]:
+            raise ProtocolError(
+                f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
+                f"{reply.cluster}, but its losses {self.losses[c].tolist()} put it in cluster "
+                f"{self.clusters[c]}"
+            )
+        ctx.start_models[c] = self._cluster_models()[self.clusters[c]]
+        ctx.step_seconds["identity"] = time.monotonic() - self.broadcast_at  # until the last silo's losses
 
     def _seed(self, ctx: ServerRound) -> None:
         """init "silos": farthest-first traversal of the trained silo models in loss space."""
