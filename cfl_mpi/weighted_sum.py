@@ -45,6 +45,7 @@ class WeightedSum:
     its own mean, exactly (a cluster of one keeps its silo's model)."""
 
     def __init__(self, like: Model) -> None:
+        self.names = list(like)  # the mean keeps the state's order: a message's layout follows it
         self.floating = [name for name, a in like.items() if np.issubdtype(a.dtype, np.floating)]
         self.dtypes = {name: a.dtype for name, a in like.items()}
         self.shapes = {name: like[name].shape for name in self.floating}
@@ -102,8 +103,11 @@ class WeightedSum:
             raise ValueError("the mean of no terms")
         if self.first is not None:  # a lone term
             return {name: np.array(a, copy=True) for name, a in self.first[0].items()}
-        out = dict(self.integers)
-        for name in self.floating:
+        out = {}
+        for name in self.names:
+            if name not in self.bins:
+                out[name] = self.integers[name]
+                continue
             total = np.zeros(self.shapes[name])
             for acc in self.bins[name]:  # coarsest first: a fixed order of exact sums
                 if acc is not None:

@@ -72,6 +72,12 @@ def test_integer_buffers_come_from_the_most_samples_the_lowest_key_among_equals(
         assert mean_of(models, [5, 9, 9, 1], order)["steps"] == 1
 
 
+def test_the_mean_keeps_the_states_order():
+    """A model message's layout follows the state's order: integer buffers stay where they are."""
+    models = [{"a": np.ones(2, np.float32), "steps": np.array(k), "b": np.zeros(3, np.float32)} for k in range(3)]
+    assert list(mean_of(models, [1, 2, 3], range(3))) == ["a", "steps", "b"]
+
+
 def test_a_lone_term_is_its_own_mean_to_the_last_bit():
     """A cluster of one keeps its silo's model, even weights finer than the sum's quantum."""
     lone = {"w": np.array([1e-30, -3.3e-20, 0.1, 7e5], dtype=np.float32)}

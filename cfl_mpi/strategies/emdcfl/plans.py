@@ -48,6 +48,9 @@ class PairPlan(Protocol):
         """The round's clusters and extraction report (`earlier`: the last round's), given each
         stage's seconds; None where the round measured nothing and the clusters stay."""
 
+    def may_move(self) -> bool:
+        """Whether, once the round's first stage is planned, `clusters` may give new ones."""
+
 
 @dataclass(frozen=True)
 class Neighbourhoods:
@@ -132,6 +135,9 @@ class AllPairs:
     ) -> tuple[np.ndarray, dict] | None:
         return extract(W, noise, self.rule, self.run) if self.measured else None
 
+    def may_move(self) -> bool:
+        return self.measured
+
 
 class StagedPairs:
     """Stages planned from the distances so far (`pairs: staged`, staged_pairs.py) over the
@@ -163,6 +169,9 @@ class StagedPairs:
     def stage(self, W: np.ndarray, noise: np.ndarray) -> tuple[list[Pair], bool]:
         wanted = self.plan.next_pairs(W, noise) if self.plan else None
         return wanted or [], wanted is not None
+
+    def may_move(self) -> bool:
+        return self.plan is not None  # a silo to place
 
     def clusters(
         self, ctx: ServerRound, W: np.ndarray, noise: np.ndarray, seconds: list[float], earlier: dict

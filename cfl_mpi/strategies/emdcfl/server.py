@@ -84,7 +84,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         )
 
     def settled(self, ctx: ServerRound) -> bool:
-        return not self.more and not any(self.partners.values())  # the round measures nothing
+        return not self.plan.may_move()  # nothing to measure or place this round
 
     def after_training(self, ctx: ServerRound) -> np.ndarray:
         """Measure each stage's pairs and send the next stage the plan asks for, until none
