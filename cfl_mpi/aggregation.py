@@ -22,7 +22,7 @@ the runtime never averages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,12 +95,14 @@ class AggregationConfig:
             yield f"aggregation.count_ratio: must be at least 1, got {self.count_ratio}"
 
 
-def fedavg(updates: list[Model], weights: list[int]) -> Model:
+def fedavg(updates: list[Model], weights: Sequence[float]) -> Model:
     """θ_k = Σ_c N_c θ_c / Σ_c N_c over a cluster's members (EMD-CFL Alg. 1, line 21).
 
     Summed order-free (`WeightedSum`): the server that folds updates in as they arrive gets
     these bits. Integer buffers (e.g. a batch counter) are not averageable and are taken from
-    the member with the most samples, the first of equals.
+    the member with the most samples, the first of equals. Any positive weights will do (a
+    soft clustering's mixture weights): Σ n_c is summed exactly rounded, each n_c θ_c rounded
+    once where n_c is not a small integer.
     """
     if not updates or len(updates) != len(weights):
         raise ValueError("fedavg needs one weight per update, and at least one update")
@@ -108,7 +110,7 @@ def fedavg(updates: list[Model], weights: list[int]) -> Model:
         raise ValueError(f"fedavg: sample counts must be positive, got {weights}")
     total = WeightedSum(updates[0])
     for key, (update, n) in enumerate(zip(updates, weights)):
-        total.add(update, int(n), key)
+        total.add(update, n, key)
     return total.mean()
 
 

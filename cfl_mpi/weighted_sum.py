@@ -19,6 +19,8 @@ a float32 ulp of any weight above 2^-16 in magnitude), rounded once to float32.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["WeightedSum"]
@@ -51,17 +53,17 @@ class WeightedSum:
         self.shapes = {name: like[name].shape for name in self.floating}
         # per tensor, one accumulator a bin (coarsest first), None until a part lands there
         self.bins: dict[str, list[np.ndarray | None]] = {name: [None] * len(_EXPONENTS) for name in self.floating}
-        self.total = 0  # Σ n_c: a Python int, exact
+        self.weights: list[float] = []  # the n_c, summed by math.fsum: exactly rounded, in any order
         self.terms = 0
-        self.first: tuple[Model, int, dict[str, float]] | None = None  # the lone term, until a second comes
-        self.largest: tuple[int, int] | None = None  # (n, -key) of the term whose integer buffers are kept
+        self.first: tuple[Model, float, dict[str, float]] | None = None  # the lone term, until a second comes
+        self.largest: tuple[float, int] | None = None  # (n, -key) of the term whose integer buffers are kept
         self.integers: Model = {}
 
-    def add(self, model: Model, n: int, key: int) -> None:
-        """Fold n · θ in. ValueError if n is not positive or a weight is not finite (nothing
-        is folded then)."""
-        if n <= 0:
-            raise ValueError(f"a sample count must be positive, got {n}")
+    def add(self, model: Model, n: float, key: int) -> None:
+        """Fold n · θ in (n: a sample count, or any positive weight). ValueError if n is not
+        positive or a value is not finite (nothing is folded then)."""
+        if not 0 < n < math.inf:
+            raise ValueError(f"a weight must be positive and finite, got {n}")
         if self.terms >= MAX_TERMS:
             raise ValueError(f"at most {MAX_TERMS} terms sum exactly")
         peaks = {name: float(np.abs(model[name]).max(initial=0.0)) * n for name in self.floating}
@@ -71,7 +73,7 @@ class WeightedSum:
             self.largest = (n, -key)
             self.integers = {name: np.array(a, copy=True) for name, a in model.items() if name not in self.bins}
         self.terms += 1
-        self.total += n
+        self.weights.append(n)
         if self.terms == 1:
             self.first = (model, n, peaks)
             return
@@ -80,10 +82,10 @@ class WeightedSum:
             self.first = None
         self._fold(model, n, peaks)
 
-    def _fold(self, model: Model, n: int, peaks: dict[str, float]) -> None:
+    def _fold(self, model: Model, n: float, peaks: dict[str, float]) -> None:
         """`peaks`: each tensor's largest |n · θ|, which decides the bins it needs."""
         for name in self.floating:
-            term = np.multiply(model[name], float(n), dtype=np.float64)  # exact for n < 2^29
+            term = np.multiply(model[name], float(n), dtype=np.float64)  # exact for integer n < 2^29
             first = len(_EXPONENTS) - _HONEST if peaks[name] < 2.0**50 else 0
             part = np.empty_like(term)
             bins = self.bins[name]
@@ -103,7 +105,7 @@ class WeightedSum:
             raise ValueError("the mean of no terms")
         if self.first is not None:  # a lone term
             return {name: np.array(a, copy=True) for name, a in self.first[0].items()}
-        out = {}
+        out, total_weight = {}, math.fsum(self.weights)
         for name in self.names:
             if name not in self.bins:
                 out[name] = self.integers[name]
@@ -112,5 +114,5 @@ class WeightedSum:
             for acc in self.bins[name]:  # coarsest first: a fixed order of exact sums
                 if acc is not None:
                     total += acc
-            out[name] = (total / self.total).astype(self.dtypes[name])
+            out[name] = (total / total_weight).astype(self.dtypes[name])
         return out

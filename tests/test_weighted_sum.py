@@ -87,6 +87,15 @@ def test_a_lone_term_is_its_own_mean_to_the_last_bit():
     assert mean["w"].tobytes() == lone["w"].tobytes() and mean["w"] is not lone["w"]
 
 
+def test_real_weights_a_soft_clustering_gives_sum_order_free_too():
+    models, _ = terms(11, 9)
+    weights = [float(w) for w in np.random.default_rng(2).dirichlet(np.ones(9))]
+    reference = mean_of(models, weights, range(9))
+    assert mean_of(models, weights, [8, 0, 7, 1, 6, 2, 5, 3, 4])["w"].tobytes() == reference["w"].tobytes()
+    exact = [math.fsum(float(m["w"][j]) * w for m, w in zip(models, weights)) for j in range(64)]
+    np.testing.assert_allclose(reference["w"], np.array(exact) / math.fsum(weights), rtol=1e-6, atol=1e-12)
+
+
 def test_fedavg_is_the_order_free_mean():
     models, counts = terms(7, 12)
     np.testing.assert_array_equal(fedavg(models, counts)["w"], mean_of(models, counts, reversed(range(12)))["w"])
