@@ -48,13 +48,13 @@ class WeightedSum:
 
     def __init__(self, like: Model) -> None:
         self.names = list(like)  # the mean keeps the state's order: a message's layout follows it
-        self.floating = [name for name, a in like.items() if np.issubdtype(a.dtype, np.floating)]
         self.dtypes = {name: a.dtype for name, a in like.items()}
-        self.shapes = {name: like[name].shape for name in self.floating}
-        # per tensor, one accumulator a bin (coarsest first), None until a part lands there
-        self.bins: dict[str, list[np.ndarray | None]] = {name: [None] * len(_EXPONENTS) for name in self.floating}
+        self.shapes = {name: a.shape for name, a in like.items()}
+        # per floating tensor, one accumulator a bin (coarsest first), None until a part lands there
+        self.bins: dict[str, list[np.ndarray | None]] = {
+            name: [None] * len(_EXPONENTS) for name, a in like.items() if np.issubdtype(a.dtype, np.floating)
+        }
         self.weights: list[float] = []  # the n_c, summed by math.fsum: exactly rounded, in any order
-        self.terms = 0
         self.first: tuple[Model, float, dict[str, float]] | None = None  # the lone term, until a second comes
         self.largest: tuple[float, int] | None = None  # (n, -key) of the term whose integer buffers are kept
         self.integers: Model = {}
@@ -64,17 +64,16 @@ class WeightedSum:
         positive or a value is not finite (nothing is folded then)."""
         if not 0 < n < math.inf:
             raise ValueError(f"a weight must be positive and finite, got {n}")
-        if self.terms >= MAX_TERMS:
+        if len(self.weights) >= MAX_TERMS:
             raise ValueError(f"at most {MAX_TERMS} terms sum exactly")
-        peaks = {name: float(np.abs(model[name]).max(initial=0.0)) * n for name in self.floating}
+        peaks = {name: float(np.abs(model[name]).max(initial=0.0)) * n for name in self.bins}
         if not all(np.isfinite(peak) for peak in peaks.values()):  # NaN and inf reach the max
             raise ValueError(f"{', '.join(k for k, v in peaks.items() if not np.isfinite(v))}: values not finite")
         if self.largest is None or (n, -key) > self.largest:
             self.largest = (n, -key)
             self.integers = {name: np.array(a, copy=True) for name, a in model.items() if name not in self.bins}
-        self.terms += 1
         self.weights.append(n)
-        if self.terms == 1:
+        if len(self.weights) == 1:
             self.first = (model, n, peaks)
             return
         if self.first is not None:
@@ -84,7 +83,7 @@ class WeightedSum:
 
     def _fold(self, model: Model, n: float, peaks: dict[str, float]) -> None:
         """`peaks`: each tensor's largest |n · θ|, which decides the bins it needs."""
-        for name in self.floating:
+        for name in self.bins:
             term = np.multiply(model[name], float(n), dtype=np.float64)  # exact for integer n < 2^29
             first = len(_EXPONENTS) - _HONEST if peaks[name] < 2.0**50 else 0
             part = np.empty_like(term)
@@ -101,7 +100,7 @@ class WeightedSum:
 
     def mean(self) -> Model:
         """Σ n_c θ_c / Σ n_c in each floating tensor's dtype; the integer buffers of the largest term."""
-        if self.terms == 0:
+        if not self.weights:
             raise ValueError("the mean of no terms")
         if self.first is not None:  # a lone term
             return {name: np.array(a, copy=True) for name, a in self.first[0].items()}

@@ -126,7 +126,7 @@ class Ifca(Strategy[IfcaConfig]):
         chosen too), that cluster's model what its update is measured against."""
         c, reply = msg.sender, Losses.of(msg)
         self.losses[c] = reply.losses
-        self.clusters[c] = ifca_assign(self.losses[c][None, :])[0]
+        self.clusters[c] = chosen(reply.losses)
         if reply.cluster != self.clusters[c]:
             raise ProtocolError(
                 f"{ctx.channel.describe(c)} sent losses of round {ctx.round} and chose cluster "
