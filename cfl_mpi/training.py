@@ -1,6 +1,6 @@
 """What a silo does with its own data: local SGD (ClientUpdate), evaluation, embedding.
 
-Inputs are numpy arrays or tensors; a silo moves its sets to its device once (`to_device`),
+Inputs are numpy arrays or tensors; a silo moves its sets to an accelerator once (`SiloSet`),
 so that on a GPU the batches are cut where the data already lie. The shuffling order comes
 from a CPU generator: the same order on any device."""
 
@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .config import TrainConfig
+from .data.images import Images, as_floats
 from .models.build import own_weights
 
 EVAL_BATCH = 512
@@ -35,6 +36,29 @@ def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
         return t.to(device)
     except torch.cuda.OutOfMemoryError:
         return t.pin_memory()
+
+
+class SiloSet:
+    """A labelled set a silo uses every round, as tensors on its device. On an accelerator it
+    is moved there once; on the CPU it is read at each use: a float array's tensor shares the
+    array's memory, and images kept as their pixels' bytes (data/images.py's `PixelCodes`) are
+    made floats for that use only, so a rank's silos hold no floats between rounds. Build it
+    on a compute worker (it may move the set)."""
+
+    def __init__(self, images: Images, labels: np.ndarray, device: torch.device) -> None:
+        self.images, self.labels = images, labels
+        self.moved = None
+        if device.type != "cpu":
+            self.moved = to_device(as_floats(images), device), to_device(labels, device)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, labels)."""
+        if self.moved is not None:
+            return self.moved
+        return torch.from_numpy(as_floats(self.images)), torch.from_numpy(self.labels)
 
 
 class Sgd:

@@ -33,8 +33,8 @@ from typing import ClassVar, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .images import IMAGENET_MEAN, IMAGENET_STD, resize, to_model_input, unit
-from .pools import CIFAR10, MNIST, PooledData, Source, Stats
+from .images import IMAGENET_MEAN, IMAGENET_STD, Images, Stats, model_input, resize, unit
+from .pools import CIFAR10, MNIST, PooledData, Source
 from .spec import DataFacts
 
 TARGET_GROUP = 0
@@ -209,10 +209,7 @@ class BackdoorData(PooledData):
 
     def backdoor_test(
         self, images: np.ndarray, labels: np.ndarray, mean: Stats, std: Stats, channels: int
-    ) -> dict[str, np.ndarray]:
+    ) -> tuple[Images, np.ndarray]:
         """The same test images, the feature set to another label's value, with the true labels."""
         poisoned = self.variant.backdoor_test(unit(images), labels)
-        return {
-            "x_backdoor": to_model_input(resize(poisoned, self.image_size), mean, std, channels),
-            "y_backdoor": labels,
-        }
+        return model_input(resize(poisoned, self.image_size), mean, std, channels), labels

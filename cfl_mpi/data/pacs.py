@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 
 from ..settings import ConfigError
-from .images import IMAGENET_MEAN, IMAGENET_STD, read_rgb, to_model_input, unit
+from .images import IMAGENET_MEAN, IMAGENET_STD, Images, model_input, read_rgb, unit
 from .partition import dealt_shard, split_shard
 from .pools import PREPARE_HINT, give_root
 from .spec import DataFacts, DataParams, SiloData
@@ -157,9 +157,9 @@ class PacsData(DataParams):
         else:
             part = split_shard(group, local, per_group, len(labels), TEST_FRACTION, VAL_FRACTION, facts.seed)
 
-        def load(idx: np.ndarray) -> np.ndarray:
+        def load(idx: np.ndarray) -> Images:
             images = unit(read_images([paths[i] for i in idx], self.image_size))
-            return to_model_input(images, IMAGENET_MEAN, IMAGENET_STD, 3)
+            return model_input(images, IMAGENET_MEAN, IMAGENET_STD, 3)
 
         return SiloData(
             group,

@@ -24,11 +24,20 @@ import cfl_mpi.data.digits as digits  # registry imports this module
 import cfl_mpi.data.mnist as mnist
 
 from ..settings import ConfigError, derived
-from .images import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD, MNIST_MEAN, MNIST_STD, to_model_input
+from .images import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    MNIST_MEAN,
+    MNIST_STD,
+    Images,
+    Stats,
+    model_input,
+)
 from .partition import group_shard, holdout_split
 from .spec import DataFacts, DataParams, SiloData
 
-Stats = float | tuple[float, ...]  # a mean or deviation: one for every channel, or one per channel
 PREPARE_HINT = "`python -m cfl_mpi.prepare` with the same config and --set options"
 
 
@@ -244,12 +253,12 @@ class PooledData(DataParams):
         mean, std = self.normalisation(facts.imagenet)
         channels = self.sample_shape(facts.imagenet)[0]
 
-        def prepare(x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
-            return to_model_input(self.look(group, x[idx], y[idx]), mean, std, channels)
+        def prepare(x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> Images:
+            return model_input(self.look(group, x[idx], y[idx]), mean, std, channels)
 
-        extra = {}
+        backdoor = None
         if self.backdoor_targets(facts.silos)[silo]:
-            extra = self.backdoor_test(x_te[test], y_te[test], mean, std, channels)
+            backdoor = self.backdoor_test(x_te[test], y_te[test], mean, std, channels)
         return SiloData(
             group,
             prepare(x_tr, y_tr, train),
@@ -258,7 +267,7 @@ class PooledData(DataParams):
             y_tr[val],
             prepare(x_te, y_te, test),
             y_te[test],
-            **extra,
+            *(backdoor or (None, None)),
         )
 
     def group_pools(self, group: int, y_train: np.ndarray, y_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -275,9 +284,9 @@ class PooledData(DataParams):
 
     def backdoor_test(
         self, images: np.ndarray, labels: np.ndarray, mean: Stats, std: Stats, channels: int
-    ) -> dict[str, np.ndarray]:
-        """A target silo's backdoored test set (`x_backdoor`, `y_backdoor`)."""
-        return {}
+    ) -> tuple[Images, np.ndarray] | None:
+        """A target silo's backdoored test set: (images, labels)."""
+        return None
 
 
 def give_root(layout: str) -> str:

@@ -16,6 +16,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from .images import Images, as_floats
+
 
 class DataFacts(NamedTuple):
     """What a data set is built for besides its own parameters."""
@@ -28,22 +30,40 @@ class DataFacts(NamedTuple):
 
 @dataclass(frozen=True)
 class SiloData:
-    """One silo's private data as model-ready arrays (x: float32, NCHW images or feature
-    vectors; y: int64).
+    """One silo's private data (y: int64). `x_train` … `x_backdoor` are the model's input
+    (float32, NCHW images or feature vectors); the images behind them may be kept as their
+    pixels' bytes (`PixelCodes`) and are then made floats on each read: a silo that keeps its
+    data all run reads them where it uses them and holds no floats between rounds.
 
-    `x_backdoor`/`y_backdoor`: on the target silos of a backdoor set, their test images with
-    the backdoor feature set to another label's value, and the true labels; None elsewhere.
+    `backdoor_images`/`y_backdoor`: on the target silos of a backdoor set, their test images
+    with the backdoor feature set to another label's value, and the true labels; None elsewhere.
     """
 
     group: int  # its known group, -1 where none is known
-    x_train: np.ndarray
+    train_images: Images
     y_train: np.ndarray
-    x_val: np.ndarray
+    val_images: Images
     y_val: np.ndarray
-    x_test: np.ndarray
+    test_images: Images
     y_test: np.ndarray
-    x_backdoor: np.ndarray | None = None
+    backdoor_images: Images | None = None
     y_backdoor: np.ndarray | None = None
+
+    @property
+    def x_train(self) -> np.ndarray:
+        return as_floats(self.train_images)
+
+    @property
+    def x_val(self) -> np.ndarray:
+        return as_floats(self.val_images)
+
+    @property
+    def x_test(self) -> np.ndarray:
+        return as_floats(self.test_images)
+
+    @property
+    def x_backdoor(self) -> np.ndarray | None:
+        return None if self.backdoor_images is None else as_floats(self.backdoor_images)
 
 
 class DataParams:

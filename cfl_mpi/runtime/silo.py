@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from .control import newcomers, participants, present
 from .faults import SiloFaults
 from .halves import halves, run_facts, silo_half
 from .timeline import mark
+
+if TYPE_CHECKING:
+    from ..training import SiloSet
 
 __all__ = ["run_silo"]
 
@@ -66,7 +69,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         state_arrays,
         state_template,
     )
-    from ..training import to_device, train_local
+    from ..training import SiloSet, train_local
 
     leaving = cfg.runtime.on_silo_failure == "drop"
     if leaving:  # the server may drop this silo, should a message of its break the protocol
@@ -88,8 +91,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         model = compute(
             lambda: skeleton_model(cfg, classes) if shared else build_model(cfg, classes, load_weights=False).to(device)
         )
-        # the sets training and evaluation use every round, on the device once (where they fit)
-        x_train, y_train = (compute(to_device, a, device) for a in (data.x_train, data.y_train))
+        training_set = compute(SiloSet, data.train_images, data.y_train, device)
     except Exception as err:  # noqa: BLE001 - its data or model failed: with drop, it leaves
         if not leaving:
             raise
@@ -117,12 +119,12 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
             compute.together(
                 ("local_training", t),
                 lambda jobs: train_together(jobs, cfg.train, device),
-                LocalTraining(model, x_train, y_train, generator),
+                LocalTraining(model, *training_set.tensors(), generator),
                 silo,
                 lambda: [c for c in participants(cfg, t) if c in mates],
             )
         else:
-            compute(train_local, model, x_train, y_train, cfg.train, generator, device)
+            compute(lambda: train_local(model, *training_set.tensors(), cfg.train, generator, device))
 
     def received_model(round: int) -> dict[str, np.ndarray]:
         weights = StartModel.of(channel.recv(SERVER, StartModel.expect(round, like=template))).weights
@@ -240,16 +242,14 @@ class SiloEvaluation:
         silo: int = 0,
         together: Callable[[int, bool], list[int]] | None = None,
     ) -> None:
-        from ..training import to_device
+        from ..training import SiloSet
 
         self.compute, self.device, self.n_test = compute, device, len(data.y_test)
         self.silo, self.together = silo, together
-        self.test = (compute(to_device, data.x_test, device), compute(to_device, data.y_test, device))
-        self.backdoor = (
-            None
-            if data.x_backdoor is None
-            else (compute(to_device, data.x_backdoor, device), compute(to_device, data.y_backdoor, device))
-        )
+        self.test = compute(SiloSet, data.test_images, data.y_test, device)
+        self.backdoor = None
+        if data.backdoor_images is not None and data.y_backdoor is not None:
+            self.backdoor = compute(SiloSet, data.backdoor_images, data.y_backdoor, device)
 
     def report(
         self,
@@ -274,14 +274,14 @@ class SiloEvaluation:
         self,
         round: int,
         model: Any,
-        labelled: tuple[Any, Any],
+        labelled: SiloSet,
         backdoor: bool = False,
         weights: dict[str, np.ndarray] | None = None,
     ) -> tuple[float, float]:
         from ..batched_training import Evaluation as EvaluationJob
         from ..batched_training import evaluate_each, evaluate_together
 
-        job = EvaluationJob(model, *labelled, weights)
+        job = EvaluationJob(model, *labelled.tensors(), weights)
         key = ("evaluation", round, backdoor)
         if (mates := self.together) is not None:
             return self.compute.together(
