@@ -147,7 +147,7 @@ class PacflSilo(SiloProtocol[PacflConfig]):
         if not ctx.first:
             return
         s = self.params
-        x = ctx.data.x_train.reshape(len(ctx.data.x_train), -1)
+        x = ctx.data.x_train.reshape(len(ctx.data.y_train), -1)
         basis = class_subspace_basis(x, ctx.data.y_train if s.per_class else None, s.p)
         ctx.channel.send(SERVER, PrincipalVectors(np.ascontiguousarray(basis)), ctx.round)
 
