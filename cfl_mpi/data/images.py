@@ -97,8 +97,8 @@ class PixelCodes:
 
     def floats(self) -> np.ndarray:
         """`to_model_input(unit(codes), …)`, read from a table of each channel's 256 values: a
-        lookup is several times faster than the arithmetic it replaces, and gives its bits (the
-        arithmetic is per pixel)."""
+        lookup is faster than the arithmetic it replaces (most where channels are made from
+        one) and gives its bits, the arithmetic being per pixel."""
         nhwc = self.codes if self.codes.ndim == 4 else self.codes[..., None]
         table = _level_values(self.mean, self.std, nhwc.shape[-1], self.channels)
         planes = [np.take(table[:, k], nhwc[..., min(k, nhwc.shape[-1] - 1)]) for k in range(table.shape[1])]
