@@ -27,11 +27,10 @@ def tensor(a: Array) -> torch.Tensor:
 
 
 def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """The array as a tensor on `device`, moved once. Where the GPU lacks the memory (its silos
-    share it) the set stays on the CPU, pinned, and its batches travel one at a time."""
+    """The array as a tensor on the accelerator `device`, moved once. Where the GPU lacks the
+    memory (its silos share it) the set stays on the CPU, pinned, and its batches travel one
+    at a time."""
     t = torch.from_numpy(a)
-    if device.type == "cpu":
-        return t
     try:
         return t.to(device)
     except torch.cuda.OutOfMemoryError:
@@ -50,9 +49,6 @@ class SiloSet:
         self.moved = None
         if device.type != "cpu":
             self.moved = to_device(as_floats(images), device), to_device(labels, device)
-
-    def __len__(self) -> int:
-        return len(self.labels)
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, labels)."""
