@@ -84,3 +84,12 @@ def read_frames(frames: bytes, silos: list[int]) -> dict[int, DataReport]:
         check_payload({}, meta, who, expect)
         reports[silo] = DataReport.of(Message(expect.kind, 0, silo, {}, meta, who))
     return reports
+
+
+def shape_fix(shape: tuple[int, ...], other: tuple[int, ...]) -> str:
+    """How silos whose examples are `shape` and `other` come to agree, as an error's fix says it."""
+    if len(shape) == len(other) == 3 and shape[0] != other[0] and {shape[0], other[0]} <= {1, 3}:
+        return "set data.channels: 1 or 3 to give every silo's images one channel count"
+    if len(shape) == len(other) == 3 and shape[1:] != other[1:]:
+        return "image folders: set data.image_size to resize every silo's images to one edge"
+    return "every silo's examples must have one shape"

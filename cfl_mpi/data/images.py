@@ -154,6 +154,33 @@ def read_rgb(path: Path, size: int | None = None) -> np.ndarray:
         return np.asarray(rgb)
 
 
+GREY_MODES = ("1", "L", "LA", "La", "F")  # PIL modes of 8-bit (or float) grey, alpha dropped
+DEEP_GREY_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N")  # 16-bit grey: read without losing its depth
+
+
+def read_image(path: Path, size: int | None = None, channels: int | None = None) -> np.ndarray:
+    """An image file as (h, w, c): grey images (PIL modes `GREY_MODES`) one channel, every
+    other mode RGB (alpha dropped, palettes looked up), unless `channels` (1 or 3) forces one:
+    grey repeated into three, or colour made grey by PIL's luma (ITU-R 601-2). uint8, except
+    16-bit grey, float32 in [0, 1] (its 65,536 levels kept). Resized (bilinear) to size x size
+    unless `size` is None. PIL decodes the whole file here: a damaged one raises."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        if img.mode in DEEP_GREY_MODES:
+            deep = img.convert("F")  # exact: every 16-bit level is a float32
+            if size is not None and deep.size != (size, size):
+                deep = deep.resize((size, size), Image.Resampling.BILINEAR)
+            grey = np.asarray(deep, dtype=np.float32)[..., None] / np.float32(65535.0)
+            return np.repeat(grey, 3, axis=-1) if channels == 3 else grey
+        native = 1 if img.mode in GREY_MODES else 3
+        decoded = img.convert("L" if (channels or native) == 1 else "RGB")
+        if size is not None and decoded.size != (size, size):
+            decoded = decoded.resize((size, size), Image.Resampling.BILINEAR)
+        pixels = np.asarray(decoded)
+        return pixels[..., None] if pixels.ndim == 2 else pixels
+
+
 def model_layout(nhwc: np.ndarray) -> np.ndarray:
     """A fresh (n, h, w, c) float32 batch as the (n, c, h, w) array every silo trains on. With
     one channel no copy is made and the channel axis keeps its stride of one element, which

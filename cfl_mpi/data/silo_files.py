@@ -6,19 +6,19 @@ A silo's data is one of
   `x` and `y`, or splits already made: `x_train`/`y_train`, optionally `x_val`/`y_val`,
   `x_test`/`y_test` (and `x_backdoor`/`y_backdoor`, a backdoored test set to report on);
   `x` is images (N, H, W), (N, C, H, W) or (N, H, W, C), or feature vectors (N, F); uint8
-  pixels are scaled to [0, 1], floats are taken as they are; `y` integer class labels;
-- an image-folder tree: `train/<class>/*.png|jpg`, optional `val/` and `test/` alike.
+  pixels are scaled to [0, 1], floats are taken as they are; `y` class labels as a site has
+  them (labels.py);
+- an image-folder tree: `train/<class>/*.png|jpg`, optional `val/` and `test/` alike
+  (image_folders.py).
 A split a silo lacks is cut from what it has, seeded by the run's seed and the silo
 (`data.test_fraction` of the examples for testing, `data.val_fraction` of the rest for
-validation). The server learns of a silo's data only what the agreement before the first
-round reports (data/agreement.py): the shape of one example, its labels' range and its
-example counts.
+validation). Errors name the user's own arrays and rows, never the splits cut from them. The
+server learns of a silo's data only what the agreement before the first round reports
+(data/agreement.py): the shape of one example, its labels' range and its example counts.
 """
 
 from __future__ import annotations
 
-import csv
-import functools
 import math
 import threading
 from collections.abc import Iterator
@@ -30,12 +30,15 @@ import numpy as np
 
 from ..settings import ConfigError
 from ..wire.messages import all_finite
-from .images import model_layout, read_rgb, unit
+from .image_folders import read_tree
+from .images import model_layout, unit
+from .labels import class_indices
+from .manifest import Manifest, read_manifest
 from .spec import DataFacts, DataParams, SiloData
 
 SPLITS = ("train", "val", "test", "backdoor")
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 FINITE_CHUNK = 1 << 22  # values checked for NaN and inf at a time: a memory-mapped file is never read whole
+LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2, PIL's colour-to-grey weights
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,11 @@ class SiloFiles(DataParams):
     # it): an .npz file, a folder of .npy files or an image-folder tree (`train/<class>/...`).
     files: str | None = None
     # Or a CSV file with a header row `silo,path` (optionally `,group`): one row per silo, its
-    # path relative to the manifest's folder, and its known group (only used to score the
-    # clustering against: ARI, the Oracle).
+    # path relative to the manifest's folder, and its known group, any label (only used to
+    # score the clustering against: ARI, the Oracle).
     manifest: str | None = None
     # Number of classes; null: learned before the first round, the largest label any silo
-    # holds plus one.
+    # holds plus one (at least the length of data.class_names).
     classes: int | None = None
     # Shape of one example ([channels, height, width] or [features]); null: learned before the
     # first round from the silos, which must all agree.
@@ -63,14 +66,20 @@ class SiloFiles(DataParams):
     layout: Literal["auto", "nchw", "nhwc"] = "auto"
     # Image folders: the edge every image is resized to; null: the images' own (all one size).
     image_size: int | None = None
-    # Image folders: the class folders' names in label order; null: the folders are named by
-    # their labels (0, 1, ...).
+    # Channels of every image (folders and arrays): null, the files' own (grey images 1,
+    # colour 3); 1 makes colour grey (ITU-R 601-2 luma), 3 repeats grey into three (the
+    # ImageNet models take 3).
+    channels: Literal[1, 3] | None = None
+    # The classes' names in label order: image folders' class folders, or text labels in y;
+    # null: folders are named by their labels (0, 1, ...) and y holds numbers.
     class_names: list[str] | None = None
     # A silo without its own test split holds this fraction of its examples out for testing.
     test_fraction: float = 0.2
     # A silo without its own validation split holds this fraction of its training examples out.
     val_fraction: float = 0.1
-    # True cluster of each group of the manifest; null: every group is its own cluster.
+    # True cluster of each group of the manifest (groups numbered 0, 1, ... are their own
+    # index; named groups are indexed in the order they first appear, silo 0's first); null:
+    # every group is its own cluster.
     group_clusters: list[int] | None = None
 
     # ------------------------------------------------------------------ the config check
@@ -91,34 +100,48 @@ class SiloFiles(DataParams):
             yield f"data.input_shape: give [channels, height, width] or [features], got {self.input_shape}"
         if self.image_size is not None and self.image_size < 1:
             yield f"data.image_size: must be positive, got {self.image_size}"
+        if self.channels == 1 and facts.imagenet:
+            yield "data.channels: the ImageNet models (model.name) take 3-channel images, got 1 (set it to 3 or null)"
+        if self.class_names is not None:
+            if len(set(self.class_names)) != len(self.class_names) or not self.class_names:
+                yield f"data.class_names: give each class's name once, got {self.class_names}"
+            elif self.classes is not None and len(self.class_names) != self.classes:
+                yield (
+                    f"data.class_names: lists {len(self.class_names)} classes but data.classes is {self.classes} "
+                    "(give one name per class)"
+                )
         if self.manifest is not None:
             try:
-                rows = _manifest(Path(self.manifest))
+                manifest = read_manifest(Path(self.manifest))
             except ConfigError as err:
                 yield str(err)
                 return
-            if len(rows) != facts.silos:
+            if len(manifest.rows) != facts.silos:
                 yield (
-                    f"silos: data.manifest {self.manifest} lists {len(rows)} silos but silos is {facts.silos} "
-                    f"(set silos to {len(rows)})"
+                    f"silos: data.manifest {self.manifest} lists {len(manifest.rows)} silos but silos is {facts.silos} "
+                    f"(set silos to {len(manifest.rows)})"
                 )
-            groups = self.groups(facts.silos)
-            if self.group_clusters is not None and (
-                groups is None or len(self.group_clusters) != groups.max() + 1 or min(self.group_clusters) < 0
-            ):
-                yield (
-                    f"data.group_clusters: give one non-negative cluster label per group of the manifest "
-                    f"({0 if groups is None else groups.max() + 1}), got {self.group_clusters}"
-                )
+            yield from self._group_problems(manifest)
+
+    def _group_problems(self, manifest: Manifest) -> Iterator[str]:
+        names = manifest.group_names()
+        if self.group_clusters is None or (
+            names is not None and len(self.group_clusters) == len(names) and min(self.group_clusters) >= 0
+        ):
+            return
+        if names is None:
+            yield "data.group_clusters: the manifest gives no groups (add a group column, or remove this setting)"
+            return
+        named = names != [str(g) for g in range(len(names))]
+        order = f", in this order: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}" if named else ""
+        yield (
+            f"data.group_clusters: give one non-negative cluster label per group of the manifest "
+            f"({len(names)}{order}), got {self.group_clusters}"
+        )
 
     # ------------------------------------------------------------------ what the run knows
     def groups(self, silos: int) -> np.ndarray | None:
-        if self.manifest is None:
-            return None
-        rows = _manifest(Path(self.manifest))
-        if any(group is None for _, group in rows):
-            return None
-        return np.array([group for _, group in rows], dtype=np.int64)
+        return None if self.manifest is None else read_manifest(Path(self.manifest)).group_ids()
 
     def num_classes(self) -> int:
         if self.classes is None:
@@ -131,8 +154,9 @@ class SiloFiles(DataParams):
         return tuple(self.input_shape)
 
     def agreed(self, shape: tuple[int, ...], classes: int) -> SiloFiles:
-        """These parameters with what the silos agreed on filled in."""
-        return replace(self, input_shape=list(shape), classes=classes)
+        """These parameters with what the silos agreed on filled in: a class that data.class_names
+        lists keeps its place in the model though no silo holds it."""
+        return replace(self, input_shape=list(shape), classes=max(classes, len(self.class_names or ())))
 
     def files_of(self, silo: int) -> str:
         return str(self.path(silo))
@@ -143,7 +167,7 @@ class SiloFiles(DataParams):
             return Path(self.files.format(silo=silo))
         assert self.manifest is not None
         manifest = Path(self.manifest)
-        return manifest.parent / _manifest(manifest)[silo][0]
+        return manifest.parent / read_manifest(manifest).rows[silo].path
 
     # ------------------------------------------------------------------ one silo's data
     def build(self, silo: int, facts: DataFacts) -> SiloData:
@@ -172,16 +196,19 @@ class SiloFiles(DataParams):
             return ConfigError(f"data: silo {silo} ({path}): {why}")
 
         if not path.exists():
-            raise fail("not found (each silo's file must be where data.files or data.manifest says)")
+            if self.manifest is not None:
+                where = read_manifest(Path(self.manifest)).where(silo)
+                raise fail(f"not found ({where} names it: fix the path there, relative to the manifest's folder)")
+            raise fail(f"not found (data.files {self.files} names it for silo {silo}: put the data there)")
         try:
-            arrays = self._arrays(path)
+            arrays, layout = self._arrays(path)
         except ConfigError as err:
             raise fail(str(err)) from None
-        except Exception as err:  # a damaged file: whatever numpy or PIL raise
+        except Exception as err:  # noqa: BLE001 - a damaged file: whatever numpy or zipfile raise
             detail = str(err).splitlines()[0][:200] if str(err) else "no detail"
             raise fail(f"cannot be read ({type(err).__name__}: {detail})") from None
         try:
-            splits = self._splits(arrays, silo, facts.seed)
+            splits = self._splits(arrays, layout, silo, facts)
         except ConfigError as err:
             raise fail(str(err)) from None
         group = -1 if (groups := self.groups(facts.silos)) is None else int(groups[silo])
@@ -194,74 +221,48 @@ class SiloFiles(DataParams):
             *(backdoor if backdoor is not None else (None, None)),
         )
 
-    def _arrays(self, path: Path) -> dict[str, Any]:
+    def _arrays(self, path: Path) -> tuple[dict[str, Any], str]:
         """The arrays by name (`x`, `y` or `x_<split>`, `y_<split>`), memory-mapped where the
-        format allows."""
+        format allows, and their layout (`tree`: an image folder's, (N, H, W, C))."""
         if path.is_file():
             if path.suffix != ".npz":
                 raise ConfigError(
                     "is a file but not an .npz archive (give an .npz file, a folder of .npy files or an image folder)"
                 )
             with np.load(path, allow_pickle=False) as archive:
-                return {name: archive[name] for name in archive.files}
+                return {name: _member(archive, name) for name in archive.files}, self.layout
         if (path / "train").is_dir():
-            return self._image_tree(path)
-        npy = {p.stem: np.load(p, mmap_mode="c", allow_pickle=False) for p in sorted(path.glob("*.npy"))}
+            return read_tree(path, self.image_size, self.channels, self.class_names), "tree"
+        npy = {p.stem: _memory_map(p) for p in sorted(path.glob("*.npy"))}
         if not npy:
             raise ConfigError("holds no .npy files and no train/ image folder")
-        return npy
+        return npy, self.layout
 
-    def _image_tree(self, root: Path) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for split in ("train", "val", "test"):
-            folder = root / split
-            if not folder.is_dir():
-                continue
-            images: list[np.ndarray] = []
-            labels: list[int] = []
-            for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
-                label = self._label_of(class_dir.name)
-                for file in sorted(class_dir.iterdir()):
-                    if file.suffix.lower() not in IMAGE_EXTENSIONS:
-                        continue
-                    pixels = read_rgb(file, self.image_size)
-                    if images and pixels.shape != images[0].shape:
-                        raise ConfigError(
-                            f"{file} is {pixels.shape[1]}x{pixels.shape[0]}, {split}'s first image "
-                            f"{images[0].shape[1]}x{images[0].shape[0]} (set data.image_size to resize them all)"
-                        )
-                    images.append(pixels)
-                    labels.append(label)
-            out[f"x_{split}"] = np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8)
-            out[f"y_{split}"] = np.array(labels, dtype=np.int64)
-        return out
-
-    def _label_of(self, folder: str) -> int:
-        if self.class_names is not None:
-            if folder not in self.class_names:
-                raise ConfigError(f"class folder {folder!r} is not in data.class_names")
-            return self.class_names.index(folder)
-        if not folder.isdigit():
-            raise ConfigError(f"class folder {folder!r} is not a label (name them 0, 1, ... or set data.class_names)")
-        return int(folder)
-
-    def _splits(self, arrays: dict[str, Any], silo: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def _splits(
+        self, arrays: dict[str, Any], layout: str, silo: int, facts: DataFacts
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Model-ready (x, y) of every split, those the silo lacks cut from what it has."""
-        given = {s: (arrays[f"x_{s}"], arrays[f"y_{s}"]) for s in SPLITS if f"x_{s}" in arrays and f"y_{s}" in arrays}
+        given = {s: (f"x_{s}", f"y_{s}") for s in SPLITS if f"x_{s}" in arrays and f"y_{s}" in arrays}
         if "x" in arrays and "y" in arrays:
             if "train" in given:
                 raise ConfigError("holds both x/y and x_train/y_train (keep one)")
-            given["all"] = (arrays["x"], arrays["y"])
-        elif "train" not in given:
+            pool = ("x", "y")
+        elif "train" in given:
+            pool = given.pop("train")
+        else:
             raise ConfigError(
                 f"holds no x and y, nor x_train and y_train (it holds {', '.join(sorted(arrays)) or 'nothing'})"
             )
-        for name, (x, y) in given.items():
-            if len(x) != len(y):
-                raise ConfigError(f"x_{name} holds {len(x)} examples but y_{name} {len(y)} labels")
-        rng = np.random.default_rng([seed, 17, silo])
-        pool = given.pop("all") if "all" in given else given.pop("train")
-        n = len(pool[1])
+        labels: dict[str, np.ndarray] = {}
+        for x_key, y_key in (pool, *given.values()):
+            if len(arrays[x_key]) != len(arrays[y_key]):
+                raise ConfigError(
+                    f"{x_key} holds {len(arrays[x_key])} examples but {y_key} {len(arrays[y_key])} labels "
+                    "(give one label per example)"
+                )
+            labels[y_key] = class_indices(np.asarray(arrays[y_key]), y_key, self.class_names, self.classes)
+        rng = np.random.default_rng([facts.seed, 17, silo])
+        n = len(labels[pool[1]])
         test_idx = None
         if "test" not in given:
             perm = rng.permutation(n)
@@ -275,81 +276,102 @@ class SiloFiles(DataParams):
             val_idx, train_idx = rest[np.sort(perm[:n_val])], rest[np.sort(perm[n_val:])]
         else:
             val_idx, train_idx = None, rest
-        parts: dict[str, tuple[Any, Any, np.ndarray | None]] = {"train": (*pool, train_idx)}
-        parts["val"] = (*given["val"], None) if val_idx is None else (*pool, val_idx)
-        parts["test"] = (*given["test"], None) if test_idx is None else (*pool, test_idx)
+        parts: dict[str, tuple[tuple[str, str], np.ndarray | None]] = {"train": (pool, train_idx)}
+        parts["val"] = (given["val"], None) if val_idx is None else (pool, val_idx)
+        parts["test"] = (given["test"], None) if test_idx is None else (pool, test_idx)
         if "backdoor" in given:
-            parts["backdoor"] = (*given["backdoor"], None)
+            parts["backdoor"] = (given["backdoor"], None)
         out = {}
-        for split, (x, y, idx) in parts.items():
-            whole = idx is None or (len(idx) == len(y) and np.array_equal(idx, np.arange(len(y))))
-            out[split] = (
-                self._examples(x, None if whole else idx, split),
-                self._labels(np.asarray(y) if whole else np.asarray(y)[idx], split),
-            )
-            if len(out[split][1]) == 0 and split != "backdoor":
+        for split, ((x_key, y_key), idx) in parts.items():
+            y = labels[y_key] if idx is None else labels[y_key][idx]
+            if len(y) == 0 and split != "backdoor":
                 raise ConfigError(
                     f"too few examples for a {split} set ({n} in all; data.val_fraction {self.val_fraction}, "
                     f"data.test_fraction {self.test_fraction}; give more, or give x_{split}/y_{split})"
                 )
-        shapes = {split: xy[0].shape[1:] for split, xy in out.items()}
+            whole = idx is None or (len(idx) == len(labels[y_key]) and np.array_equal(idx, np.arange(len(idx))))
+            name = f"{x_key[2:]}/" if layout == "tree" else x_key  # how errors name the array
+            out[split] = (self._examples(arrays[x_key], None if whole else idx, name, layout, facts.imagenet), y)
+        shapes = {x_key: out[split][0].shape[1:] for split, ((x_key, _), _) in parts.items()}
         if len(set(shapes.values())) > 1:
-            raise ConfigError(f"its splits hold examples of different shapes ({shapes})")
+            said = ", ".join(f"{key[2:] + '/' if layout == 'tree' else key} {_size(s)}" for key, s in shapes.items())
+            raise ConfigError(
+                f"its splits hold examples of different shapes ({said}; give them one, for image folders "
+                "with data.image_size)"
+            )
         return out
 
-    def _examples(self, x: Any, idx: np.ndarray | None, split: str) -> np.ndarray:
-        """The examples `idx` (None: all) as float32, images NCHW laid out as the built-in data
-        sets lay theirs (images.model_layout, whose strides decide torch's kernels: the same
-        layout, the same rounding): uint8 pixels scaled to [0, 1], other numbers as they are.
-        Float32 examples already in that layout are taken as they are (a memory map stays one);
-        others are read and converted a chunk at a time straight into the one array they end
-        in. NaN and inf are looked for a chunk at a time."""
+    def _examples(self, x: Any, idx: np.ndarray | None, key: str, layout: str, imagenet: bool) -> np.ndarray:
+        """The examples `idx` (None: all) of the array `key` as float32, images NCHW with
+        `data.channels` laid out as the built-in data sets lay theirs (images.model_layout,
+        whose strides decide torch's kernels: the same layout, the same rounding): uint8
+        pixels scaled to [0, 1], other numbers as they are. Float32 examples already in that
+        layout are taken as they are (a memory map stays one); others are read and converted a
+        chunk at a time straight into the one array they end in. NaN and inf are looked for a
+        chunk at a time."""
         if x.dtype.kind not in "uifb":
-            raise ConfigError(f"x_{split} is of dtype {x.dtype}, not numbers")
+            raise ConfigError(f"{key} is of dtype {x.dtype}, not numbers")
         if x.ndim not in (2, 3, 4):
             raise ConfigError(
-                f"x_{split} has shape {x.shape}: give images (N, H, W), (N, C, H, W), (N, H, W, C) or vectors (N, F)"
+                f"{key} has shape {x.shape}: give images (N, H, W), (N, C, H, W), (N, H, W, C) or vectors (N, F)"
             )
-        nchw = x.ndim == 4 and not self._channels_last(x.shape)
-        if idx is None and (view := _model_view(x, nchw)) is not None:
-            _check_finite(view, split)
+        last = x.ndim == 3 or (x.ndim == 4 and self._channels_last(x.shape, layout))
+        have = 0 if x.ndim == 2 else 1 if x.ndim == 3 else x.shape[3] if last else x.shape[1]
+        want = self._channels_of(key, x.shape, have, imagenet)
+        nchw = x.ndim == 4 and not last
+        if idx is None and want == have and (view := _model_view(x, nchw)) is not None:
+            _check_finite(view, key, None, len(x))
             return view
         n = len(x) if idx is None else len(idx)
-        if x.ndim == 2:
-            out = np.empty((n, x.shape[1]), dtype=np.float32)
-        elif x.ndim == 3 or (x.shape[1] if nchw else x.shape[3]) == 1:  # one channel: NHWC memory (model_layout)
-            out = np.empty((n, *(x.shape[2:] if nchw else x.shape[1:3]), 1), dtype=np.float32)
-        else:
-            out = np.empty((n, *(x.shape[1:] if nchw else (x.shape[3], *x.shape[1:3]))), dtype=np.float32)
+        edges = x.shape[1:3] if last else x.shape[2:]
+        shape = (x.shape[1],) if x.ndim == 2 else (*edges, 1) if want == 1 else (want, *edges)
+        out = np.empty((n, *shape), dtype=np.float32)  # one channel: NHWC memory (model_layout)
         step = max(1, FINITE_CHUNK // max(1, math.prod(x.shape[1:])))
         for start in range(0, n, step):
-            rows = np.asarray(x[start : start + step] if idx is None else x[idx[start : start + step]])
-            if x.ndim == 3:
-                rows = rows[..., None]
-            elif x.ndim == 4 and out.shape[-1] == 1 and nchw:
-                rows = np.moveaxis(rows, 1, 3)
-            elif x.ndim == 4 and out.shape[-1] != 1 and not nchw:
-                rows = np.moveaxis(rows, 3, 1)
-            out[start : start + step] = unit(rows)
-        _check_finite(out, split)
-        return model_layout(out) if out.ndim == 4 and out.shape[-1] == 1 else out
+            rows = unit(np.asarray(x[start : start + step] if idx is None else x[idx[start : start + step]]))
+            if x.ndim > 2:
+                given = rows[..., None] if x.ndim == 3 else rows if last else np.moveaxis(rows, 1, 3)
+                nhwc = _with_channels(given, want)
+                rows = nhwc if want == 1 else np.moveaxis(nhwc, 3, 1)
+            out[start : start + step] = rows
+        _check_finite(out, key, idx, len(x))
+        return model_layout(out) if want == 1 else out
 
-    def _channels_last(self, shape: tuple[int, ...]) -> bool:
-        if self.layout != "auto":
-            return self.layout == "nhwc"
+    def _channels_of(self, key: str, shape: tuple[int, ...], have: int, imagenet: bool) -> int:
+        """The channels the examples of `key` get (0 for feature vectors); ConfigError with the
+        fix where data.channels or the model asks for what they cannot give."""
+        if have == 0:
+            if self.channels is not None:
+                raise ConfigError(f"{key} holds feature vectors {shape}, which have no channels (remove data.channels)")
+            return 0
+        want = self.channels or have
+        if want != have and have not in (1, 3):
+            raise ConfigError(f"the images of {key} have {have} channels, not 1 or 3 as data.channels {want} converts")
+        if imagenet and want != 3:
+            fix = "set data.channels: 3 to repeat the grey into three" if want == 1 else "give 3-channel images"
+            raise ConfigError(
+                f"the images of {key} have {want} channel{'s' * (want > 1)}, the ImageNet models (model.name) "
+                f"take 3 ({fix})"
+            )
+        return want
+
+    def _channels_last(self, shape: tuple[int, ...], layout: str) -> bool:
+        if layout != "auto":
+            return layout in ("nhwc", "tree")
         return not (shape[1] in (1, 3) and shape[3] not in (1, 3))
 
-    def _labels(self, y: np.ndarray, split: str) -> np.ndarray:
-        if y.ndim != 1 or y.dtype.kind not in "iu":
-            raise ConfigError(f"y_{split} must be one integer label per example, got {y.dtype} of shape {y.shape}")
-        if len(y) and y.min() < 0:
-            raise ConfigError(f"y_{split} holds the label {int(y.min())} (labels run from 0)")
-        if self.classes is not None and len(y) and y.max() >= self.classes:
-            raise ConfigError(
-                f"y_{split} holds the label {int(y.max())}, out of range for data.classes {self.classes} "
-                f"(labels run from 0 to {self.classes - 1})"
-            )
-        return y.astype(np.int64)
+
+def _size(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def _with_channels(nhwc: np.ndarray, channels: int) -> np.ndarray:
+    """Float images (n, h, w, c) with `channels` channels: grey repeated, colour made grey by luma."""
+    if nhwc.shape[-1] == channels:
+        return nhwc
+    if channels == 3:
+        return np.repeat(nhwc, 3, axis=-1)
+    return (nhwc @ LUMA)[..., None]
 
 
 def _model_view(x: Any, nchw: bool) -> np.ndarray | None:
@@ -369,51 +391,53 @@ def _model_view(x: Any, nchw: bool) -> np.ndarray | None:
     return np.lib.stride_tricks.as_strided(x, (len(x), 1, h, w), (h * w * item, item, w * item, item))
 
 
-def _check_finite(x: np.ndarray, split: str) -> None:
-    """NaN or inf anywhere in `x` is the silo's error; read a chunk at a time (a memory map too)."""
+def _check_finite(x: np.ndarray, key: str, idx: np.ndarray | None, rows: int) -> None:
+    """NaN or inf anywhere in `x` (the rows `idx` of the array `key`, None: all its `rows`) is
+    the silo's error, naming the first such row of the user's array; read a chunk at a time
+    (a memory map too)."""
     step = max(1, FINITE_CHUNK // max(1, math.prod(x.shape[1:])))
     for start in range(0, len(x), step):
-        if not all_finite(np.asarray(x[start : start + step])):
-            raise ConfigError(f"x_{split} holds NaN or infinite values (among examples {start} to {start + step - 1})")
+        chunk = np.asarray(x[start : start + step])
+        if not all_finite(chunk):
+            first = start + int(np.flatnonzero(~np.isfinite(chunk.reshape(len(chunk), -1)).all(axis=1))[0])
+            row = first if idx is None else int(idx[first])
+            raise ConfigError(f"{key} row {row} (of {rows} rows) holds NaN or infinite values (fix or drop that row)")
+
+
+def _member(archive: Any, name: str) -> np.ndarray:
+    """The array `name` of an .npz archive; an array of Python objects (which would need
+    pickle, never loaded from a silo's file) is the silo's error, with the fix."""
+    try:
+        return archive[name]
+    except ValueError as err:
+        if "allow_pickle" not in str(err):
+            raise
+        raise ConfigError(
+            f"{name} holds Python objects, which are never unpickled "
+            f"(save numbers, or text labels as {name}.astype(str))"
+        ) from None
+
+
+def _memory_map(path: Path) -> np.ndarray:
+    """The .npy file at `path`, memory-mapped (opened, not read) once its header is checked
+    against its size: a file cut short would otherwise fail on first touch (SIGBUS)."""
+    fmt = np.lib.format
+    with path.open("rb") as file:
+        version = fmt.read_magic(file)
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read_header(file)
+        offset = file.tell()
+    if dtype.hasobject:
+        raise ConfigError(f"{path} holds Python objects, which are never unpickled (save numbers, or text as str)")
+    expected = offset + math.prod(shape) * dtype.itemsize
+    actual = path.stat().st_size
+    if actual < expected:
+        raise ConfigError(
+            f"{path} is cut short: its header gives {shape} of {dtype}, {expected} bytes, the file holds {actual} "
+            "(copy it again)"
+        )
+    return np.load(path, mmap_mode="c", allow_pickle=False)
 
 
 _BUILT: dict[tuple[str, int, DataFacts], SiloData] = {}  # read for the agreement, taken by `build`
 _BUILT_LOCK = threading.Lock()
-
-
-def _manifest(path: Path) -> tuple[tuple[str, int | None], ...]:
-    """(path, group or None) of every silo, in silo order, from a `silo,path[,group]` CSV file,
-    read again only when it changed."""
-    if not path.is_file():
-        raise ConfigError(
-            f"data.manifest: {path} not found (give a CSV file with the columns silo,path and optionally group)"
-        )
-    stat = path.stat()
-    return _read_manifest(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=4)
-def _read_manifest(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, int | None], ...]:
-    where = f"data.manifest: {path}"
-    try:
-        with path.open(newline="") as file:
-            rows = list(csv.DictReader(file))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise ConfigError(f"{where} cannot be read ({type(err).__name__})") from None
-    if not rows or not {"silo", "path"} <= set(rows[0]):
-        raise ConfigError(f"{where} needs a header row with the columns silo,path (and optionally group)")
-    entries: dict[int, tuple[str, int | None]] = {}
-    for line, row in enumerate(rows, start=2):
-        try:
-            silo = int(row["silo"])
-            group = int(row["group"]) if row.get("group") not in (None, "") else None
-        except ValueError:
-            raise ConfigError(f"{where} line {line}: silo and group must be integers") from None
-        if silo in entries or silo < 0 or not row["path"]:
-            raise ConfigError(f"{where} line {line}: silo {silo} is listed twice, negative or without a path")
-        if group is not None and group < 0:
-            raise ConfigError(f"{where} line {line}: group {group} is negative")
-        entries[silo] = (row["path"], group)
-    if sorted(entries) != list(range(len(entries))):
-        raise ConfigError(f"{where}: the silos must be numbered 0 to {len(entries) - 1}, each once")
-    return tuple(entries[s] for s in range(len(entries)))

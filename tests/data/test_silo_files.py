@@ -94,7 +94,7 @@ def test_feature_vectors_and_a_folder_of_memory_mapped_npy_files(tmp_path):
     np.save(folder / "x.npy", x)
     np.save(folder / "y.npy", np.arange(40) % 4)
     params = SiloFiles(files=str(tmp_path / "site{silo}"))
-    assert isinstance(params._arrays(folder)["x"], np.memmap)  # opened, not read
+    assert isinstance(params._arrays(folder)[0]["x"], np.memmap)  # opened, not read
     data = params.build(0, DataFacts(1, 0))
     assert data.x_train.shape[1:] == (7,) and data.x_train.dtype == np.float32
     assert len(data.y_train) + len(data.y_val) + len(data.y_test) == 40
@@ -110,7 +110,7 @@ def test_a_2_gb_npy_file_opens_without_being_read(tmp_path):
     del x
     np.save(folder / "y.npy", np.zeros(1 << 19, np.int64))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    arrays = SiloFiles(files=str(tmp_path / "{silo}"))._arrays(folder)
+    arrays, _ = SiloFiles(files=str(tmp_path / "{silo}"))._arrays(folder)
     assert isinstance(arrays["x"], np.memmap) and arrays["x"].nbytes == 1 << 31
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB: far below the file's 2 GiB
 
@@ -204,12 +204,21 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[callable, str]]:
         "empty": (npz(x=x[:0], y=y[:0]), "too few examples"),
         "no arrays": (npz(z=x), "holds no x and y"),
         "other shape": (npz(x=np.zeros((40, 1, 9, 9), np.float32), y=y), "examples are 1x9x9, silo 0's .* 1x8x8"),
-        "label out of range": (npz(x=x, y=y + 5), "label 7, out of range for data.classes 3"),
-        "negative label": (npz(x=x, y=y - 1), "label -1"),
-        "float labels": (npz(x=x, y=y.astype(np.float32)), "integer label"),
-        "nan": (npz(x=nan, y=y), "NaN or infinite"),
+        "label out of range": (
+            npz(x=x, y=y + 5),
+            r"y row 0 \(of 40 rows\) holds the label 5, out of range for data.classes 3",
+        ),
+        "negative label": (
+            npz(x=x, y=y - 1),
+            r"y row 0 \(of 40 rows\) holds the label -1 \(labels run from 0; 14 rows",
+        ),
+        "fractional labels": (npz(x=x, y=y + 0.5), r"y row 0 \(of 40 rows\) holds 0.5, not a whole number"),
+        "nan label": (npz(x=x, y=np.where(np.arange(40) == 9, np.nan, y)), r"y row 9 \(of 40 rows\) is nan"),
+        "text labels without names": (npz(x=x, y=np.array(["a", "b"] * 20)), "text labels .* data.class_names"),
+        "object labels": (lambda p: np.savez(p, x=x, y=np.array(["a"] * 40, dtype=object)), r"y holds Python objects"),
+        "nan": (npz(x=nan, y=y), r"x row 7 \(of 40 rows\) holds NaN or infinite values"),
         "too few": (npz(x=x[:3], y=y[:3]), "too few examples for a val set"),
-        "lengths differ": (npz(x=x, y=y[:30]), "holds 40 examples but y_all 30"),
+        "lengths differ": (npz(x=x, y=y[:30]), "x holds 40 examples but y 30 labels"),
     }
 
 
@@ -394,9 +403,11 @@ def test_under_mpirun_a_bad_silo_file_ends_the_job_in_seconds_with_one_line_and_
     seconds = time.monotonic() - start
     errors = [line for line in result.stderr.splitlines() if line.startswith("cfl_mpi:")]
     assert result.returncode == 2, result.stderr[-3000:]
+    rows = len(arrays["y_train"])
     assert errors == [
-        f"cfl_mpi: config error: data: silo 5 ({tmp_path / 'files' / 'silo_0005.npz'}): y_train holds "
-        "the label 19, out of range for data.classes 10 (labels run from 0 to 9)"
+        f"cfl_mpi: config error: data: silo 5 ({tmp_path / 'files' / 'silo_0005.npz'}): y_train row 0 (of {rows} "
+        f"rows) holds the label {arrays['y_train'][0]}, out of range for data.classes 10 (labels run from 0 to 9; "
+        f"{rows} rows are out of range)"
     ], result.stderr
     assert not out.exists(), "nothing is written before the agreement"
     print(f"bad silo file under mpirun -n 9: exit 2 after {seconds:.1f} s")
