@@ -52,6 +52,12 @@ def run_arguments(prog: str, description: str, *, resume: bool = True) -> argpar
             "(same config and --set options; DIR must hold an intact checkpoint)",
         )
         parser.add_argument(
+            "--readmit",
+            metavar="SILOS",
+            help="with --resume: let these silos (e.g. 3,5, or all), dropped in the run being resumed and "
+            "mended since, take part again; the others it dropped stay out",
+        )
+        parser.add_argument(
             "--overwrite",
             action="store_true",
             help="start afresh in a results folder that already holds a run, deleting that run's files",
@@ -72,6 +78,8 @@ def load_run_config(args: argparse.Namespace) -> Config:
     resume = getattr(args, "resume", None)
     if resume and args.out and Path(args.out).resolve() != Path(resume).resolve():
         raise ConfigError(f"--out: cannot be combined with --resume (the run continues in its own folder {resume})")
+    if getattr(args, "readmit", None) is not None and not resume:
+        raise ConfigError("--readmit: needs --resume (it lets silos dropped in the run being resumed take part again)")
     out = resume or args.out
     cfg = load_config(args.config, [*args.overrides, *([f"out={out}"] if out else [])])
     cfg.data.check(cfg.data_facts())

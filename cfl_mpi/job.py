@@ -30,6 +30,7 @@ from .channel import SERVER, Channel, ChannelClosed, LocalHub, party_name
 from .cli import EXIT_CONFIG, announce, check_results_folder, load_run_config, prepare_results_folder
 from .config import Config, ConfigError
 from .results import record_failure, write_nodes
+from .runtime.absent import Absent
 from .runtime.compute import ComputePool
 from .runtime.memory import FreedMemory
 from .runtime.parties import PartyFailure, PartyThreads
@@ -116,25 +117,32 @@ def agree(backend: Backend, error: str | None) -> None:
 
 
 def validated(backend: Backend, args: argparse.Namespace) -> Started:
-    """Config checks on every process and the results folder's on process 0 (before any torch
-    import: a mistaken --resume is one line at once); each process placed on its node and
-    device (a silo process without the GPU `runtime.device: cuda` asks for is a config error)
-    and the job's first line; then data preparation on process 0 while the others read their
-    own files for the agreement (where the data set has them); then the weights and the rest
-    of the folder's checks on process 0. Exit 2 on any error, on every process."""
+    """Config checks on every process and the results folder's on process 0, with the silos a
+    resumed run keeps out (before any torch import: a mistaken --resume is one line at once);
+    the silos' own files read and agreed on, where the data set has them (before any torch
+    import too: a missing or damaged file is one line within seconds; a per-silo-files data
+    set prepares nothing on process 0 first); each process placed on its node and device (a
+    silo process without the GPU `runtime.device: cuda` asks for is a config error) and the
+    job's first line; data preparation on process 0; then the weights and the rest of the
+    folder's checks on process 0. Exit 2 on any error, on every process."""
     from .prepare import prepare_weights
     from .runtime.placement import select_device
 
-    error, first = None, backend.index == 0
+    error, first, kept = None, backend.index == 0, ""
     try:
         cfg = load_run_config(args)
         parties = backend.parties(cfg)
         if first:  # process 0 is the one sure to see the folder
             check_results_folder(cfg, args)
+            kept = kept_silos(cfg, args)
     except ConfigError as err:
         error = str(err)
     agree(backend, error)
+    absent = Absent(told_kept(backend, cfg, kept) if args.resume else frozenset())
     mark("config")
+    if cfg.data.per_silo_files:
+        cfg, absent = agreed(backend, parties, cfg, absent.kept)
+        mark("agreement")
     silos = [p for p in parties[backend.index] if p != SERVER]
     placement = backend.place(len(silos))
     mark("placement")
@@ -159,8 +167,6 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
     except ConfigError as err:
         error = str(err)
     agree(backend, error)
-    if cfg.data.per_silo_files:
-        cfg = agreed(backend, parties, cfg)
     try:
         if first:
             prepare_weights(cfg)  # pretrained weights, once per job
@@ -168,7 +174,7 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
     except ConfigError as err:
         error = str(err)
     agree(backend, error)
-    return Started(cfg, parties, placement, device, [d.label for d in devices])
+    return Started(cfg, parties, placement, device, [d.label for d in devices], absent)
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,7 @@ class Started:
     placement: Placement
     device: Any  # its silos' torch device (None: it hosts none)
     devices: list[str]  # every silo process's device, at process 0
+    absent: Absent  # the silos out of the job before its first round (runtime.on_silo_failure: drop)
 
 
 def hosted(backend: Backend, parties: list[list[int]]) -> str:
@@ -190,29 +197,58 @@ def hosted(backend: Backend, parties: list[list[int]]) -> str:
     return f"on {n} {one if n == 1 else several} ({'one' if most == 1 else f'up to {most}'} per {one})"
 
 
-def agreed(backend: Backend, parties: list[list[int]], cfg: Config) -> Config:
+def kept_silos(cfg: Config, args: argparse.Namespace) -> str:
+    """Process 0, on `--resume`: the silos the run being resumed dropped and keeps out (all but
+    those `--readmit` names), as the text every process is told; "" on a fresh run."""
+    from .runtime.absent import parse_silo_list, silo_list
+    from .runtime.checkpoint import dropped_in, kept_out
+
+    if not args.resume:
+        return ""
+    out, given = cfg.results_dir(), getattr(args, "readmit", None) or ""
+    readmit = dropped_in(out) if given == "all" else parse_silo_list(given, cfg.silos, "--readmit")
+    return silo_list(kept_out(cfg, out, readmit))
+
+
+def told_kept(backend: Backend, cfg: Config, kept: str) -> frozenset[int]:
+    """Every process learns the silos process 0 found the resumed run keeps out (a list of
+    indices, checked as any peer's word)."""
+    from .runtime.absent import parse_silo_list
+
+    said = backend.all_gather(kept.encode())[0]
+    error, silos = None, frozenset[int]()
+    try:
+        silos = parse_silo_list(said.decode(errors="replace"), cfg.silos, "the resumed run's dropped silos")
+    except ConfigError as err:
+        error = str(err)
+    agree(backend, error)
+    return silos
+
+
+def agreed(backend: Backend, parties: list[list[int]], cfg: Config, kept: frozenset[int]) -> tuple[Config, Absent]:
     """The agreement before the first round (runtime/agreement.py): each process reads its own
-    silos' files, every process gathers every report (fixed-width frames) and checks them the
-    same way, so all reach the same config or the same error."""
-    from .data.agreement import frame, read_frames
-    from .runtime.agreement import agreed_config, local_reports
+    silos' files (but those `kept` out), every process gathers every report (fixed-width frames)
+    and checks them the same way, so all reach the same config and the same silos out, or the
+    same error."""
+    from .runtime.agreement import local_reports, read_reports, report_frame, settled
     from .wire.messages import ProtocolError
 
     error, mine = None, {}
-    here = [p for p in parties[backend.index] if p != SERVER]
+    here = [p for p in parties[backend.index] if p != SERVER and p not in kept]
     try:
         mine = local_reports(cfg, here)
     except ConfigError as err:
         error = str(err)
     agree(backend, error)
-    frames = b"".join(backend.all_gather(b"".join(frame(s, mine[s]) for s in here)))
+    frames = b"".join(backend.all_gather(b"".join(report_frame(s, mine[s]) for s in here)))
+    absent = Absent(kept)
     try:
-        order = [s for silos in parties for s in silos if s != SERVER]
-        cfg = agreed_config(cfg, read_frames(frames, order))
+        order = [s for silos in parties for s in silos if s != SERVER and s not in kept]
+        cfg, absent = settled(cfg, read_reports(frames, order, cfg.runtime.on_silo_failure == "drop"), kept)
     except (ConfigError, ProtocolError) as err:
         error = str(err)
     agree(backend, error)
-    return cfg
+    return cfg, absent
 
 
 def gathered_devices(backend: Backend, parties: list[list[int]], device: torch.device | None) -> list[DeviceReport]:
@@ -241,29 +277,34 @@ def run_parties(
     devices: list[str] | None = None,
     out: Path | None = None,
     grace_s: float | None = None,
+    absent: Absent | None = None,
 ) -> dict | None:
     """This process's parties: the server first where it hosts it (θ(0) is drawn before any
     silo thread exists), its silos on `device`, in this thread where it hosts one silo alone,
-    else a thread each. The server's summary (None where it was stopped after a checkpoint, or
-    the process hosts no server). A failing party raises `PartyFailure` naming it after the
-    others stopped (waiting at most `grace_s` for a party that hangs)."""
+    else a thread each; a silo `absent` (out of the job before its first round) is not started.
+    The server's summary (None where it was stopped after a checkpoint, or the process hosts no
+    server). A failing party raises `PartyFailure` naming it after the others stopped (waiting
+    at most `grace_s` for a party that hangs)."""
     from .runtime.server import start_server
     from .runtime.silo import run_silo
 
-    silos = [p for p in here if p != SERVER]
+    absent = absent or Absent()
+    silos = [p for p in here if p != SERVER and p not in absent.silos]  # each other's mates (run_silo)
     pool = ComputePool.for_share(placement.cores, placement.threads, placement.silos, placement.node_silos)
     freeing: AbstractContextManager = FreedMemory() if silos and cfg.runtime.silo_models == "shared" else nullcontext()
     with pool as compute, freeing:
         server = None
         if SERVER in here:
             server = start_server(
-                cfg, channel(SERVER), out or cfg.results_dir(), stop, resume, placement.cores, devices or []
+                cfg, channel(SERVER), out or cfg.results_dir(), stop, resume, placement.cores, devices or [], absent
             )
             if not silos:  # the silos wait while the server clusters: it may use the node's cores meanwhile
                 return server.run()
         if server is None and len(silos) == 1:
             run_silo(cfg, channel(silos[0]), device, silos[0], compute, silos)
             return None
+        if server is None and not silos:
+            return None  # every silo of the process is out of the job
         parties = PartyThreads(hub)
         for silo in silos:
             parties.start(party_name(silo), partial(run_silo, cfg, channel(silo), device, silo, compute, silos))
@@ -327,6 +368,7 @@ def run_job(args: argparse.Namespace, backend: Backend) -> NoReturn:
                 bool(args.resume),
                 started.devices,
                 grace_s=GRACE_S,
+                absent=started.absent,
             )
             stopped = summary is None and SERVER in here
         backend.finish()

@@ -76,15 +76,19 @@ def simulate(
     """The whole run in-process; the summary, or None if it was stopped (SIGTERM, Ctrl-C) after a
     checkpoint. A failing party raises `PartyFailure` naming it after the others stopped
     (waiting at most `grace_s` for a party that hangs). Silos reading files of their own agree
-    on their data first, unless `agreed` says the config holds the agreement already."""
+    on their data first, unless `agreed` says the config holds the agreement already. A resumed
+    run keeps the silos it dropped out."""
     import torch
     from threadpoolctl import threadpool_limits
 
-    from .runtime.agreement import agreed_in_process
+    from .runtime.absent import Absent
+    from .runtime.agreement import agreement_in_process
+    from .runtime.checkpoint import kept_out
     from .runtime.placement import DeviceReport, device_for
 
+    absent = Absent(kept_out(cfg, out or cfg.results_dir(), frozenset()) if resume else frozenset())
     if not agreed:
-        cfg = agreed_in_process(cfg)
+        cfg, absent = agreement_in_process(cfg, absent.kept)
     backend = InProcess()
     placement = backend.place(cfg.silos)
     torch.set_num_threads(placement.threads)
@@ -94,7 +98,7 @@ def simulate(
         here = backend.parties(cfg)[0]
         labels = [DeviceReport.of(device).label]
         return run_parties(
-            cfg, here, channel, hub, placement, device, stop or StopRequest(), resume, labels, out, grace_s
+            cfg, here, channel, hub, placement, device, stop or StopRequest(), resume, labels, out, grace_s, absent
         )
 
 

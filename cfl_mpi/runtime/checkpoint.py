@@ -281,8 +281,9 @@ def check_run_meta(rounds: int, meta: dict[str, Any], silos: int, index: Path) -
     """The server's facts (runtime/server.py `Server.checkpoint`): which silos trained, the
     sample count each first reported, one metrics record per round done, and the strategy's
     own facts."""
-    if set(meta) != {"strategy", "trained", "first_counts", "records"} or not isinstance(meta["strategy"], dict):
-        _fail(index, "meta must hold strategy, trained, first_counts and records")
+    required = {"strategy", "trained", "first_counts", "records"}  # and `dropped`, since silos are kept out
+    if not required <= set(meta) <= required | {"dropped"} or not isinstance(meta["strategy"], dict):
+        _fail(index, "meta must hold strategy, trained, first_counts, records and dropped")
     trained, first_counts, records = meta["trained"], meta["first_counts"], meta["records"]
     if not isinstance(trained, list) or not all(isinstance(c, int) and 0 <= c < silos for c in trained):
         _fail(index, f"meta.trained must list silos in 0..{silos - 1}")
@@ -296,6 +297,52 @@ def check_run_meta(rounds: int, meta: dict[str, Any], silos: int, index: Path) -
         or any(not isinstance(r, dict) or r.get("round") != i + 1 for i, r in enumerate(records))
     ):
         _fail(index, f"meta.records must hold one record per round 1..{rounds}")
+    dropped = meta.get("dropped", {})
+    if not isinstance(dropped, dict) or not all(
+        k.isdigit() and int(k) < silos and _is_drop_record(d, rounds) for k, d in dropped.items()
+    ):
+        _fail(index, f"meta.dropped must map silos in 0..{silos - 1} to the round they left, who they were and why")
+
+
+def _is_drop_record(record: Any, rounds: int) -> bool:
+    """A dropped silo's record: the round it left (or was kept out from) and who it was and why,
+    as text."""
+    return (
+        isinstance(record, dict)
+        and set(record) == {"round", "from", "why"}
+        and isinstance(record["round"], int)
+        and 1 <= record["round"] <= rounds
+        and all(isinstance(record[k], str) for k in ("from", "why"))
+    )
+
+
+def dropped_in(out: Path) -> frozenset[int]:
+    """The silos the folder's checkpoint records as dropped (none in a checkpoint written
+    before dropped silos were kept)."""
+    return frozenset(int(c) for c in _read_index(out / CHECKPOINT / INDEX)["meta"].get("dropped", {}))
+
+
+def kept_out(cfg: Config, out: Path, readmit: frozenset[int]) -> frozenset[int]:
+    """`--resume out` (after `check_resume`): the silos the run dropped that stay out, all but those
+    `readmit` names. ConfigError where `readmit` names a silo the run did not drop, or where the
+    silos kept out are more than `runtime.max_dropped` of them (the resumed run would stop
+    again after its first round)."""
+    from .absent import silo_list, too_many_gone
+
+    dropped = dropped_in(out)
+    if stray := sorted(readmit - dropped):
+        raise ConfigError(
+            f"--readmit: silo {stray[0]} was not dropped in the run being resumed in {out} "
+            f"(dropped: {silo_list(dropped) or 'none'})"
+        )
+    kept = dropped - readmit
+    if too_many_gone(kept, cfg.silos, cfg.runtime.max_dropped):
+        raise ConfigError(
+            f"--resume: {len(kept)} of {cfg.silos} silos were dropped in {out} ({silo_list(kept)}), over "
+            f"runtime.max_dropped ({cfg.runtime.max_dropped:g}): readmit those mended with --readmit SILOS "
+            f"(e.g. --readmit {silo_list(kept)}), or raise runtime.max_dropped"
+        )
+    return kept
 
 
 def _check_like(

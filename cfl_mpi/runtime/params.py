@@ -150,7 +150,8 @@ class RuntimeConfig:
     # drop, a silo whose update or evaluation breaks the protocol is dropped too.
     on_silo_failure: Literal["abort", "drop"] = "abort"
     # With drop: the job stops after the round (checkpoint written, exit code 1) once more than
-    # this fraction of the silos has left.
+    # this fraction of the silos has left; a job whose silos out from the start (files that
+    # cannot be read, or kept out on --resume) already exceed it does not start (exit 2).
     max_dropped: float = 0.25
     # A failure to inject, for tests (runtime.fault); null: none.
     fault: FaultConfig | None = None

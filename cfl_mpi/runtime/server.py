@@ -36,6 +36,7 @@ from ..wire.round import (
     StartModel,
     Update,
 )
+from .absent import Absent
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import participants, present
 from .halves import halves, server_half
@@ -78,6 +79,7 @@ class Server:
         # silos that left the federation (runtime.on_silo_failure: drop): when and why
         self.dropped: dict[int, dict] = {}
         self.expelled: set[int] = set()  # those dropped for breaking the protocol: sent nothing more
+        self.absent: frozenset[int] = frozenset()  # those out before the first round: not started, sent nothing
         self.farewells: list[Pending] = []  # the `Dropped` messages to them
 
     # ------------------------------------------------------------------ checkpoints
@@ -89,8 +91,25 @@ class Server:
         self.trained = set(ckpt.meta["trained"])
         self.first_counts = {int(c): int(n) for c, n in ckpt.meta["first_counts"].items()}
         self.records = ckpt.meta["records"]
+        self.dropped = {int(c): d for c, d in ckpt.meta.get("dropped", {}).items()}
         self.next_round = ckpt.round + 1
         self.resumed_after = ckpt.round
+
+    def keep_out(self, absent: Absent) -> None:
+        """The silos out of the job before its first round: of those the resumed run had
+        dropped, the ones `absent` keeps out stay dropped and the others are readmitted; those
+        whose data could not be read are dropped now, in the coming round's record."""
+        readmitted = sorted(c for c in self.dropped if c not in absent.kept)
+        self.dropped = {c: d for c, d in self.dropped.items() if c in absent.kept}
+        self.absent = absent.silos
+        if readmitted:
+            say(f"readmitted {', '.join(self.channel.describe(c) for c in readmitted)}, dropped in the run resumed")
+        for silo, why in sorted(absent.unreadable.items()):
+            who = self.channel.describe(silo)
+            self.dropped[silo] = {"round": self.next_round, "from": who, "why": _printable(why)}
+            text = f"round {self.next_round}: dropped {who}, whose data cannot be read: {_printable(why)}"
+            warn(text)
+            record_failure(self.out, f"cfl_mpi: {text}")
 
     def checkpoint(self, round: int) -> tuple[int, float]:
         """Write the state after `round`; returns (bytes, seconds)."""
@@ -109,6 +128,7 @@ class Server:
                     "trained": sorted(self.trained),
                     "first_counts": self.first_counts,
                     "records": self.records,
+                    "dropped": {str(c): d for c, d in self.dropped.items()},
                 },
                 config_digest(self.cfg),
             ),
@@ -119,9 +139,9 @@ class Server:
     def run(self) -> dict | None:
         start = time.monotonic()
         recorder = RunRecorder(self.out, self.cfg, self.records)
-        wait_all([self.channel.isend(c, Hello(self.next_round), 0) for c in range(self.cfg.silos)])
+        wait_all([self.channel.isend(c, Hello(self.next_round), 0) for c in self.reachable()])
         mark("hello")
-        needs_model = set(present(self.cfg, self.next_round))  # a fresh silo process has no model yet
+        needs_model = set(present(self.cfg, self.next_round)) & set(self.reachable())  # a fresh silo has no model
         t = self.next_round - 1
         if t < self.cfg.train.rounds and not self.stop.requested:  # the first round's line can be minutes away
             say(f"round {t + 1}/{self.cfg.train.rounds} running (the silos start, load their data and train)")
@@ -238,8 +258,9 @@ class Server:
         return here, training, first
 
     def reachable(self) -> list[int]:
-        """The silos the server still talks to: all but those it dropped for breaking the protocol."""
-        return [c for c in range(self.cfg.silos) if c not in self.expelled]
+        """The silos the server still talks to: all but those it dropped for breaking the protocol
+        and those out before the first round (never started)."""
+        return [c for c in range(self.cfg.silos) if c not in self.expelled and c not in self.absent]
 
     def receive_updates(self, ctx: ServerRound, ahead: AheadOfUpdate | None) -> dict | None:
         """The training silos' weight updates and sample counts into `ctx`, in silo order, not
@@ -436,9 +457,12 @@ def start_server(
     resume: bool = False,
     cores: int = 1,
     devices: list[str] | None = None,
+    absent: Absent | None = None,
 ) -> Server:
     """The server, ready to `run` (from the checkpoint in `out` with `resume`); its strategy
-    may use `cores` cores for its own computations; `devices` says where the silos compute."""
+    may use `cores` cores for its own computations; `devices` says where the silos compute;
+    `absent`: the silos out of the job before its first round (of those the resumed run
+    dropped, the others are readmitted)."""
     server = Server(cfg, channel, out, stop, cores, devices)
     note = cfg.data.start_note(cfg.data_facts())
     if note:
@@ -446,6 +470,7 @@ def start_server(
     if resume:
         server.resume()
         say(f"resuming {out} after round {server.next_round - 1}")
+    server.keep_out(absent or Absent())
     return server
 
 

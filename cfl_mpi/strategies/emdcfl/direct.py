@@ -33,10 +33,6 @@ class Direct:
     max_rows: int
 
     @property
-    def needs_every_peer(self) -> bool:
-        return False  # a pair of a silo that left stays unmeasured
-
-    @property
     def silo_modules(self) -> tuple[str, ...]:
         return ()  # the server solves every pair
 

@@ -21,16 +21,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...channel import SERVER, Pending
+from ...channel import SERVER, Alternative, Pending, wait_all
 from ...ot.fedwad import Measure, uniform_measure
 from ...ot.wasserstein import unit_rows
-from ...wire.messages import ProtocolError
+from ...wire.messages import Message, ProtocolError
 from ..base import ServerRound, SiloRound
 from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
 from ..fedwad.halves import FEDWAD_SOLVERS
 from .measurement import Record, Reference, SendReady
-from .messages import Projected, ReferenceReport
-from .pairs import SERVE
+from .messages import PartnerLeft, Projected, ReferenceReport
+from .pairs import MEASURE, SERVE
 
 __all__ = ["FedWaD"]
 
@@ -49,10 +49,6 @@ class FedWaD:
     p: int
     normalised: bool
     seed: int
-
-    @property
-    def needs_every_peer(self) -> bool:
-        return True  # a job needs both of its silos until it ends
 
     @property
     def silo_modules(self) -> tuple[str, ...]:
@@ -82,7 +78,7 @@ class FedWaD:
         pairs = [item for item in projected if isinstance(item, Projected)]
         mine = {p.partner: p.own for p in pairs if p.own is not None}
         theirs = {p.partner: p.cross for p in pairs if p.cross is not None}
-        n = next(iter({**mine, **theirs}.values())).shape[0]
+        n = own.z_own.shape[0]  # every cloud's rows (none where every partner left first)
         ctx.channel.send(SERVER, ReferenceReport(own.tau, own.noise, n), ctx.round)
         measures = {job_key(ctx.silo, p): self.silo_measure(z) for p, z in mine.items()}
         measures |= {job_key(p, ctx.silo): self.silo_measure(z) for p, z in theirs.items()}
@@ -92,22 +88,52 @@ class FedWaD:
     def measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]], record: Record) -> None:
         """Server: gather τ and noise of every silo with partners (one of each per silo and
         round), run the job of each direction (c, p) the plan asks for (c serves p: pairs.py),
-        fill W."""
+        fill W. A silo that left the federation (in training, or with a `Leave` in place of
+        its report or of a FedWaD reply) is awaited no more: its partners are told
+        (`PartnerLeft`), let its jobs go, and its pairs stay unmeasured."""
         busy = sorted(c for c, p in partners.items() if p)
+        left: set[int] = set()
+        notices: list[Pending] = []
+
+        def partner_left(x: int) -> None:
+            left.add(x)
+            notices.extend(
+                ctx.channel.isend(c, PartnerLeft(x), ctx.round)
+                for c in busy
+                if c not in left and x in dict(partners[c])
+            )
+
+        def take_leave(msg: Message) -> None:
+            assert ctx.leaving is not None
+            ctx.leaving.take(msg)
+            partner_left(msg.sender)
+
+        for x in [c for c in busy if c not in ctx.participants]:  # left in training
+            partner_left(x)
+        instead = None if ctx.leaving is None else Alternative(ctx.leaving.kind, ctx.leaving.expect, take_leave)
         sizes = {}
         expect = ReferenceReport.expect(ctx.round, ranges={"n_samples": (2, self.max_rows)})
-        for msg in ctx.channel.recv_each(busy, lambda _: expect):
+        for msg in ctx.channel.recv_each([c for c in busy if c not in left], lambda _: expect, instead):
             c, report = msg.sender, ReferenceReport.of(msg)
             record.tau[c], record.noise[c], sizes[c] = report.tau, report.noise, report.n_samples
+        here = [c for c in busy if c not in left]
         jobs = [
-            Job(c, p, self.support or max(sizes[c], sizes[p])) for c in busy for p, role in partners[c] if role & SERVE
+            Job(c, p, self.support or max(sizes[c], sizes[p]))
+            for c in here
+            for p, role in partners[c]
+            if role & SERVE and p not in left
         ]
+        let_go = {c: [key for p, role in partners[c] if p in left for key in _keys(c, p, role)] for c in here}
+        let_go = {c: keys for c, keys in let_go.items() if keys}
         params = self.params()
-        estimates = run_jobs(ctx.channel, ctx.round, jobs, params, self.seed, ctx.cores)
+        estimates = run_jobs(ctx.channel, ctx.round, jobs, params, self.seed, ctx.cores, ctx.leaving, let_go)
+        wait_all(notices)
         for job in jobs:
+            if job.key not in estimates:  # a holder left during the exchange
+                continue
             w1 = estimates[job.key] ** params.p  # p = 2: W2² is W1 under the squared Euclidean cost
             record.W[job.mu, job.nu] = w1 - record.tau[job.mu]
-        for c in busy:
+        for c in sizes:
             claim = (float(record.noise[c]), float(record.tau[c]))
             if record.stated.setdefault(c, claim) != claim:
                 raise ProtocolError(
@@ -115,3 +141,8 @@ class FedWaD:
                     f"{ctx.round} with noise and τ {claim}; it stated {record.stated[c]} "
                     "earlier in this round"
                 )
+
+
+def _keys(silo: int, partner: int, role: int) -> list[str]:
+    """The FedWaD jobs `silo` holds with `partner` in `role`: μ where it serves, ν where it measures."""
+    return [job_key(silo, partner)] * bool(role & SERVE) + [job_key(partner, silo)] * bool(role & MEASURE)

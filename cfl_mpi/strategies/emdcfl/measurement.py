@@ -55,10 +55,6 @@ class Measurement(Protocol):
     """The two halves of measuring a stage's pairs."""
 
     @property
-    def needs_every_peer(self) -> bool:
-        """Whether a pair's entry needs both silos until it is measured (none may leave)."""
-
-    @property
     def silo_modules(self) -> tuple[str, ...]:
         """What its silo half solves with, loaded before round 1."""
 

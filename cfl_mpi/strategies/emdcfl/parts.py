@@ -41,12 +41,6 @@ class Parts:
         """The server's pair plan (`placed`: its array of the clusters staged plans found)."""
         return AllPairs(self.rule, run) if self.staging is None else StagedPairs(self.staging, run, placed)
 
-    @property
-    def needs_every_peer(self) -> bool:
-        """A staged plan plans its stages from the pairs measured so far, and FedWaD measures a
-        pair through both silos: neither goes on without a silo."""
-        return self.staging is not None or self.measurement.needs_every_peer
-
 
 def parts(s: EmdCflConfig, run: RunFacts) -> Parts:
     """The parts `s` names, for a run of `run`'s embedding size and seed."""

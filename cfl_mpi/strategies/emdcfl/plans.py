@@ -148,9 +148,11 @@ class StagedPairs:
     def __init__(self, staging: Staging, run: RunFacts, placed: np.ndarray) -> None:
         self.staging, self.run, self.placed = staging, run, placed
         self.plan: StagedPlan | None = None
+        self.training: list[int] = []  # the round's participants, less those that leave as it goes
 
     def start(self, ctx: ServerRound) -> None:
         s, silos = self.staging, sorted(ctx.participants)
+        self.training = ctx.participants  # the server's own list: a silo that leaves is taken out of it
         self.plan = None  # no new silo: placed by pairs measured earlier, or by none
         if new := [c for c in silos if self.placed[c] < 0]:
             self.plan = StagedPlan(
@@ -167,7 +169,13 @@ class StagedPairs:
             )
 
     def stage(self, W: np.ndarray, noise: np.ndarray) -> tuple[list[Pair], bool]:
-        wanted = self.plan.next_pairs(W, noise) if self.plan else None
+        """The next stage, planned without the silos that left the federation since the round
+        began (`runtime.on_silo_failure: drop`): their pairs stay unmeasured, and they alone."""
+        if self.plan is None:
+            return [], False
+        for silo in set(self.plan.taking_part) - set(self.training):
+            self.plan.drop(silo)
+        wanted = self.plan.next_pairs(W, noise)
         return wanted or [], wanted is not None
 
     def may_move(self) -> bool:
@@ -195,8 +203,9 @@ class StagedPairs:
             }
             for stage, spent in zip(self.plan.stages, seconds, strict=True)
         ]
-        silos = sorted(ctx.participants)
-        measured, every = sum(stage.pairs for stage in self.plan.stages), len(silos) * (len(silos) - 1) // 2
+        silos = self.plan.silos  # of the round's start: with those that left since
+        measured = sum(stage.pairs_measured(W) for stage in self.plan.stages)
+        every = len(silos) * (len(silos) - 1) // 2
         self.placed[...] = self.plan.labels
         labels = self.placed.copy()
         alone = np.flatnonzero(labels < 0)

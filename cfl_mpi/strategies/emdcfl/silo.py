@@ -151,12 +151,6 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         self.more = False  # whether the server sends another plan after it
         self.waits: PartnerWaits | None = None  # the round's
 
-    @classmethod
-    def needs_every_peer(cls, params: EmdCflConfig, run: RunFacts) -> bool:
-        """Where the parts need both silos of a pair (parts.py); all pairs measured directly, a
-        silo that left leaves its pairs unmeasured (it trains alone)."""
-        return parts(params, run).needs_every_peer
-
     def modules(self) -> tuple[str, ...]:
         return (
             *self.parts.distance.silo_modules,

@@ -67,6 +67,10 @@ class Stage:
         """The silo pairs it measured, one way or both."""
         return len({(min(d), max(d)) for d in self.directions})
 
+    def pairs_measured(self, W: np.ndarray) -> int:
+        """`pairs`, less those a silo that left the federation left unmeasured."""
+        return len({(min(d), max(d)) for d in self.directions if not np.isnan(W[d])})
+
 
 class StagedPlan:
     """The stages of one clustering round over `silos`; `next_pairs` is called with W and the
@@ -103,12 +107,27 @@ class StagedPlan:
         self._reps: list[int] = []  # representatives being measured against `_left`
         self._retesting = False  # `_left` being measured against more members
         self._done = not silos
+        self.silos = sorted({*silos, *members})  # the silos of the round's plan
         self._active = np.zeros(size, dtype=bool)  # the silos training this round: partners to draw from
         self._active[list(silos) + list(members)] = True
         self._members = sorted(members)  # placed earlier, training now: the first representatives
         existing = np.unique(self.labels[self.labels >= 0])
         # a silo near no existing cluster starts a new one only if every cluster had a member to compare with
         self._complete = bool(np.isin(existing, self.labels[self._members]).all())
+
+    def drop(self, silo: int) -> None:
+        """`silo` left the federation in this round (`runtime.on_silo_failure: drop`): no later
+        stage measures it, nor draws it, and it is placed by no stage from now on (one placed
+        already keeps its cluster); the pairs it left unmeasured stay so."""
+        self._active[silo] = False
+        if silo in self._left:
+            self._left.remove(silo)
+
+    @property
+    def taking_part(self) -> list[int]:
+        """The silos the plan may still measure: those it places and the members training
+        now, less those that left."""
+        return np.flatnonzero(self._active).tolist()
 
     @property
     def unplaced(self) -> list[int]:
@@ -122,7 +141,7 @@ class StagedPlan:
             return None
         if self._members:  # earlier rounds' clusters, represented by their members training now
             D = symmetrised(W, noise)
-            self._reps, self._members = self._medoids(D, self._members), []
+            self._reps, self._members = self._medoids(D, self._here(self._members)), []
             # a pair measured in an earlier round (an unplaced silo's) is not measured again
             if pairs := [(r, c) for r in self._reps for c in self._left if np.isnan(D[r, c])]:
                 return self._stage("representatives", self._placing(pairs))
@@ -137,10 +156,10 @@ class StagedPlan:
                 return self._stage("retest", self._placing(pairs))
         elif self._drawn:
             self._cluster_sample(W, noise)
-            self._reps = self._medoids(symmetrised(W, noise), self._drawn)
-            if self._left:
+            self._reps = self._medoids(symmetrised(W, noise), self._here(self._drawn))
+            if self._left and self._reps:
                 return self._stage("representatives", self._placing([(r, c) for r in self._reps for c in self._left]))
-            self._reps = []
+            self._reps, self._drawn = [], []  # (no representative: every silo of the sample left)
         if len(self._left) == 1 and self._complete:  # one silo, near no cluster: a cluster of its own
             self.labels[self._left.pop()] = self.labels.max() + 1
         if not self._left or not self._complete:
@@ -163,9 +182,16 @@ class StagedPlan:
         self.stages.append(Stage(name, len({s for d in directions for s in d}), directions))
         return directions
 
+    def _here(self, silos: Sequence[int]) -> list[int]:
+        """Those of `silos` still taking part (none that left: `drop`)."""
+        return [s for s in silos if self._active[s]]
+
     def _cluster_sample(self, W: np.ndarray, noise: np.ndarray) -> None:
-        """The robust rule on the sample's own W; its clusters get labels after the existing ones."""
-        drawn = np.asarray(self._drawn)
+        """The robust rule on the sample's own W (of its silos still here); its clusters get
+        labels after the existing ones."""
+        drawn = np.asarray(self._here(self._drawn), dtype=np.int64)
+        if not len(drawn):
+            return
         labels, _ = extract_clusters(
             W[np.ix_(drawn, drawn)], rule="robust", noise=noise[drawn], noise_multiple=self.cut
         )

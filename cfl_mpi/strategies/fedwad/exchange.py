@@ -9,6 +9,11 @@ Then it sends ξ(K) (``op: distance``), each holder returns Wp(own, ξ(K)) (``fe
 and the estimate is their sum (line 10). Finally ``op: done`` (zero-size arrays) ends the
 silo's serving loop. Only interpolating measures and scalars travel: never μ or ν.
 
+With ``runtime.on_silo_failure: drop`` a holder may leave the federation (a ``Leave`` in place
+of its reply): its jobs end without an estimate, and the other holder of each is told to let
+it go (``op: abandon``, zero-size arrays), as is a silo told of jobs whose other holder left
+before the exchange began. This goes beyond the FedWaD paper, whose clients all answer.
+
 All jobs proceed concurrently: the server keeps, per silo, the FIFO of requests it sent
 (a silo answers in order), receives from whichever silo answers first (``recv_any``), and
 a job advances as soon as both of its halves are in; its server step (an exact OT problem,
@@ -38,14 +43,14 @@ within 20 iterations.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...channel import SERVER, Channel, Pending, wait_all
+from ...channel import SERVER, Alternative, Channel, Pending, wait_all
 from ...ot.fedwad import Measure, client_distance, client_step, gaussian_measure, server_step
 from ...wire.messages import Expect, Message, ProtocolError
 from ...wire.payload import Payload, array, scalar
@@ -68,7 +73,7 @@ __all__ = [
 _WEIGHT_SUM_TOL = 1e-6
 T_RANGE = (0.1, 0.9)  # every time t of the schedule: bounded away from 0 and from 1
 _TIMES_STREAM = 1  # the times' Generator is seeded apart from ξ(0)'s
-INTERPOLATE, DISTANCE, DONE = "interpolate", "distance", "done"
+INTERPOLATE, DISTANCE, DONE, ABANDON = "interpolate", "distance", "done", "abandon"
 _STEP_POLL_S = 0.002  # while server steps run, how often the server looks for messages too
 
 
@@ -185,14 +190,24 @@ class _State:
 
 
 def run_jobs(
-    channel: Channel, round: int, jobs: list[Job], params: FedWaDParams, seed: int, cores: int = 1
+    channel: Channel,
+    round: int,
+    jobs: list[Job],
+    params: FedWaDParams,
+    seed: int,
+    cores: int = 1,
+    leaving: Alternative | None = None,
+    let_go: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[str, float]:
     """Run every job to its estimate Wp(μ, ν) ≈ Wp(μ, ξ(K)) + Wp(ξ(K), ν); end the silos' loops.
 
     Returns ``{job.key: estimate}``. Every silo that holds a measure of some job is sent
     ``done`` at the end, and must be serving (:func:`serve`) until then. The server steps run
     on `cores` threads; each job's steps follow one another, so the estimates do not depend
-    on `cores`.
+    on `cores`. `leaving`: a holder may send its kind in place of a reply (it left the
+    federation; `leaving.take` is told): its jobs end without an estimate and their other
+    holders let them go. `let_go`: silo → jobs it may hold whose other holder left before;
+    it is told to let them go first, and is sent ``done`` too.
     """
     states = {}
     for job in jobs:
@@ -204,6 +219,19 @@ def run_jobs(
     queues: dict[int, deque] = {s: deque() for j in jobs for s in (j.mu, j.nu)}
     pending: list[Pending] = []
     results: dict[str, float] = {}
+    gone: set[int] = set()  # holders that left
+    abandoned: set[str] = set()  # jobs of a holder that left
+
+    def abandon(silo: int, key: str) -> None:
+        """Tell `silo` to let job `key` go: no request of it follows."""
+        pending.append(
+            channel.isend(silo, FedWaDRequest(np.zeros((0, params.dim)), np.zeros(0), ABANDON, key, 0, 0.0), round)
+        )
+
+    for silo, keys in (let_go or {}).items():
+        queues.setdefault(silo, deque())
+        for key in keys:
+            abandon(silo, key)
 
     def request(state: _State) -> None:
         """Send ξ(k-1) (or ξ(K)) to both holders of the job and note the replies to expect."""
@@ -229,7 +257,7 @@ def run_jobs(
     steps: dict[Future, _State] = {}  # server steps under way
 
     def take(msg: Message, pool: ThreadPoolExecutor) -> None:
-        """One holder's reply; a job whose two halves are in moves on."""
+        """One holder's reply; a job whose two halves are in moves on (one abandoned, no more)."""
         key, k, op = queues[msg.sender].popleft()
         reply = FedWaDDistance.of(msg) if op == DISTANCE else FedWaDMeasure.of(msg)
         if reply.job != key or reply.k != k:
@@ -237,6 +265,8 @@ def run_jobs(
                 f"{msg.who} sent {msg.kind} of round {round} for job {reply.job!r} step {reply.k}; "
                 f"expected job {key!r} step {k}"
             )
+        if key in abandoned:
+            return
         state = states[key]
         state.halves[msg.sender] = (
             reply.distance if isinstance(reply, FedWaDDistance) else _checked_measure(msg, reply, params)
@@ -249,25 +279,40 @@ def run_jobs(
         else:  # line 7, Eq. 10
             steps[pool.submit(server_step, mine, theirs, float(state.times[k - 1]), p=params.p)] = state
 
+    def left(msg: Message) -> None:
+        """A holder left: its jobs not done end here, and their other holders let them go."""
+        assert leaving is not None
+        leaving.take(msg)
+        gone.add(msg.sender)
+        queues[msg.sender].clear()  # it answers nothing more
+        for key, state in states.items():
+            holders = (state.job.mu, state.job.nu)
+            if msg.sender in holders and key not in results and key not in abandoned:
+                abandoned.add(key)
+                for other in set(holders) - gone:
+                    abandon(other, key)
+
+    instead = None if leaving is None else Alternative(leaving.kind, leaving.expect, left)
     for state in states.values():
         request(state)
     with ThreadPoolExecutor(max_workers=max(1, cores), thread_name_prefix="fedwad") as pool:
         try:
-            while len(results) < len(states):
+            while len(results) + len(abandoned) < len(states) or any(queues.values()):
                 for step in [f for f in steps if f.done()]:
                     state = steps.pop(step)
                     state.xi, _ = step.result()
                     state.k += 1
-                    request(state)
+                    if state.job.key not in abandoned:
+                        request(state)
                 waiting = [s for s, q in queues.items() if q]
                 if steps and channel.ready(waiting) is None:
                     wait(steps, timeout=_STEP_POLL_S, return_when=FIRST_COMPLETED)
-                else:
-                    take(channel.recv_any(waiting, expect), pool)
+                elif (msg := channel.recv_any_or(waiting, expect, instead)) is not None:
+                    take(msg, pool)
         except BaseException:  # a bad message ends the round: drop the steps not started
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    for silo in queues:
+    for silo in set(queues) - gone:
         pending.append(
             channel.isend(silo, FedWaDRequest(np.zeros((0, params.dim)), np.zeros(0), DONE, "", 0, 0.0), round)
         )
@@ -281,7 +326,9 @@ def run_jobs(
 def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params: FedWaDParams, seed: int) -> None:
     """Answer the server's requests about the jobs in ``measures`` (job key → own measure)
     until it says ``done``; each job must go through steps 1..K, at the scheduled times
-    (:func:`job_times`), then its distance."""
+    (:func:`job_times`), then its distance, unless the server lets it go (``abandon``: its
+    other holder left the federation; a job this silo does not hold, which it let go before
+    measuring, is let go alike)."""
     next_step = {key: 1 for key in measures}
     times = {key: job_times(seed, round, key, params.n_iter) for key in measures}
     expect = FedWaDRequest.expect(round, dim=params.dim, max_elements=params.max_support * params.dim)
@@ -290,6 +337,10 @@ def serve(channel: Channel, round: int, measures: Mapping[str, Measure], params:
         request = FedWaDRequest.of(msg)
         op, key, k, t = request.op, request.job, request.k, request.t
         unfinished = [j for j, s in next_step.items() if s <= params.n_iter + 1]
+        if op == ABANDON:
+            if key in next_step:
+                next_step[key] = params.n_iter + 2  # done with it: no request of it may follow
+            continue
         if op == DONE:
             if unfinished:
                 raise ProtocolError(
