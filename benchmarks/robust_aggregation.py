@@ -54,10 +54,9 @@ def huge_weights(start: Model, trained: Model, n: int) -> tuple[Model, int]:
 
 def inside_default_bounds(start: Model, trained: Model, n: int) -> tuple[Model, int]:
     """An adaptive attacker: a sign flip just inside the default screening bounds (0.95 x
-    norm_ratio times its own honest update's norm), claiming count_ratio times its count."""
-    bounds = AggregationConfig()
-    flipped, _ = sign_flip(0.95 * bounds.norm_ratio, None)(start, trained, n)
-    return flipped, int(bounds.count_ratio * n)
+    norm_ratio times its own honest update's norm), claiming twice its count."""
+    flipped, _ = sign_flip(0.95 * AggregationConfig().norm_ratio, None)(start, trained, n)
+    return flipped, 2 * n
 
 
 SCENARIOS: dict[str, Callable | None] = {
@@ -70,6 +69,7 @@ RULES = {
     "fedavg, no screening (today)": AggregationConfig(screen=False),
     "fedavg + screening, reject (default)": AggregationConfig(),
     "fedavg + screening, clip": AggregationConfig(outliers="clip"),
+    "fedavg + screening, counts bounded by 2 x the median": AggregationConfig(count_ratio=2.0),
     "median": AggregationConfig(rule="median", screen=False),
     "trimmed mean, β = 1/3": AggregationConfig(rule="trimmed_mean", trim=1 / 3, screen=False),
     "norm clip (M = median norm)": AggregationConfig(rule="norm_clip", screen=False),
@@ -77,7 +77,8 @@ RULES = {
 
 
 def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | None, rounds: int):
-    """The cluster's rounds; returns (honest accuracies, decisions, honest spread per round)."""
+    """The cluster's rounds; returns (honest accuracies, decisions, honest spread per round, the
+    final model: None where it diverged, its honest silos then at chance)."""
     import torch
 
     from cfl_mpi.models.build import build_model, load_arrays, state_arrays
@@ -105,7 +106,11 @@ def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | Non
         spread.append((t, max(norms) / np.median(norms), max(counts) / np.median(counts), float(np.median(norms))))
         if attack is not None:
             trained[HOSTILE], counts[HOSTILE] = attack(start, trained[HOSTILE], counts[HOSTILE])
-        start, screened = aggregate(agg, t, members, trained, [start] * 3, counts, first_counts)
+        try:
+            start, screened = aggregate(agg, t, members, trained, [start] * 3, counts, first_counts, cfg.train.work())
+        except ValueError as err:  # the cluster's model diverged (a hostile update let through): chance
+            assert "not finite" in str(err), err
+            return [1 / cfg.data.num_classes()] * len(HONEST), decisions, spread, None
         first_counts.update(screened.first_counts)
         decisions += [d for d in screened.decisions if d.action != "accepted"]
     load_arrays(model, start)
@@ -157,13 +162,15 @@ def main() -> None:
                 accuracy, decisions, spread, final = run(cfg, data, theta0, agg, attack, args.rounds)
                 results.setdefault((scenario, rule), []).append(float(np.mean(accuracy)))
                 decided.setdefault((scenario, rule), set()).update(
-                    f"{d.action}: {d.reason.split(' above')[0]}" for d in decisions
+                    [f"{d.action}: {d.reason.split(' above')[0].split(' claims')[0]}" for d in decisions]
+                    + (["model diverged (not finite)"] if final is None else [])
                 )
                 finals[rule] = final
                 if scenario == "clean":
                     spreads += spread
             if scenario == "clean":  # the default with honest silos is today's FedAvg, bit for bit
                 a, b = finals["fedavg, no screening (today)"], finals["fedavg + screening, reject (default)"]
+                assert a is not None and b is not None
                 identical &= all(np.array_equal(a[k], b[k]) for k in a)
     clean = np.mean(results["clean", "fedavg, no screening (today)"])
     print(

@@ -15,15 +15,17 @@ federated learning?, arXiv:1911.07963 (2019).
 
 Δ_c = θ_c − s_c is silo c's update against the model s_c it started from (the server knows
 s_c: it sent it). `screen_updates` checks each member of a cluster against its own start and
-against the other members before any rule runs; see its docstring for what it can and cannot
-tell. Strategies aggregate through these functions (`Strategy.aggregate`, via `aggregate`);
-the runtime never averages.
+against the other members before any rule runs, at the local work its sample count claims
+(`LocalWork`); see its docstring for what it can and cannot tell. Strategies aggregate
+through these functions (`Strategy.aggregate`, via `aggregate`); the runtime never averages.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -32,6 +34,7 @@ from .weighted_sum import WeightedSum
 
 __all__ = [
     "fedavg",
+    "LocalWork",
     "coordinate_median",
     "trimmed_mean",
     "norm_clipped_mean",
@@ -68,12 +71,20 @@ class AggregationConfig:
     # then holds a cluster's updates until its last has come; unscreened FedAvg (or norm_clip
     # at a fixed clip_norm) sums each as it arrives and holds none.
     screen: bool = True
-    # An update whose norm exceeds norm_ratio times the cluster's median is rejected, or
-    # scaled down to that bound ("clip"). A sample count is lowered to the silo's first
-    # report and to count_ratio times the cluster's median.
+    # An update whose norm exceeds norm_ratio times the cluster's median at its own local work
+    # (the median norm per unit of the distance its local steps move a model, times its own) is
+    # rejected, or scaled down to that bound ("clip").
     outliers: Literal["reject", "clip"] = "reject"
     norm_ratio: float = 4.0
-    count_ratio: float = 2.0
+    # A sample count whose local steps would move the model more than claim_ratio times further
+    # than the update did, at the cluster's median pace (the kinder of a constant gradient's and
+    # a converging run's), is a false claim: rejected (clip: the count is lowered to what the
+    # update supports). Every count is also bounded by the silo's first report.
+    claim_ratio: float = 16.0
+    # null: sample counts are weighed as claimed (FedAvg), within the bounds above; a number:
+    # a count is also lowered to count_ratio times the cluster's median count (a bound on any
+    # one member's weight, which clips honest members that hold more data than their peers).
+    count_ratio: float | None = None
 
     @property
     def streams(self) -> bool:
@@ -91,8 +102,36 @@ class AggregationConfig:
             yield f"aggregation.clip_norm: must be positive or null, got {self.clip_norm}"
         if self.norm_ratio <= 1:
             yield f"aggregation.norm_ratio: must be above 1 (the cluster median itself), got {self.norm_ratio}"
-        if self.count_ratio < 1:
-            yield f"aggregation.count_ratio: must be at least 1, got {self.count_ratio}"
+        if self.claim_ratio <= 1:
+            yield f"aggregation.claim_ratio: must be above 1 (the cluster median itself), got {self.claim_ratio}"
+        if self.count_ratio is not None and self.count_ratio < 1:
+            yield f"aggregation.count_ratio: must be at least 1 or null, got {self.count_ratio}"
+
+
+@dataclass(frozen=True)
+class LocalWork:
+    """The local training every silo of the run does (`train:`): what a sample count claims.
+
+    A silo with n examples takes k = E·⌈n / B⌉ steps of SGD with heavy-ball momentum β (full
+    batch, B = n: k = E). Under a constant gradient g those steps move its model by
+    η‖g‖/(1−β) · [k − β(1 − β^k)/(1 − β)], the sum over steps t = 1..k of the velocity
+    (1 − β^t)/(1 − β)·g (Polyak, Some methods of speeding up the convergence of iteration
+    methods, USSR Comp. Math. 1964; PyTorch's SGD, dampening 0). The screening divides each
+    update's norm by the bracket: a silo with ten times its peers' data moves ten times as far
+    and is judged by the same rate, not clipped for it."""
+
+    epochs: int
+    batch_size: int | None  # None: full-batch steps (train.batch_size: all)
+    momentum: float
+
+    def steps(self, n: int) -> int:
+        """k = E·⌈n / B⌉, the local steps of a silo with n training examples."""
+        return self.epochs * (1 if self.batch_size is None else math.ceil(max(n, 1) / self.batch_size))
+
+    def displacement(self, n: int) -> float:
+        """k − β(1 − β^k)/(1 − β): how far k steps move a model, in units of η‖g‖/(1 − β)."""
+        k, beta = self.steps(n), self.momentum
+        return k - beta * (1 - beta**k) / (1 - beta) if beta > 0 else float(k)
 
 
 def fedavg(updates: list[Model], weights: Sequence[float]) -> Model:
@@ -227,59 +266,117 @@ def screen_updates(
     starts: list[Model],
     counts: list[int],
     first_counts: dict[int, int],
+    work: LocalWork,
     *,
     norm_ratio: float,
-    count_ratio: float,
+    claim_ratio: float,
+    count_ratio: float | None,
     outliers: Literal["reject", "clip"],
 ) -> Screened:
     """Check every member's update against its own start and against the cluster.
 
-    - Sample count: at most what the silo reported in its first round (a silo's training
-      set does not grow during a run), and, with at least 3 members, at most `count_ratio`
-      times the cluster's median count. A count above a bound is lowered to it ("clipped"):
-      a weight is then bounded, and an honest silo with more data than its peers keeps its
-      update.
-    - Update norm ‖θ_c − s_c‖: with at least 3 members, at most `norm_ratio` times the
-      cluster's median norm; an update above it is rejected (`outliers: reject`) or scaled
-      down to the bound (`clip`).
+    - Sample count: at most what the silo reported in its first round (a silo's training set
+      does not grow during a run); with `count_ratio` set and at least 3 members, at most
+      `count_ratio` times the cluster's median count. A count above a bound is lowered to it.
+    - Update norm, at the local work its count claims: with at least 3 members, each norm
+      ‖Δ_c‖ = ‖θ_c − s_c‖ is divided by the displacement d(n_c) of its local steps
+      (`LocalWork`); r̃ is the cluster's median of these rates and ‖Δ‖~ its median norm. An
+      update above `norm_ratio` · max(r̃·d(n_c), ‖Δ‖~) is too large for the work claimed:
+      rejected (`outliers: reject`) or scaled down to the bound (`clip`). (A few noisy steps
+      from a model its peers have moved on converge less than many: the median norm is the
+      floor a small silo is held to.) A claim is judged at the kinder of two paces: the
+      constant gradient's, r̃·d(n_c), and a run's that slows as it converges, s̃·√d(n_c) (s̃
+      the median of ‖Δ_c‖/√d(n_c)): an update below min(r̃·d(n_c), s̃·√d(n_c)) / `claim_ratio`
+      did far less than its count claims, the count is false, and the update is rejected
+      (`clip`: the count is lowered to the largest its update supports). With members of
+      equal counts the norm bound reduces to the median norm, the screening before counts
+      were weighed.
 
+    Honest members of unequal size keep their counts (FedAvg's weights) and their updates: a
+    silo with more data takes more steps and moves further, at about its peers' rate.
     What this can tell: with an honest majority of at least 3 members, an update far larger
-    than its honest peers' (a scaled or sign-flipped model, huge weights) and a claimed
-    count far above theirs. What it cannot: who lies in a cluster of 1 or 2 (nothing to
-    compare with; only the first-report bound applies), a hostile majority, nor an update
-    within the bounds (a sign flip of the median's size); the robust rules bound those.
+    than its claimed work gives (a scaled or sign-flipped model, huge weights), a claim far
+    above the work its update shows, and a count above its own first report. What it cannot:
+    who lies in a cluster of 1 or 2 (only the first-report bound applies), a hostile majority,
+    a silo that claims from its first report to be k times larger and sends an update k times
+    longer (that is what an honest large silo looks like; `count_ratio` bounds its weight, at
+    the price of clipping honest large silos), nor an update within the bounds (a sign flip of
+    the median's size); the robust rules bound those.
     """
     m = len(silos)
     compare = m >= MIN_MEMBERS_TO_COMPARE
-    count_cap = count_ratio * float(np.median(counts)) if compare else np.inf
+    count_cap = count_ratio * float(np.median(counts)) if compare and count_ratio is not None else np.inf
+    bounded, count_reasons = [], []
+    for silo, n in zip(silos, counts):
+        reasons, b = [], n
+        if silo in first_counts and b > first_counts[silo]:
+            reasons.append(f"sample count {n} above its first report {first_counts[silo]}")
+            b = first_counts[silo]
+        if b > count_cap:
+            assert count_ratio is not None
+            reasons.append(f"sample count {n} above {count_ratio:g} x the cluster median {count_cap / count_ratio:g}")
+            b = max(1, int(count_cap))
+        bounded.append(b)
+        count_reasons.append(reasons)
     norms = [update_norm(model, start) for model, start in zip(models, starts)]
-    norm_cap = norm_ratio * float(np.median(norms)) if compare else np.inf
+    reach = [work.displacement(n) for n in bounded]
+    rate = float(np.median([norm / d for norm, d in zip(norms, reach)])) if compare else np.inf
+    # a run that slows as it converges moves less than its steps would at a constant gradient,
+    # as little as the square root of their reach: a claim is judged at the kinder of the two
+    slowing = float(np.median([norm / math.sqrt(d) for norm, d in zip(norms, reach)])) if compare else np.inf
+
+    def claimed_reach(d: float) -> float:
+        return min(rate * d, slowing * math.sqrt(d))
+
+    def within_reach(d: float, bound: float) -> bool:
+        return claimed_reach(d) <= bound
+
+    median_norm = float(np.median(norms)) if compare else np.inf
+    unequal = len(set(reach)) > 1
     out = Screened([], [], [], [], [])
-    for silo, model, start, n, norm in zip(silos, models, starts, counts, norms):
-        reasons = []
-        if norm > norm_cap:
+    for silo, model, start, n, b, norm, d, reasons in zip(
+        silos, models, starts, counts, bounded, norms, reach, count_reasons
+    ):
+        # few steps are noisy and converge less than many: a small silo is held to the cluster's
+        # median norm, a large one to the median rate at its own steps
+        expected = max(rate * d, median_norm)
+        if compare and norm > norm_ratio * expected:
             reasons.append(
-                f"update norm {norm:.4g} above {norm_ratio:g} x the cluster median {norm_cap / norm_ratio:.4g}"
+                f"update norm {norm:.4g} above {norm_ratio:g} x the cluster median {expected:.4g}"
+                + (f" at its {work.steps(b)} local steps" if unequal and rate * d > median_norm else "")
             )
             if outliers == "reject":
-                out.decisions.append(Decision(silo, round, "rejected", reasons[0]))
+                out.decisions.append(Decision(silo, round, "rejected", reasons[-1]))
                 continue
-            model = clip_update(model, start, norm_cap)
-        bounded = n
-        if silo in first_counts and bounded > first_counts[silo]:
-            reasons.append(f"sample count {n} above its first report {first_counts[silo]}")
-            bounded = first_counts[silo]
-        if bounded > count_cap:
-            reasons.append(f"sample count {n} above {count_ratio:g} x the cluster median {count_cap / count_ratio:g}")
-            bounded = max(1, int(count_cap))
+            model = clip_update(model, start, norm_ratio * expected)
+        elif compare and norm * claim_ratio < claimed_reach(d):
+            reasons.append(
+                f"sample count {b} claims {work.steps(b)} local steps, which would move the model "
+                f"{claimed_reach(d) / norm if norm > 0 else np.inf:.3g} x further than its update did at the "
+                f"cluster median (above {claim_ratio:g} x)"
+            )
+            if outliers == "reject":
+                out.decisions.append(Decision(silo, round, "rejected", reasons[-1]))
+                continue
+            b = _supported_count(work, b, partial(within_reach, bound=claim_ratio * norm))
         if silo not in first_counts:
             out.first_counts[silo] = n  # what it said, not what it was allowed: its own bound
         out.silos.append(silo)
         out.models.append(model)
         out.starts.append(start)
-        out.weights.append(bounded)
+        out.weights.append(b)
         out.decisions.append(Decision(silo, round, "clipped" if reasons else "accepted", "; ".join(reasons)))
     return out
+
+
+def _supported_count(work: LocalWork, claimed: int, supports: Callable[[float], bool]) -> int:
+    """The largest count up to `claimed` whose displacement the update `supports` (1 at least):
+    bisection, `LocalWork.displacement` and what a displacement asks both growing with the count."""
+    low, high = 1, claimed
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if supports(work.displacement(mid)) else (low, mid - 1)
+    return low
 
 
 def aggregate(
@@ -290,10 +387,12 @@ def aggregate(
     starts: list[Model],
     counts: list[int],
     first_counts: dict[int, int],
+    work: LocalWork,
 ) -> tuple[Model, Screened]:
-    """One cluster's new model under `cfg` (config `aggregation:`): screening (if on), then
-    the rule. With `rule: fedavg` and nothing clipped or rejected the result is exactly
-    `fedavg(models, counts)`, bit for bit: the same arrays, in the same order, same weights."""
+    """One cluster's new model under `cfg` (config `aggregation:`): screening (if on, at the
+    local `work` the counts claim), then the rule. With `rule: fedavg` and nothing clipped or
+    rejected the result is exactly `fedavg(models, counts)`, bit for bit: the same arrays, in
+    the same order, same weights."""
     if cfg.screen:
         screened = screen_updates(
             round,
@@ -302,7 +401,9 @@ def aggregate(
             starts,
             counts,
             first_counts,
+            work,
             norm_ratio=cfg.norm_ratio,
+            claim_ratio=cfg.claim_ratio,
             count_ratio=cfg.count_ratio,
             outliers=cfg.outliers,
         )
@@ -334,6 +435,7 @@ def cluster_averages(
     counts: dict[int, int],
     starts: dict[int, Model],
     first_counts: dict[int, int],
+    work: LocalWork,
 ) -> tuple[dict[int, Model], list[Decision]]:
     """What every silo continues from: each cluster's updates aggregated by `aggregate`
     (by default, screened weighted FedAvg: EMD-CFL Alg. 1, line 21), and the decisions taken.
@@ -354,6 +456,7 @@ def cluster_averages(
             [starts[c] for c in members],
             [counts[c] for c in members],
             first_counts,
+            work,
         )
         first_counts.update(screened.first_counts)
         decisions += screened.decisions

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from .aggregation import AggregationConfig
+from .aggregation import AggregationConfig, LocalWork
 from .data import REGISTRY as DATA_SETS
 from .data import DataFacts, DataParams, RotatedData
 from .models.params import TORCHVISION_MODELS, ModelConfig
@@ -82,6 +82,10 @@ class TrainConfig:
     def batch(self, n: int) -> int:
         """The mini-batch size for a set of `n` samples."""
         return max(1, n) if self.batch_size == "all" else self.batch_size
+
+    def work(self) -> LocalWork:
+        """What a silo's sample count claims of its local training (the screening's yardstick)."""
+        return LocalWork(self.local_epochs, None if self.batch_size == "all" else self.batch_size, self.momentum)
 
 
 # A run: the top-level keys of its YAML file and one section per part (data, model, train, ...).

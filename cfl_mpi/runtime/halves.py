@@ -27,6 +27,7 @@ def run_facts(cfg: Config) -> RunFacts:
         cfg.seed,
         late,
         cfg.aggregation,
+        cfg.train.work(),
         None if cfg.train.batch_size == "all" else cfg.train.batch_size,
         cfg.model.embedding_dim,
         math.prod(cfg.sample_shape),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..aggregation import AggregationConfig, ClusterSums, Decision, cluster_averages
+from ..aggregation import AggregationConfig, ClusterSums, Decision, LocalWork, cluster_averages
 from ..channel import Alternative, Channel
 from ..wire.messages import Expect, Kind, Message
 from ..wire.round import ROUND_KINDS
@@ -46,6 +46,7 @@ class RunFacts:
     seed: int
     late_joins: tuple[tuple[int, int], ...]  # (silo, round) of each late silo, in joining order
     aggregation: AggregationConfig  # the rule `Strategy.aggregate` applies inside a cluster
+    local_work: LocalWork  # train.local_epochs, batch_size, momentum: what a sample count claims
     batch_size: int | None  # train.batch_size (None: all, full-batch steps)
     embedding_dim: int  # dim(Z), the embedding g's output
     input_dim: int  # values in one model input (channels × pixels)
@@ -201,6 +202,7 @@ class Strategy(ABC, Generic[P]):
                 ctx.n_samples,
                 ctx.start_models,
                 ctx.first_counts,
+                self.run.local_work,
             )
         ctx.decisions += decisions
         return models
@@ -238,8 +240,8 @@ class SiloProtocol(Generic[P]):
     @classmethod
     def needs_every_peer(cls, params: P, run: RunFacts) -> bool:
         """Whether the exchanges of a round in which silos train for the first time cannot go on
-        without any one of them (EMD-CFL's staged plans and FedWaD): a silo that fails in such
-        a round cannot leave under `runtime.on_silo_failure: drop`; the job ends as under abort."""
+        without any one of them (FedWaD clustering's): a silo that fails in such a round cannot
+        leave under `runtime.on_silo_failure: drop`; the job ends as under abort."""
         return False
 
     def modules(self) -> tuple[str, ...]:

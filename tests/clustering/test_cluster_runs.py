@@ -30,11 +30,14 @@ def test_digits_16_silos(tmp_path):
     # the projections, and so this outcome, reproducible.
     summary, records = simulate_job(DIGITS, tmp_path, "silos=16", ONE_ROUND, SEEDED)
     assert_found(summary, records, 4, min_margin=0.5)
+    if summary["extraction"]["margin"] < 1:  # said on the console and in the summary
+        assert summary["extraction"]["finding"].startswith("a weak split into 4 clusters at a margin of 0.")
 
 
 def test_digits_base_variant_is_one_cluster(tmp_path):
     summary, records = simulate_job(DIGITS, tmp_path, "data.rotations=[0]", ONE_ROUND, SEEDED)
     assert summary["n_clusters"] == 1 and records[0]["ari"] == 1.0
+    assert summary["extraction"]["finding"].startswith("no groups found above the noise: the farthest pair of silos is")
 
 
 def test_digits_two_variant_is_two_clusters(tmp_path):

@@ -86,3 +86,21 @@ def test_an_emd_cfl_silo_computes_its_tau_and_noise_with_lapjv_alone():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
     assert "cfl_mpi.ot.solvers" in distance_of(EmdCflConfig()).modules
+
+
+def test_how_clear_the_clusters_are_is_said_in_words():
+    from cfl_mpi.strategies.emdcfl.server import how_clear
+
+    base = {"rule": "robust", "noise_scale": 0.01, "threshold": 3.5}
+    one = how_clear({**base, "n_clusters": 1, "max_within": 2.14, "margin": None, "min_between": None})
+    assert (
+        one
+        == "no groups found above the noise: the farthest pair of silos is 2.14 noise units apart, under the cut at 3.5"
+    )
+    weak = how_clear({**base, "n_clusters": 3, "max_within": 3.1, "margin": 0.4, "min_between": 1.24})
+    assert weak is not None and weak.startswith(
+        "a weak split into 3 clusters at a margin of 0.40: the closest pair across clusters (1.24 noise units) is no "
+        "farther apart than the farthest pair inside one"
+    )
+    assert how_clear({**base, "n_clusters": 4, "max_within": 2.0, "margin": 3.2, "min_between": 6.4}) is None
+    assert how_clear({**base, "rule": "neighbourhoods", "n_clusters": 1, "max_within": 0.01}) is None

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...channel import wait_all
 from ...clustering.extraction import extract_clusters
+from ...console import say, warn
 from ..base import RunFacts, ServerRound, Strategy
 from . import EmdCflConfig
 from .measurement import Record
@@ -101,6 +102,9 @@ class EmdCfl(Strategy[EmdCflConfig]):
             self._send_plan(ctx, sorted(ctx.participants), directions, more)
         if found := self.plan.clusters(ctx, self.W, self.noise, seconds, self.extraction):
             self.clusters, self.extraction = found
+            if finding := how_clear(self.extraction):
+                self.extraction["finding"] = finding
+                (warn if "weak" in finding else say)(f"round {ctx.round}: EMD-CFL: {finding}")
         return self.clusters
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
@@ -129,3 +133,29 @@ class EmdCfl(Strategy[EmdCflConfig]):
                 "n_clusters": int(paper.max()) + 1,
             },
         }
+
+
+def how_clear(extraction: dict) -> str | None:
+    """What the robust rule's clusters say in words, from its report (noise units): one cluster
+    and how far its farthest pair is under the cut, or a split whose margin is under 1 (a pair
+    across clusters no farther apart than a pair inside one). None for a clear split."""
+    if extraction.get("rule") != "robust" or extraction.get("noise_scale") is None:
+        return None
+    within, cut = extraction["max_within"], extraction["threshold"]
+    if extraction["n_clusters"] == 1:
+        if within is None:
+            return None
+        return (
+            f"no groups found above the noise: the farthest pair of silos is {within:.2f} noise units apart, "
+            f"under the cut at {cut:g}"
+        )
+    margin = extraction["margin"]
+    if margin is None or margin >= 1:
+        return None
+    inside = "the farthest pair inside one" if within is not None and within >= 1 else "the noise itself"
+    return (
+        f"a weak split into {extraction['n_clusters']} clusters at a margin of {margin:.2f}: the closest pair across "
+        f"clusters ({extraction['min_between']:.2f} noise units) is no farther apart than {inside}, so some silos "
+        f"sit between groups or the groups are noise; more embeddings a silo (a larger strategy.sample_fraction, "
+        f"or data.val_fraction on small silos) make it clearer"
+    )
