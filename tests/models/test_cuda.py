@@ -41,8 +41,10 @@ def test_simulated_silos_share_the_gpu_for_training_embedding_and_evaluation(tmp
 
     for name in ("train_local", "evaluate", "embed"):
         monkeypatch.setattr(training, name, spy(name))
-    summary, records = simulate_job(CONFIG, tmp_path / "sim", *SMALL)
-    assert summary["ari"] == 1.0 and len(records) == 2
+    # one by one: on a GPU `auto` trains and evaluates a process's silos as one batched call,
+    # which the quick start and the 41-rank job of the GPU check cover
+    summary, records = simulate_job(CONFIG, tmp_path / "sim", *SMALL, "runtime.silo_training=one_by_one")
+    assert len(records) == 2  # where the work ran, not how well it clusters (CUDA's sums are not the CPU's)
     assert {name for name, _, _ in seen} == {"train_local", "evaluate", "embed"}
     # the model on the GPU; the training and test sets moved there once (embedding samples are cut per call)
     assert all(model == "cuda" for _, model, _ in seen)
