@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -328,9 +327,6 @@ def screen_updates(
     def claimed_reach(d: float) -> float:
         return min(rate * d, slowing * math.sqrt(d))
 
-    def within_reach(d: float, bound: float) -> bool:
-        return claimed_reach(d) <= bound
-
     median_norm = float(np.median(norms)) if compare else np.inf
     unequal = len(set(reach)) > 1
     out = Screened([], [], [], [], [])
@@ -358,7 +354,7 @@ def screen_updates(
             if outliers == "reject":
                 out.decisions.append(Decision(silo, round, "rejected", reasons[-1]))
                 continue
-            b = _supported_count(work, b, partial(within_reach, bound=claim_ratio * norm))
+            b = _supported_count(work, b, claimed_reach, claim_ratio * norm)
         if silo not in first_counts:
             out.first_counts[silo] = n  # what it said, not what it was allowed: its own bound
         out.silos.append(silo)
@@ -369,13 +365,13 @@ def screen_updates(
     return out
 
 
-def _supported_count(work: LocalWork, claimed: int, supports: Callable[[float], bool]) -> int:
-    """The largest count up to `claimed` whose displacement the update `supports` (1 at least):
-    bisection, `LocalWork.displacement` and what a displacement asks both growing with the count."""
+def _supported_count(work: LocalWork, claimed: int, reach: Callable[[float], float], bound: float) -> int:
+    """The largest count up to `claimed` whose displacement d gives reach(d) ≤ `bound` (1 at
+    least): bisection, both growing with the count."""
     low, high = 1, claimed
     while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if supports(work.displacement(mid)) else (low, mid - 1)
+        low, high = (mid, high) if reach(work.displacement(mid)) <= bound else (low, mid - 1)
     return low
 
 

@@ -86,6 +86,11 @@ def read_frames(frames: bytes, silos: list[int]) -> dict[int, DataReport]:
     return reports
 
 
+def shape_text(shape: tuple[int, ...]) -> str:
+    """An example's shape as an error writes it: 1x28x28."""
+    return "x".join(map(str, shape))
+
+
 def shape_fix(shape: tuple[int, ...], other: tuple[int, ...]) -> str:
     """How silos whose examples are `shape` and `other` come to agree, as an error's fix says it."""
     if len(shape) == len(other) == 3 and shape[0] != other[0] and {shape[0], other[0]} <= {1, 3}:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..settings import ConfigError
 from ..wire.messages import all_finite
+from .agreement import shape_text
 from .image_folders import read_tree
 from .images import model_layout, unit
 from .labels import class_indices
@@ -294,7 +295,9 @@ class SiloFiles(DataParams):
             out[split] = (self._examples(arrays[x_key], None if whole else idx, name, layout, facts.imagenet), y)
         shapes = {x_key: out[split][0].shape[1:] for split, ((x_key, _), _) in parts.items()}
         if len(set(shapes.values())) > 1:
-            said = ", ".join(f"{key[2:] + '/' if layout == 'tree' else key} {_size(s)}" for key, s in shapes.items())
+            said = ", ".join(
+                f"{key[2:] + '/' if layout == 'tree' else key} {shape_text(s)}" for key, s in shapes.items()
+            )
             raise ConfigError(
                 f"its splits hold examples of different shapes ({said}; give them one, for image folders "
                 "with data.image_size)"
@@ -359,10 +362,6 @@ class SiloFiles(DataParams):
         if layout != "auto":
             return layout in ("nhwc", "tree")
         return not (shape[1] in (1, 3) and shape[3] not in (1, 3))
-
-
-def _size(shape: tuple[int, ...]) -> str:
-    return "x".join(map(str, shape))
 
 
 def _with_channels(nhwc: np.ndarray, channels: int) -> np.ndarray:

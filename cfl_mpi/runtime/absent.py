@@ -6,6 +6,7 @@ exchange or group computation ever waits for them. Light: decided before any hea
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..settings import ConfigError
@@ -26,7 +27,7 @@ class Absent:
         return self.kept | frozenset(self.unreadable)
 
 
-def too_many_gone(gone: set[int] | frozenset[int], silos: int, max_dropped: float) -> bool:
+def too_many_gone(gone: Collection[int], silos: int, max_dropped: float) -> bool:
     """Whether `gone` silos are more than `runtime.max_dropped` of the `silos`: a job must not
     start (or go on) with them all out."""
     return len(gone) > max_dropped * silos

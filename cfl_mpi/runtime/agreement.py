@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..config import Config
-from ..data.agreement import REPORT_BYTES, DataReport, frame, read_frames, shape_fix
+from ..data.agreement import REPORT_BYTES, DataReport, frame, read_frames, shape_fix, shape_text
 from ..settings import ConfigError
 from ..wire.messages import Message, ProtocolError, check_payload, decode_header, encode_header
 from ..wire.round import MAX_WHY, Leave
@@ -118,8 +118,8 @@ def agreed_config(cfg: Config, reports: dict[int, DataReport]) -> Config:
     for silo, report in sorted(reports.items()):
         if report.shape != shape:
             raise ConfigError(
-                f"data: silo {silo} ({data.files_of(silo)}): its examples are {_size(report.shape)}, {reference} "
-                f"{_size(shape)} ({shape_fix(report.shape, shape)})"
+                f"data: silo {silo} ({data.files_of(silo)}): its examples are {shape_text(report.shape)}, {reference} "
+                f"{shape_text(shape)} ({shape_fix(report.shape, shape)})"
             )
     top = max(reports.items(), key=lambda item: (item[1].max_label, -item[0]))
     classes = getattr(data, "classes", None) or top[1].max_label + 1
@@ -150,7 +150,3 @@ def agreement_in_process(cfg: Config, kept: frozenset[int] = frozenset()) -> tup
 def agreed_in_process(cfg: Config) -> Config:
     """`agreement_in_process`'s config."""
     return agreement_in_process(cfg)[0]
-
-
-def _size(shape: tuple[int, ...]) -> str:
-    return "x".join(map(str, shape))

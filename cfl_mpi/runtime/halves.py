@@ -28,7 +28,6 @@ def run_facts(cfg: Config) -> RunFacts:
         late,
         cfg.aggregation,
         cfg.train.work(),
-        None if cfg.train.batch_size == "all" else cfg.train.batch_size,
         cfg.model.embedding_dim,
         math.prod(cfg.sample_shape),
         cfg.data.num_classes(),

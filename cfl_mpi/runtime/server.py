@@ -36,7 +36,7 @@ from ..wire.round import (
     StartModel,
     Update,
 )
-from .absent import Absent
+from .absent import Absent, too_many_gone
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import participants, present
 from .halves import halves, server_half
@@ -210,7 +210,7 @@ class Server:
         left = [{"silo": c, **d} for c, d in self.dropped.items() if d["round"] == t]
         if self.cfg.runtime.on_silo_failure == "drop":
             record["dropped"] = left
-        if len(self.dropped) > self.cfg.runtime.max_dropped * self.cfg.silos:
+        if too_many_gone(self.dropped, self.cfg.silos, self.cfg.runtime.max_dropped):
             self.stop.fail(
                 f"{len(self.dropped)} of {self.cfg.silos} silos left, over runtime.max_dropped "
                 f"({self.cfg.runtime.max_dropped:g})"

@@ -46,8 +46,9 @@ class RunFacts:
     seed: int
     late_joins: tuple[tuple[int, int], ...]  # (silo, round) of each late silo, in joining order
     aggregation: AggregationConfig  # the rule `Strategy.aggregate` applies inside a cluster
-    local_work: LocalWork  # train.local_epochs, batch_size, momentum: what a sample count claims
-    batch_size: int | None  # train.batch_size (None: all, full-batch steps)
+    # train.local_epochs, batch_size (None: all, full-batch steps) and momentum: what a sample
+    # count claims
+    local_work: LocalWork
     embedding_dim: int  # dim(Z), the embedding g's output
     input_dim: int  # values in one model input (channels × pixels)
     num_classes: int

@@ -3,12 +3,11 @@ server and two silos in threads: the distributed jobs equal the local `fedwad()`
 and malformed messages on either side are refused with the sender, the kind and the round
 named. (The MPI path of the same code runs in the backend-equality job tests.)"""
 
-import threading
-
 import numpy as np
 import pytest
+from threads import in_threads
 
-from cfl_mpi.channel import SERVER, LocalChannel, LocalHub, PeerTimeout
+from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.ot.fedwad import fedwad, uniform_measure
 from cfl_mpi.strategies.fedwad.exchange import (
     T_RANGE,
@@ -40,24 +39,6 @@ def measures(silo: int) -> dict:
 def parties(timeout_s: float = 20.0):
     hub = LocalHub()
     return [LocalChannel(a, hub, timeout_s, 0.01) for a in (SERVER, 0, 1)]
-
-
-def in_threads(*bodies):
-    """Run each body in a thread; return what each returned or raised."""
-    results = [None] * len(bodies)
-
-    def run(i, body):
-        try:
-            results[i] = body()
-        except (ProtocolError, PeerTimeout) as err:
-            results[i] = err
-
-    threads = [threading.Thread(target=run, args=(i, b)) for i, b in enumerate(bodies)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return results
 
 
 @pytest.mark.parametrize("p,cores", [(1, 1), (2, 1), (2, 3)])  # cores: the server steps on a pool

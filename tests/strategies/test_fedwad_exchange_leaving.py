@@ -3,10 +3,9 @@ the server and three silos in threads over in-process channels. A silo that send
 place of a reply ends its jobs without an estimate, the other holders let them go and finish,
 and the jobs it had no part in equal the local `fedwad()` bit for bit."""
 
-import threading
-
 import numpy as np
 import pytest
+from threads import in_threads
 
 from cfl_mpi.channel import SERVER, Alternative, LocalChannel, LocalHub
 from cfl_mpi.ot.fedwad import client_step, fedwad, uniform_measure
@@ -32,25 +31,6 @@ PARAMS = FedWaDParams(p=1, n_iter=K, dim=DIM, max_support=S)
 
 def held(silo: int, jobs: list[Job]) -> dict:
     return {job.key: CLOUD[silo] for job in jobs if silo in (job.mu, job.nu)}
-
-
-def in_threads(*bodies):
-    """Run each body in a thread; what each returned or raised."""
-    results: list = [None] * len(bodies)
-
-    def run(i, body):
-        try:
-            results[i] = body()
-        except ProtocolError as err:
-            results[i] = err
-
-    threads = [threading.Thread(target=run, args=(i, b)) for i, b in enumerate(bodies)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "the exchange hangs"
-    return results
 
 
 def leaving_after(channel: LocalChannel, replies: int) -> str:

@@ -220,7 +220,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
             embed,
             device=ctx.device,
             train_mode=s.embed_mode == "train",
-            batch=self.run.batch_size if s.embed_mode == "train" else EVAL_BATCH,
+            batch=self.run.local_work.batch_size if s.embed_mode == "train" else EVAL_BATCH,
         )
         return OwnSample(images, cross_rows, rows, rng, embed_as_set)
 
