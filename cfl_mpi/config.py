@@ -128,7 +128,9 @@ class Config:
 
     def data_facts(self) -> DataFacts:
         """What the data set is built for besides its own section."""
-        return DataFacts(self.silos, self.seed, self.model.name in TORCHVISION_MODELS)
+        return DataFacts(
+            self.silos, self.seed, self.model.name in TORCHVISION_MODELS, REGISTRY[self.strategy.name].validation
+        )
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -166,6 +168,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is not None and len(args) == 2 and type(None) in args:  # optional: the inner error is the useful one
             return _coerce(value, next(a for a in args if a is not type(None)), where)
+        if float in args and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return _finite(value, where)  # a number or "auto": a number's own error is the useful one
         for arg in args:
             try:
                 return _coerce(value, arg, where)

@@ -77,7 +77,9 @@ class SiloFiles(DataParams):
     # A silo without its own test split holds this fraction of its examples out for testing.
     test_fraction: float = 0.2
     # A silo without its own validation split holds this fraction of its training examples out.
-    val_fraction: float = 0.1
+    # "auto": 10 %, and for a strategy that reads it (EMD-CFL's τ and noise) at least 32
+    # examples on a small site, at most 40 % of it.
+    val_fraction: float | Literal["auto"] = "auto"
     # True cluster of each group of the manifest (groups numbered 0, 1, ... are their own
     # index; named groups are indexed in the order they first appear, silo 0's first); null:
     # every group is its own cluster.
@@ -91,10 +93,10 @@ class SiloFiles(DataParams):
         if self.files is not None and "{silo" not in self.files:
             yield f"data.files: {self.files!r} has no {{silo}} for the silo's index (e.g. sites/{{silo}}.npz)"
             return
-        for name in ("test_fraction", "val_fraction"):
-            frac = getattr(self, name)
-            if not 0.0 < frac < 1.0:
-                yield f"data.{name}: must lie strictly between 0 and 1, got {frac}"
+        if not 0.0 < self.test_fraction < 1.0:
+            yield f"data.test_fraction: must lie strictly between 0 and 1, got {self.test_fraction}"
+        if self.val_fraction != "auto" and not 0.0 < self.val_fraction < 1.0:
+            yield f"data.val_fraction: must lie strictly between 0 and 1 or be auto, got {self.val_fraction}"
         if self.classes is not None and self.classes < 2:
             yield f"data.classes: must be at least 2, got {self.classes}"
         if self.input_shape is not None and not (1 <= len(self.input_shape) <= 3 and min(self.input_shape) >= 1):
@@ -273,7 +275,7 @@ class SiloFiles(DataParams):
             rest = np.arange(n)
         if "val" not in given:
             perm = rng.permutation(len(rest))
-            n_val = int(round(self.val_fraction * len(rest)))
+            n_val = validation_rows(self.val_fraction, len(rest), facts.validation)
             val_idx, train_idx = rest[np.sort(perm[:n_val])], rest[np.sort(perm[n_val:])]
         else:
             val_idx, train_idx = None, rest
@@ -362,6 +364,22 @@ class SiloFiles(DataParams):
         if layout != "auto":
             return layout in ("nhwc", "tree")
         return not (shape[1] in (1, 3) and shape[3] not in (1, 3))
+
+
+VALIDATION_FLOOR, VALIDATION_MOST = 32, 0.4
+
+
+def validation_rows(share: float | str, examples: int, read: bool) -> int:
+    """How many of a site's `examples` (its test share out) it holds out for validation.
+
+    `auto`: the paper's 10 %; where the strategy `read`s the validation set (EMD-CFL's τ and
+    noise), at least VALIDATION_FLOOR examples, at most VALIDATION_MOST of the site: τ and the
+    noise measured on 8 validation examples of a 95-row site are mostly their own sampling
+    error, and the robust rule then finds no groups (docs/METHODS.md, "Sample sizes"). A
+    strategy that never reads it keeps the 10 % its runs always held out."""
+    if share == "auto":
+        share = min(VALIDATION_MOST, max(0.1, VALIDATION_FLOOR / examples)) if read and examples else 0.1
+    return int(round(float(share) * examples))
 
 
 def _with_channels(nhwc: np.ndarray, channels: int) -> np.ndarray:

@@ -26,6 +26,8 @@ class DataFacts(NamedTuple):
     seed: int
     # the model is an ImageNet network (torchvision's): it takes 3 channels and ImageNet's statistics
     imagenet: bool = False
+    # the strategy reads each silo's validation set (EMD-CFL's τ and noise: `validation_rows`)
+    validation: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
+from cfl_mpi.clustering.defaults import CLEAR_GAP
 from cfl_mpi.clustering.extraction import (
     extract_clusters,
     neighbourhood_clusters,
@@ -191,6 +192,54 @@ def test_measured_noise_is_each_silos_yardstick() -> None:
     assert adjusted_rand_score(truth, labels) == 1.0
     assert report.noise_source == "measured" and report.noise_scale == NOISE
     assert report.threshold == 3.5
+
+
+# --- the clear gap: groups, not a continuum ---------------------------------------------------
+
+
+def _positions(positions: np.ndarray, seed: int) -> np.ndarray:
+    """W of silos at `positions` (noise units) on a line: |p - p'| apart, plus the noise."""
+    rng = np.random.default_rng(seed)
+    W = np.abs(positions[:, None] - positions[None, :]) * NOISE + NOISE * rng.standard_normal((positions.size,) * 2)
+    np.fill_diagonal(W, np.nan)
+    return W
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_continuum_beyond_the_noise_is_one_cluster(seed: int) -> None:
+    """Silos 1.5 noise units apart in a row (as label skew puts them): the noise cut parts them,
+    by merges that climb in small steps; the clear gap answers one cluster and says how many the
+    cut gave. At a gap of 2.5 every seed is already one cluster (3 is the default)."""
+    W, noise = _positions(np.arange(8) * 1.5, seed), np.full(8, NOISE)
+    assert robust_clusters(W, noise)[1].n_clusters > 1
+    for gap in (2.5, CLEAR_GAP):
+        labels, report = robust_clusters(W, noise, clear_gap=gap)
+        assert not labels.any() and report.n_clusters == 1
+        assert report.noise_clusters is not None and report.noise_clusters > 1 and report.gap is None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_groups_skewed_inside_are_found_by_their_gap(seed: int) -> None:
+    """Two groups 30 noise units apart, each a row of 5 silos 1.5 units apart: the noise cut
+    gives 4 or 5 clusters, the clear gap the two groups, which join about 6 to 7 times higher
+    than their members (twice the default gap)."""
+    truth = np.repeat([0, 1], 5)
+    W, noise = _positions(np.r_[np.arange(5), 20 + np.arange(5)] * 1.5, seed), np.full(10, NOISE)
+    assert robust_clusters(W, noise)[1].n_clusters > 2
+    labels, report = robust_clusters(W, noise, clear_gap=CLEAR_GAP)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    assert report.noise_clusters is not None and report.noise_clusters > 2
+    assert report.gap is not None and report.gap > 2 * CLEAR_GAP
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("sizes", [[6, 6], [4, 4, 4, 4], [1, 3, 6], [10, 10, 10, 10]])
+def test_the_clear_gap_keeps_groups_within_the_noise(sizes: list[int], seed: int) -> None:
+    """Clusters within the noise inside and 8 to 16 units apart: every split is kept."""
+    W, truth = _matrix(sizes, seed=seed)
+    labels, report = robust_clusters(W, np.full(truth.size, NOISE), clear_gap=CLEAR_GAP)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    assert report.noise_clusters is None and report.gap is not None and report.gap > CLEAR_GAP
 
 
 # --- the paper's rule on a hand-made matrix, and the API contract ----------------------------

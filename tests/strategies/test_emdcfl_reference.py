@@ -46,4 +46,6 @@ def test_deterministic_given_the_generator_and_sample_size_rule():
     b = W1.reference(z, v, 28, np.random.default_rng(7))
     assert a == b
     s = EmdCflConfig()
-    assert [sample_size(s.sample_fraction, s.max_rows, n) for n in (647, 100_000, 5)] == [65, 512, 2]
+    sizes = (647, 100_000, 2_000, 90, 5)
+    assert [sample_size(0.1, s.max_rows, n) for n in sizes] == [65, 512, 200, 9, 2]  # the paper's 10 %
+    assert [sample_size(s.sample_fraction, s.max_rows, n) for n in sizes] == [128, 512, 200, 90, 5]  # auto

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...clustering.defaults import EPSILON, NOISE_MULTIPLE
+from ...clustering.defaults import CLEAR_GAP, EPSILON, NOISE_MULTIPLE
 from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
 
 if TYPE_CHECKING:
@@ -32,9 +32,11 @@ class EmdCflConfig(StrategyParams):
     projection: Literal["orthonormal", "gaussian"] = "orthonormal"
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
+    # "auto": the paper's 10 %, but at least 128 embeddings (all of a smaller silo's), so that
+    # small sites are not judged on a dozen (docs/METHODS.md, "Sample sizes").
     # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
     # too), so the server refuses a message of more rows, or a FedWaD support larger.
-    sample_fraction: float = 0.1
+    sample_fraction: float | Literal["auto"] = "auto"
     sample_cap: int = 512
     # What a partner embeds under a silo's model: a sample of its "train"ing data, or of its
     # "val"idation data as the authors' code does (both samples then hold min(n, |val|) rows).
@@ -69,10 +71,16 @@ class EmdCflConfig(StrategyParams):
     # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
     rule: Literal["robust", "neighbourhoods"] = "robust"
     noise_multiple: float = NOISE_MULTIPLE
+    # The robust rule over all pairs keeps a split only where its clusters join at least
+    # clear_gap times farther apart than the last merge that formed them (in noise units, that
+    # merge floored at 1), else it joins them: silos skewed by label or size differ by a
+    # continuum, not by groups (docs/METHODS.md, "A clear gap"); null: the noise cut alone.
+    clear_gap: float | None = CLEAR_GAP
     # Random halvings of the validation sample used to measure a silo's noise (the RMS of n
     # draws strays by about 1/√(2n) of the truth: ~13 % at 30, ~22 % at 10; a unit too small
-    # can split a true pair).
-    noise_splits: int = 30
+    # can split a true pair). "auto": 100 where the halves hold under 32 embeddings (cheap
+    # there), else 30.
+    noise_splits: int | Literal["auto"] = "auto"
     # "ephemeral": X25519 keys from the OS's entropy, R is secret from everyone but the
     # pair (deploy with this). "seeded": keys derived from the run seed so that W is
     # bit-for-bit reproducible; anyone holding the config can rebuild R (experiments only).
@@ -111,16 +119,18 @@ class EmdCflConfig(StrategyParams):
             yield f"strategy.proj_ratio: must lie in (0, 1], got {self.proj_ratio}"
         if int(self.proj_ratio * facts.embedding_dim) < 1:
             yield "strategy.proj_ratio: projects the embedding to 0 dimensions (raise it)"
-        if not 0 < self.sample_fraction <= 1:
-            yield f"strategy.sample_fraction: must lie in (0, 1], got {self.sample_fraction}"
+        if self.sample_fraction != "auto" and not 0 < self.sample_fraction <= 1:
+            yield f"strategy.sample_fraction: must lie in (0, 1] or be auto, got {self.sample_fraction}"
         if self.sample_cap < 2:
             yield f"strategy.sample_cap: must be at least 2, got {self.sample_cap}"
         if self.sinkhorn_reg <= 0:
             yield f"strategy.sinkhorn_reg: must be positive, got {self.sinkhorn_reg}"
         if self.noise_multiple <= 0:
             yield f"strategy.noise_multiple: must be positive, got {self.noise_multiple}"
-        if self.noise_splits < 2:
-            yield f"strategy.noise_splits: must be at least 2, got {self.noise_splits}"
+        if self.clear_gap is not None and self.clear_gap < 1:
+            yield f"strategy.clear_gap: must be at least 1 (1 keeps every split) or null, got {self.clear_gap}"
+        if self.noise_splits != "auto" and self.noise_splits < 2:
+            yield f"strategy.noise_splits: must be at least 2 or auto, got {self.noise_splits}"
         if self.distance == "fedwad" and self.tau_projection == "pair":
             yield (
                 "strategy.tau_projection: pair needs the server to measure each pair from the embeddings "
@@ -188,4 +198,10 @@ def halves() -> Halves:
     return HALVES
 
 
-SPEC = StrategySpec(EmdCflConfig, "EMD-CFL", halves, pairwise={"W": Pairwise(W_LABEL, directed=True, view=w_view)})
+SPEC = StrategySpec(
+    EmdCflConfig,
+    "EMD-CFL",
+    halves,
+    pairwise={"W": Pairwise(W_LABEL, directed=True, view=w_view)},
+    validation=True,
+)

@@ -40,9 +40,34 @@ def projected_dim(proj_ratio: float, embedding_dim: int) -> int:
     return int(proj_ratio * embedding_dim)
 
 
-def sample_size(fraction: float, cap: int, n_train: int) -> int:
-    """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph)."""
-    return max(2, min(math.ceil(fraction * n_train), cap, n_train))
+#: The fewest embeddings `sample_fraction: auto` takes from a silo that holds them.
+SAMPLE_FLOOR = 128
+#: Below this many embeddings in its sample a silo is reported as too small to tell groups apart.
+TELL_FLOOR = 30
+#: `noise_splits: auto` draws this many halvings where the halves hold fewer than SMALL_HALF
+#: embeddings (each draw is cheap there, and the RMS of n draws strays by about 1/√(2n) of the
+#: truth: ~7 % at 100), NOISE_DRAWS elsewhere.
+NOISE_DRAWS, SMALL_HALF_DRAWS, SMALL_HALF = 30, 100, 32
+
+
+def sample_size(fraction: float | str, cap: int, n_train: int) -> int:
+    """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph).
+
+    `auto` takes the paper's 10 %, but at least SAMPLE_FLOOR (a smaller silo's whole training
+    set): the 10 % bounds the cost on large silos, and on a silo of a few hundred examples it
+    leaves a dozen embeddings, whose W1 is mostly its own sampling bias, so groups blur and
+    silos of unequal sizes split apart (beyond the paper: docs/METHODS.md, "Sample sizes")."""
+    n = math.ceil((0.1 if fraction == "auto" else float(fraction)) * n_train)
+    if fraction == "auto":
+        n = max(n, SAMPLE_FLOOR)
+    return max(2, min(n, cap, n_train))
+
+
+def noise_draws(splits: int | str, half: int) -> int:
+    """How many random halvings measure a silo's noise whose halves hold `half` embeddings."""
+    if splits != "auto":
+        return int(splits)
+    return SMALL_HALF_DRAWS if half < SMALL_HALF else NOISE_DRAWS
 
 
 def evenly_spaced(x: np.ndarray, k: int) -> np.ndarray:
@@ -142,7 +167,7 @@ class Transport:
     solver: Solver
     ground_cost: GroundCost
     projection: str  # how the noise's projections are drawn: as each pair's R
-    noise_splits: int
+    noise_splits: int | str  # a number of halvings, or "auto" (`noise_draws`)
     tau: TauSpace
     sinkhorn_reg: float = 0.1
 
@@ -204,7 +229,7 @@ class Transport:
         n, halves = len(z_own), len(z_val) // 2
         h = min(halves, n // 2)
         null = []
-        for _ in range(self.noise_splits if h >= 1 else 0):
+        for _ in range(noise_draws(self.noise_splits, h) if h >= 1 else 0):
             order = rng.permutation(len(z_val))
             sub = np.sort(rng.permutation(n)[: 2 * h])
             r = random_projection(rng, z_own.shape[1], dim_r, self.projection)
@@ -234,7 +259,7 @@ class Energy:
 
     ground_cost: GroundCost
     projection: str
-    noise_splits: int
+    noise_splits: int | str
 
     @property
     def per_pair_tau(self) -> bool:
@@ -267,7 +292,7 @@ class Energy:
         if h < 2:
             return 0.0, 0.0
         firsts, seconds = [], []
-        for _ in range(self.noise_splits):
+        for _ in range(noise_draws(self.noise_splits, h)):
             order = rng.permutation(n)
             r = random_projection(rng, z_own.shape[1], dim_r, self.projection)
             firsts.append(z_own[order[:h]] @ r)

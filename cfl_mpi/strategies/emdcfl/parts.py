@@ -55,7 +55,7 @@ def parts(s: EmdCflConfig, run: RunFacts) -> Parts:
         case "neighbourhoods":
             rule: ClusterRule = Neighbourhoods(s.epsilon)
         case "robust":
-            rule = Robust(s.noise_multiple)
+            rule = Robust(s.noise_multiple, s.clear_gap)
     staging = None
     if s.pairs == "staged":
         staging = Staging(s.pair_sample, s.representatives, s.retest, s.placement == "one_way", s.noise_multiple)

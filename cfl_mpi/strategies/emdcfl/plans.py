@@ -74,9 +74,12 @@ class Robust:
     (`rule: robust`); a late silo joins by average linkage in the same units."""
 
     noise_multiple: float
+    clear_gap: float | None  # keep a split only where its clusters join this many times higher
 
     def extract(self, W: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, ExtractionReport]:
-        return extract_clusters(W, rule="robust", noise=noise, noise_multiple=self.noise_multiple)
+        return extract_clusters(
+            W, rule="robust", noise=noise, noise_multiple=self.noise_multiple, clear_gap=self.clear_gap
+        )
 
     def placing(self, W: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, float, str]:
         return symmetrised(W, noise), self.noise_multiple, "average"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ...clustering.extraction import extract_clusters
 from ...console import say, warn
 from ..base import RunFacts, ServerRound, Strategy
 from . import EmdCflConfig
+from .distances import TELL_FLOOR, sample_size
 from .measurement import Record
 from .messages import Plan
 from .pairs import Pair, partner_roles
@@ -102,9 +104,12 @@ class EmdCfl(Strategy[EmdCflConfig]):
             self._send_plan(ctx, sorted(ctx.participants), directions, more)
         if found := self.plan.clusters(ctx, self.W, self.noise, seconds, self.extraction):
             self.clusters, self.extraction = found
-            if finding := how_clear(self.extraction):
+            if finding := how_clear(self.extraction, self.params.clear_gap):
                 self.extraction["finding"] = finding
                 (warn if "weak" in finding else say)(f"round {ctx.round}: EMD-CFL: {finding}")
+            if small := too_small(self.params, ctx.n_samples):
+                self.extraction["too_small"] = small
+                warn(f"round {ctx.round}: EMD-CFL: {small['finding']}")
         return self.clusters
 
     def _measure(self, ctx: ServerRound, partners: dict[int, list[tuple[int, int]]]) -> None:
@@ -135,27 +140,64 @@ class EmdCfl(Strategy[EmdCflConfig]):
         }
 
 
-def how_clear(extraction: dict) -> str | None:
-    """What the robust rule's clusters say in words, from its report (noise units): one cluster
-    and how far its farthest pair is under the cut, or a split whose margin is under 1 (a pair
-    across clusters no farther apart than a pair inside one). None for a clear split."""
+def too_small(params: EmdCflConfig, examples: Mapping[int, int]) -> dict | None:
+    """The silos whose sample holds too few embeddings for W1 to tell groups apart (under
+    TELL_FLOOR), from the training examples each claims, and what would help; None if none."""
+    samples = {c: sample_size(params.sample_fraction, params.max_rows, n) for c, n in sorted(examples.items())}
+    small = [c for c, n in samples.items() if n < TELL_FLOOR]
+    if not small:
+        return None
+    held_back = [c for c in small if samples[c] < examples[c]]
+    listed = ", ".join(f"{c} ({samples[c]} of {examples[c]})" for c in small)
+    help = (
+        f"strategy.sample_fraction: auto (or larger) would embed more of {'them' if len(held_back) > 1 else 'it'}"
+        if held_back
+        else "only more examples at these sites would: until then their clusters are guesses"
+    )
+    return {
+        "silos": small,
+        "examples": [examples[c] for c in small],
+        "sample": [samples[c] for c in small],
+        "help": help,
+        "finding": (
+            f"silos too small to tell groups apart: {listed} training examples embedded, under {TELL_FLOOR}; {help}"
+        ),
+    }
+
+
+def how_clear(extraction: dict, clear_gap: float | None) -> str | None:
+    """What the robust rule's clusters say in words, from its report (noise units): one cluster,
+    for want of distances beyond the noise or of a clear gap; a split kept for its clear gap
+    where the noise cut gave more clusters; or a split whose margin is under 1 (a pair across
+    clusters no farther apart than a pair inside one). None for a clear split."""
     if extraction.get("rule") != "robust" or extraction.get("noise_scale") is None:
         return None
-    within, cut = extraction["max_within"], extraction["threshold"]
+    within, cut, finer = extraction["max_within"], extraction["threshold"], extraction.get("noise_clusters")
     if extraction["n_clusters"] == 1:
         if within is None:
             return None
+        if finer is not None:
+            return (
+                f"no groups found above the noise: the silos differ beyond it (the cut at {cut:g} noise units parts "
+                f"them into {finer}), but by small steps, with no clear gap (no split joins {clear_gap:g} times "
+                f"farther apart than its clusters' own members): one cluster"
+            )
         return (
             f"no groups found above the noise: the farthest pair of silos is {within:.2f} noise units apart, "
             f"under the cut at {cut:g}"
         )
     margin = extraction["margin"]
-    if margin is None or margin >= 1:
-        return None
-    inside = "the farthest pair inside one" if within is not None and within >= 1 else "the noise itself"
-    return (
-        f"a weak split into {extraction['n_clusters']} clusters at a margin of {margin:.2f}: the closest pair across "
-        f"clusters ({extraction['min_between']:.2f} noise units) is no farther apart than {inside}, so some silos "
-        f"sit between groups or the groups are noise; more embeddings a silo (a larger strategy.sample_fraction, "
-        f"or data.val_fraction on small silos) make it clearer"
-    )
+    if margin is not None and margin < 1:
+        inside = "the farthest pair inside one" if within is not None and within >= 1 else "the noise itself"
+        return (
+            f"a weak split into {extraction['n_clusters']} clusters at a margin of {margin:.2f}: the closest pair "
+            f"across clusters ({extraction['min_between']:.2f} noise units) is no farther apart than {inside}, so "
+            f"some silos sit between groups or the groups are noise; more embeddings a silo (a larger "
+            f"strategy.sample_fraction, or data.val_fraction on small silos) make it clearer"
+        )
+    if finer is not None:
+        return (
+            f"{extraction['n_clusters']} clusters at a clear gap of {extraction['gap']:.1f}: the cut at {cut:g} noise "
+            f"units parts the silos into {finer}, but those inside each differ by small steps, not groups"
+        )
+    return None
