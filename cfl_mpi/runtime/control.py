@@ -31,9 +31,3 @@ def participants(cfg: Config, round: int) -> list[int]:
     rng = np.random.default_rng([cfg.seed, 5, round])
     more = rng.choice(others, size=min(max(wanted - len(arriving), 0), len(others)), replace=False)
     return sorted(arriving + [int(c) for c in more])
-
-
-def newcomers(cfg: Config, round: int) -> set[int]:
-    """The silos that train for the first time in `round`, by the config alone."""
-    before: set[int] = set().union(*(participants(cfg, t) for t in range(1, round)))
-    return set(participants(cfg, round)) - before

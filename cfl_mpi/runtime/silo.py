@@ -31,9 +31,9 @@ from ..wire.round import (
     StartModel,
 )
 from .compute import ComputePool
-from .control import newcomers, participants, present
+from .control import participants, present
 from .faults import SiloFaults
-from .halves import halves, run_facts, silo_half
+from .halves import halves, silo_half
 from .timeline import mark
 
 if TYPE_CHECKING:
@@ -76,10 +76,6 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         channel.notices[Dropped.KIND.name] = Notice(Dropped.expect(0), dropped)
     faults = SiloFaults(cfg.runtime.fault, silo)
 
-    def may_leave(t: int) -> bool:
-        """Whether a failure in round t can be left on: not in a round whose exchanges need every silo."""
-        return leaving and not (halves(cfg).silo.needs_every_peer(cfg.strategy, run_facts(cfg)) and newcomers(cfg, t))
-
     try:
         faults.at_start_up()
         data = cfg.data.build(silo, cfg.data_facts())
@@ -96,7 +92,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         if not leaving:
             raise
         compute.withdraw(silo)
-        leave_at_start(channel, err, may_leave)
+        leave_at_start(channel, err)
         return
     together = batches_silos(cfg, device)
     targets = cfg.data.backdoor_targets(cfg.silos)
@@ -184,7 +180,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
             except (ChannelClosed, PeerTimeout, ProtocolError, Expelled):
                 raise  # the federation's trouble, not this silo's own
             except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
-                if not may_leave(t):
+                if not leaving:
                     raise
                 compute.withdraw(silo)
                 leave(channel, t, err)
@@ -202,16 +198,14 @@ def dropped(msg: Message) -> NoReturn:
     raise Expelled(Dropped.of(msg).why)
 
 
-def leave_at_start(channel: Channel, err: Exception, may_leave: Callable[[int], bool]) -> None:
+def leave_at_start(channel: Channel, err: Exception) -> None:
     """A silo that could not start (its data unreadable, say) leaves in the first round the
-    server asks anything of it, or fails there where it cannot leave."""
+    server asks anything of it."""
     t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
     while (action := Control.of(channel.recv(SERVER, Control.expect(t))).action) == WAIT:
         t += 1
     if action == STOP:
         return
-    if not may_leave(t):
-        raise err
     leave(channel, t, err)
 
 

@@ -238,13 +238,6 @@ class SiloProtocol(Generic[P]):
         self.params = params
         self.run = run
 
-    @classmethod
-    def needs_every_peer(cls, params: P, run: RunFacts) -> bool:
-        """Whether the exchanges of a round in which silos train for the first time cannot go on
-        without any one of them (FedWaD clustering's): a silo that fails in such a round cannot
-        leave under `runtime.on_silo_failure: drop`; the job ends as under abort."""
-        return False
-
     def modules(self) -> tuple[str, ...]:
         """As `Strategy.modules`: what this half calls into in its rounds, loaded at the start."""
         return ()

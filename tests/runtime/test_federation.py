@@ -14,7 +14,7 @@ from sklearn.metrics import adjusted_rand_score
 from cfl_mpi.clustering.extraction import place_newcomer, symmetrised
 from cfl_mpi.config import ConfigError
 from cfl_mpi.runtime.checkpoint import check_resumable
-from cfl_mpi.runtime.control import newcomers, participants, present
+from cfl_mpi.runtime.control import participants, present
 from cfl_mpi.runtime.faults import SiloFaults
 from cfl_mpi.runtime.halves import server_half
 from cfl_mpi.runtime.params import FaultConfig
@@ -52,18 +52,6 @@ def test_participants_are_a_seeded_sample_that_always_includes_arrivals(tmp_path
     assert [participants(other_seed, t) for t in range(1, 7)] != [participants(same_seed, t) for t in range(1, 7)]
     assert participants(config_from(tmp_path, BASE, "participation.count=2"), 1).__len__() == 2
     assert participants(config_from(tmp_path, BASE), 4) == list(range(8))
-
-
-def test_newcomers_are_the_silos_training_for_the_first_time_by_the_config_alone(tmp_path):
-    """Where a silo that fails cannot leave under drop (EMD-CFL pairs them): the rounds with newcomers."""
-    cfg = config_from(
-        tmp_path, BASE, "participation.fraction=0.5", "late_silos=[{silo: 6, round: 3}, {silo: 7, round: 3}]"
-    )
-    draws = [set(participants(cfg, t)) for t in range(1, 7)]
-    expected = [d - set().union(*draws[:t]) for t, d in enumerate(draws)]
-    assert [newcomers(cfg, t) for t in range(1, 7)] == expected
-    assert newcomers(cfg, 1) == draws[0] and {6, 7} <= newcomers(cfg, 3)
-    assert [newcomers(config_from(tmp_path, BASE), t) for t in (1, 2)] == [set(range(8)), set()]
 
 
 @pytest.mark.parametrize(

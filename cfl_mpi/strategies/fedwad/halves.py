@@ -8,9 +8,17 @@ the embedding space of the common θ(0) (a fixed random feature map, like the pa
 untrained autoencoder for CIFAR-10). The data never leave the silos. The server turns D into
 an affinity and runs scikit-learn's spectral clustering with K clusters (the paper's
 "affinity" setting, which did best in its Tables 2-5); FedAvg runs inside the clusters.
+
+With ``runtime.on_silo_failure: drop`` a silo may be out before the exchange (its data could
+not be read) or leave during it (a ``Leave`` in place of a reply): the others let its jobs go
+(``op: abandon``), the pairs among them are measured as ever, and the spectral clustering runs
+on those silos alone, the silo that left in a cluster of its own. Beyond the paper, whose
+clients all answer.
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 import numpy as np
 
@@ -20,9 +28,18 @@ from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strat
 from . import FedWaDClusteringConfig
 from .exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 
-__all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "spectral_clusters"]
+__all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "clusters_of", "spectral_clusters"]
 
 FEDWAD_SOLVERS = ("cfl_mpi.ot.solvers",)  # FedWaD's plans: POT's simplex, scipy's assignment
+
+
+def clusters_of(D: np.ndarray, k: int, seed: int, measured: list[int]) -> tuple[np.ndarray, float]:
+    """`spectral_clusters` of the silos `measured` (every pair among them measured) and, after
+    them, each other silo in a cluster of its own (one that left before its pairs were
+    measured); labels renumbered by first appearance, σ that of the measured silos."""
+    labels = np.arange(len(D), dtype=np.int64) + len(measured)  # the others: one cluster each
+    labels[measured], sigma = spectral_clusters(D[np.ix_(measured, measured)], k, seed)
+    return relabel_by_first_appearance(labels), sigma
 
 
 def spectral_clusters(D: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, float]:
@@ -73,15 +90,28 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
         return np.arange(self.run.silos, dtype=np.int64)  # nobody measured yet
 
     def before_training(self, ctx: ServerRound) -> None:
+        """Every pair's FedWaD job among the round's participants; a silo out of the round (its
+        data unreadable at the start) is measured with nobody, and its partners let its jobs
+        go. One that leaves during the exchange (`ctx.leaving`, which takes it out of
+        `ctx.participants`) ends its jobs there. D is clustered over the silos left."""
         if ctx.round != 1:
             return
         s = self.params
-        jobs = pair_jobs(s, self.run.silos)
-        estimates = run_jobs(ctx.channel, ctx.round, jobs, fedwad_params(s, self.run), self.run.seed, ctx.cores)
+        here = set(ctx.participants)
+        jobs, let_go = [], defaultdict(list)
+        for job in pair_jobs(s, self.run.silos):
+            if {job.mu, job.nu} <= here:
+                jobs.append(job)
+            for holder, other in ((job.mu, job.nu), (job.nu, job.mu)):
+                if holder in here and other not in here:
+                    let_go[holder].append(job.key)
+        params = fedwad_params(s, self.run)
+        estimates = run_jobs(ctx.channel, ctx.round, jobs, params, self.run.seed, ctx.cores, ctx.leaving, let_go)
         for job in jobs:
-            self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
+            if job.key in estimates:  # else a holder left during the exchange
+                self.D[job.mu, job.nu] = self.D[job.nu, job.mu] = estimates[job.key]
         k = self.run.cluster_count(s.clusters)
-        self.clusters, self.sigma = spectral_clusters(self.D, k, self.run.seed)
+        self.clusters, self.sigma = clusters_of(self.D, k, self.run.seed, sorted(ctx.participants))
 
     def settled(self, ctx: ServerRound) -> bool:
         return True  # clustered before round 1 trains, once
@@ -109,10 +139,6 @@ class FedWaDClustering(Strategy[FedWaDClusteringConfig]):
 
 class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):
     """Silo half: before round 1 trains, holds a sample of its data for every pair it is in."""
-
-    @classmethod
-    def needs_every_peer(cls, params: FedWaDClusteringConfig, run: RunFacts) -> bool:
-        return True  # every pair's FedWaD runs through both silos in round 1
 
     def modules(self) -> tuple[str, ...]:
         return FEDWAD_SOLVERS

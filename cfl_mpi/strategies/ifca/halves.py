@@ -83,9 +83,9 @@ class Ifca(Strategy[IfcaConfig]):
         losses come back ahead of its update (`ahead_of_update`)."""
         s = self.params
         if self.models is None:
-            if s.init == "silos":
+            if s.init == "silos" and ctx.round == 1:
                 return  # round 1 trains from θ(0); the models are seeded after training
-            self.models = self.run.initial_models(self.k)  # torch: only for init: random
+            self.models = self.run.initial_models(self.k)  # torch: init random, or no silo was left to seed from
         self.broadcasts = [p for k, m in enumerate(self.models) for p in self._broadcast(ctx, m, k)]
         self.broadcast_at = time.monotonic()
 
@@ -107,9 +107,9 @@ class Ifca(Strategy[IfcaConfig]):
 
     def aggregate(self, ctx: ServerRound) -> dict[int, Model]:
         """FedAvg per cluster, which becomes that cluster's model for the next round."""
-        models, mine = super().aggregate(ctx), self._cluster_models()
+        models = super().aggregate(ctx)
         for c in ctx.participants:  # those that sent an update (the server drops any that left)
-            mine[self.clusters[c]] = models[c]
+            self._cluster_models()[self.clusters[c]] = models[c]
         return models
 
     def _cluster_models(self) -> list[Model]:
@@ -137,18 +137,28 @@ class Ifca(Strategy[IfcaConfig]):
         ctx.step_seconds["identity"] = time.monotonic() - self.broadcast_at  # until the last silo's losses
 
     def _seed(self, ctx: ServerRound) -> None:
-        """init "silos": farthest-first traversal of the trained silo models in loss space."""
-        here = ctx.participants
-        if len(here) < self.k:
-            raise ValueError(
-                f"IFCA init 'silos' needs k = {self.k} silos training in round 1, got {len(here)} "
-                "(use strategy.init: random, or more participants)"
-            )
-        picked = [here[int(np.random.default_rng([self.run.seed, 43]).integers(len(here)))]]
+        """init "silos": farthest-first traversal of the trained silo models in loss space.
+
+        With `runtime.on_silo_failure: drop` a silo may leave here (a `Leave` in place of a
+        loss: `ctx.leaving` takes it out of `ctx.participants`). The traversal goes on over the
+        silos left and reads no loss on a candidate whose silo left; such a seed is then replaced
+        by the model of the silo left that the other seeds serve worst (the traversal's next
+        pick, measured in round 2's identity step as every model is), and the update of a silo
+        that left joins no cluster (it keeps its label, as one that leaves in any round does).
+        With fewer silos left than k, a model seeds several clusters.
+        """
+        here = ctx.participants  # the silos left
+        trained, picked = list(here), []
         expect = CandidateLoss.expect(ctx.round)
         for k in range(self.k):
+            if not here:
+                break
+            if k == 0:
+                picked.append(here[int(np.random.default_rng([self.run.seed, 43]).integers(len(here)))])
+            else:
+                picked.append(self._farthest(here, picked, [j for j, c in enumerate(picked) if c in here]))
             pending = self._broadcast(ctx, ctx.updates[picked[k]], k)
-            for msg in ctx.channel.recv_each(here, lambda _: expect):
+            for msg in ctx.channel.recv_each(list(here), lambda _: expect, ctx.leaving):
                 reply = CandidateLoss.of(msg)
                 if reply.candidate != k:
                     raise ProtocolError(
@@ -157,13 +167,25 @@ class Ifca(Strategy[IfcaConfig]):
                     )
                 self.losses[msg.sender, k] = reply.losses[0]
             wait_all(pending)
-            if k + 1 < self.k:
-                served = self.losses[here, : k + 1].min(axis=1)
-                served[[here.index(c) for c in picked]] = -np.inf
-                picked.append(here[int(np.argmax(served))])
+        for c in set(trained) - set(here):
+            del ctx.updates[c], ctx.n_samples[c]
+        if not here:
+            return  # every silo left: no model to seed from (round 2 draws them, as init random does)
+        measured = [j for j, c in enumerate(picked) if c in here]
+        for j in sorted(set(range(self.k)) - set(measured)):  # its silo left
+            picked[j] = self._farthest(here, picked, measured)
         self.seeds = picked
         self.models = [ctx.updates[c] for c in picked]
-        self.clusters[here] = ifca_assign(self.losses[here])
+        table = np.full((len(here), self.k), np.nan)  # NaN: no loss counts (ifca_assign)
+        table[:, measured] = self.losses[here][:, measured]
+        self.clusters[here] = ifca_assign(table)
+
+    def _farthest(self, here: list[int], seeds: list[int], candidates: list[int]) -> int:
+        """The traversal's next pick: the silo of `here` worst served by the `candidates` (the
+        greatest of its lowest losses on them), not one of the `seeds` unless all are."""
+        served = self.losses[here][:, candidates].min(axis=1, initial=np.inf)
+        served[[i for i, c in enumerate(here) if c in seeds]] = -np.inf
+        return here[int(np.argmax(served))]
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
         arrays = {"clusters": self.clusters, "losses": self.losses}
