@@ -1,6 +1,7 @@
 """A silo's image-folder tree, `train/<class>/*.png|jpg` with optional `val/` and `test/`
 alike, as the arrays `x_<split>` (N, H, W, C) and `y_<split>` of its splits. Every image is
-decoded here, so that a damaged one is an error naming that image, not its folder."""
+decoded here, so that a damaged one is an error naming that image (by its path in the tree,
+the silo's error naming the tree), not only its folder."""
 
 from __future__ import annotations
 
@@ -33,13 +34,14 @@ def read_tree(
             for file in sorted(class_dir.iterdir()):
                 if file.suffix.lower() not in IMAGE_EXTENSIONS:
                     continue
-                pixels = _decoded(file, image_size, channels)
+                pixels = _decoded(file, root, image_size, channels)
                 if first is None:
                     first = file
                 elif pixels.shape != images[0].shape:
                     fix = "data.channels: 1 or 3" if pixels.shape[:2] == images[0].shape[:2] else "data.image_size"
                     raise ConfigError(
-                        f"image {file} is {_kind(pixels)}, {split}'s first image {first} {_kind(images[0])} "
+                        f"image {file.relative_to(root)} is {_kind(pixels)}, {split}'s first image "
+                        f"{first.relative_to(root)} {_kind(images[0])} "
                         f"(set {fix} to give them all one)"
                     )
                 images.append(pixels)
@@ -51,13 +53,13 @@ def read_tree(
     return out
 
 
-def _decoded(file: Path, image_size: int | None, channels: int | None) -> np.ndarray:
+def _decoded(file: Path, root: Path, image_size: int | None, channels: int | None) -> np.ndarray:
     try:
         return read_image(file, image_size, channels)
     except Exception as err:  # noqa: BLE001 - whatever PIL raises on a damaged or foreign file
         detail = str(err).splitlines()[0][:200] if str(err) else "no detail"
         raise ConfigError(
-            f"image {file} cannot be read ({type(err).__name__}: {detail}; replace or remove it)"
+            f"image {file.relative_to(root)} cannot be read ({type(err).__name__}: {detail}; replace or remove it)"
         ) from None
 
 

@@ -35,7 +35,10 @@ def class_indices(y: np.ndarray, key: str, class_names: list[str] | None, classe
         whole = y == np.floor(y)
         if not whole.all():
             row = int(np.flatnonzero(~whole)[0])
-            raise ConfigError(f"{at(row)} holds {y[row]}, not a whole number (labels are the integers 0, 1, ...)")
+            raise ConfigError(
+                f"{at(row)} holds {y[row]}, not a whole number (labels are the integers 0, 1, ...; "
+                f"{_fix(int((~whole).sum()), 'not whole')})"
+            )
         values = y
     elif y.dtype.kind in "iu":
         values = y
@@ -48,17 +51,23 @@ def class_indices(y: np.ndarray, key: str, class_names: list[str] | None, classe
         row = int(np.flatnonzero(negative)[0])
         raise ConfigError(
             f"{at(row)} holds the label {_number(values[row])} (labels run from 0; "
-            f"{int(negative.sum())} rows hold negative ones)"
+            f"{_fix(int(negative.sum()), 'negative')})"
         )
     limit, why = (classes, f"data.classes {classes}") if classes is not None else (MAX_CLASSES, "a run's classes")
     beyond = values >= limit
     if beyond.any():
         row = int(np.flatnonzero(beyond)[0])
+        more = ", or raise data.classes" if classes is not None else ""
         raise ConfigError(
             f"{at(row)} holds the label {_number(values[row])}, out of range for {why} "
-            f"(labels run from 0 to {limit - 1}; {int(beyond.sum())} rows are out of range)"
+            f"(labels run from 0 to {limit - 1}; {_fix(int(beyond.sum()), 'out of range')}{more})"
         )
     return values.astype(np.int64)
+
+
+def _fix(rows: int, what: str) -> str:
+    """How many rows share a label's fault, and the fix: "3 rows are negative: fix them"."""
+    return f"1 row is {what}: fix it" if rows == 1 else f"{rows} rows are {what}: fix them"
 
 
 def _named(y: np.ndarray, key: str, class_names: list[str] | None, at: Callable[[int], str]) -> np.ndarray:

@@ -208,8 +208,7 @@ class SiloFiles(DataParams):
         except ConfigError as err:
             raise fail(str(err)) from None
         except Exception as err:  # noqa: BLE001 - a damaged file: whatever numpy or zipfile raise
-            detail = str(err).splitlines()[0][:200] if str(err) else "no detail"
-            raise fail(f"cannot be read ({type(err).__name__}: {detail})") from None
+            raise fail(_unreadable(err)) from None
         try:
             splits = self._splits(arrays, layout, silo, facts)
         except ConfigError as err:
@@ -435,22 +434,33 @@ def _member(archive: Any, name: str) -> np.ndarray:
         ) from None
 
 
+def _unreadable(err: Exception) -> str:
+    """Why a silo's file cannot be read, as its error says it, with the fix."""
+    detail = str(err).splitlines()[0][:200] if str(err) else "no detail"
+    fix = "let the job's user read it" if isinstance(err, PermissionError) else "copy it again, or save it anew"
+    return f"cannot be read ({type(err).__name__}: {detail}; {fix})"
+
+
 def _memory_map(path: Path) -> np.ndarray:
     """The .npy file at `path`, memory-mapped (opened, not read) once its header is checked
-    against its size: a file cut short would otherwise fail on first touch (SIGBUS)."""
+    against its size: a file cut short would otherwise fail on first touch (SIGBUS). Errors
+    name the file by its name, the silo's error its folder."""
     fmt = np.lib.format
-    with path.open("rb") as file:
-        version = fmt.read_magic(file)
-        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, _, dtype = read_header(file)
-        offset = file.tell()
+    try:
+        with path.open("rb") as file:
+            version = fmt.read_magic(file)
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read_header(file)
+            offset = file.tell()
+    except Exception as err:  # noqa: BLE001 - whatever numpy raises on a damaged header
+        raise ConfigError(f"{path.name} {_unreadable(err)}") from None
     if dtype.hasobject:
-        raise ConfigError(f"{path} holds Python objects, which are never unpickled (save numbers, or text as str)")
+        raise ConfigError(f"{path.name} holds Python objects, which are never unpickled (save numbers, or text as str)")
     expected = offset + math.prod(shape) * dtype.itemsize
     actual = path.stat().st_size
     if actual < expected:
         raise ConfigError(
-            f"{path} is cut short: its header gives {shape} of {dtype}, {expected} bytes, the file holds {actual} "
+            f"{path.name} is cut short: its header gives {shape} of {dtype}, {expected} bytes, the file holds {actual} "
             "(copy it again)"
         )
     return np.load(path, mmap_mode="c", allow_pickle=False)

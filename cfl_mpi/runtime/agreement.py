@@ -10,6 +10,7 @@ that leaves more than `runtime.max_dropped` of the silos out."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -59,10 +60,25 @@ def report_frame(silo: int, report: Report) -> bytes:
     why its data could not be read (cut to fit the frame)."""
     if isinstance(report, DataReport):
         return frame(silo, report)
-    why = report[:MAX_WHY]
-    while len(header := encode_header(Leave.KIND, 0, silo, {}, Leave(why).meta())) > REPORT_BYTES:
-        why = why[:-16]  # escaped characters take up to 6 bytes each
+    width = MAX_WHY
+    while len(header := encode_header(Leave.KIND, 0, silo, {}, Leave(_shortened(report, width)).meta())) > REPORT_BYTES:
+        width -= 16  # escaped characters take up to 6 bytes each
     return header.ljust(REPORT_BYTES)
+
+
+CUT = " ... "
+
+
+def _shortened(why: str, width: int) -> str:
+    """`why` in at most `width` characters: a longer one loses part of its middle, not its end,
+    so that the line the others print still names the silo and its file and what is wrong (the
+    start, `data: silo 3 (sites/site3.npz): x row 5 ...`) and the fix (the end)."""
+    if len(why) <= width:
+        return why
+    room = width - len(CUT)
+    named = why.find("): ") + 3 if why.startswith("data: silo ") else 0  # the silo and its file
+    head = named + (room - named) * 2 // 5 if 0 < named <= room // 2 else room * 2 // 5
+    return why[:head] + CUT + why[len(why) - (room - head) :]
 
 
 def read_reports(frames: bytes, silos: list[int], leaving: bool) -> dict[int, Report]:
@@ -109,12 +125,18 @@ def settled(cfg: Config, reports: dict[int, Report], kept: frozenset[int] = froz
 
 def agreed_config(cfg: Config, reports: dict[int, DataReport]) -> Config:
     """`cfg` with the example shape and the classes every silo agrees on; ConfigError naming
-    the first silo (and its file) that does not fit the others, the config or the model."""
+    the first silo (and its file) that does not fit the others, the config or the model. The
+    others' shape is the one most silos give (on a tie, the lowest silo's): one grey site
+    among colour ones is named itself, though it be silo 0."""
     data = cfg.data
     given = getattr(data, "input_shape", None)
     first = min(reports)  # silo 0, unless its data could not be read (drop)
-    shape = tuple(given) if given is not None else reports[first].shape
-    reference = "data.input_shape" if given is not None else f"silo {first}'s ({data.files_of(first)})"
+    if given is not None:
+        shape, reference = tuple(given), "data.input_shape"
+    else:
+        shape = Counter(report.shape for _, report in sorted(reports.items())).most_common(1)[0][0]
+        typical = next(silo for silo, report in sorted(reports.items()) if report.shape == shape)
+        reference = f"silo {typical}'s ({data.files_of(typical)})"
     for silo, report in sorted(reports.items()):
         if report.shape != shape:
             raise ConfigError(

@@ -407,7 +407,7 @@ def test_under_mpirun_a_bad_silo_file_ends_the_job_in_seconds_with_one_line_and_
     assert errors == [
         f"cfl_mpi: config error: data: silo 5 ({tmp_path / 'files' / 'silo_0005.npz'}): y_train row 0 (of {rows} "
         f"rows) holds the label {arrays['y_train'][0]}, out of range for data.classes 10 (labels run from 0 to 9; "
-        f"{rows} rows are out of range)"
+        f"{rows} rows are out of range: fix them, or raise data.classes)"
     ], result.stderr
     assert not out.exists(), "nothing is written before the agreement"
     print(f"bad silo file under mpirun -n 9: exit 2 after {seconds:.1f} s")

@@ -18,7 +18,8 @@ from PIL import Image
 
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.data import DataFacts, SiloFiles
-from cfl_mpi.runtime.agreement import agreed_in_process
+from cfl_mpi.runtime.agreement import agreed_in_process, local_reports, read_reports, report_frame
+from cfl_mpi.wire.round import MAX_WHY
 
 ONE = DataFacts(silos=1, seed=0)
 
@@ -183,8 +184,51 @@ def test_label_and_value_errors_name_the_users_key_and_row_not_the_split(tmp_pat
     )
     np.savez(tmp_path / "s0.npz", x=np.zeros_like(x), y=np.arange(95) % 2)
     assert one_line(path, 1, tmp_path / "s1.npz").endswith(
-        "y row 61 (of 95 rows) holds 0.25, not a whole number (labels are the integers 0, 1, ...)"
+        "y row 61 (of 95 rows) holds 0.25, not a whole number (labels are the integers 0, 1, ...; 1 row is not "
+        "whole: fix it)"
     )
+
+
+def test_label_errors_count_the_rows_at_fault_and_give_the_fix(tmp_path):
+    """Out of range for data.classes: fix the rows or raise data.classes; negative or not
+    whole: fix the rows; each with how many rows share the fault."""
+    x = np.zeros((30, 1, 8, 8), np.float32)
+    y = np.arange(30) % 3
+    np.savez(tmp_path / "s0.npz", x=x, y=y)
+    path = config(tmp_path, {"files": str(tmp_path / "s{silo}.npz"), "classes": 3})
+    for labels, says in [
+        (np.where(np.arange(30) == 4, 7, y), "holds the label 7, out of range for data.classes 3 (labels run from 0 "
+         "to 2; 1 row is out of range: fix it, or raise data.classes)"),
+        (np.where(np.arange(30) < 5, 3, y), "holds the label 3, out of range for data.classes 3 (labels run from 0 "
+         "to 2; 5 rows are out of range: fix them, or raise data.classes)"),
+        (y - 1, "holds the label -1 (labels run from 0; 10 rows are negative: fix them)"),
+        (y + 0.5, "holds 0.5, not a whole number (labels are the integers 0, 1, ...; 30 rows are not whole: fix "
+         "them)"),
+    ]:  # fmt: skip
+        np.savez(tmp_path / "s1.npz", x=x, y=labels)
+        assert one_line(path, 1, tmp_path / "s1.npz").endswith(says)
+
+
+def test_a_damaged_archive_or_npy_header_is_named_with_the_fix(tmp_path):
+    """A zip member whose bytes changed fails its CRC; a .npy whose header is gone names that
+    .npy, not only the silo's folder; both say to copy the file again."""
+    x = np.random.default_rng(3).random((40, 1, 8, 8), dtype=np.float32)
+    for silo in range(2):
+        np.savez(tmp_path / f"s{silo}.npz", x=x, y=np.arange(40) % 2)
+    damaged = bytearray((tmp_path / "s1.npz").read_bytes())
+    damaged[len(damaged) // 3 : len(damaged) // 3 + 64] = bytes(64)
+    (tmp_path / "s1.npz").write_bytes(bytes(damaged))
+    line = one_line(config(tmp_path, {"files": str(tmp_path / "s{silo}.npz")}), 1, tmp_path / "s1.npz")
+    assert line.endswith("cannot be read (BadZipFile: Bad CRC-32 for file 'x.npy'; copy it again, or save it anew)")
+    for silo in range(2):
+        (tmp_path / f"d{silo}").mkdir()
+        np.save(tmp_path / f"d{silo}" / "x.npy", x)
+        np.save(tmp_path / f"d{silo}" / "y.npy", np.arange(40) % 2)
+    header = tmp_path / "d1" / "x.npy"
+    header.write_bytes(bytes(16) + header.read_bytes()[16:])
+    line = one_line(config(tmp_path, {"files": str(tmp_path / "d{silo}")}), 1, tmp_path / "d1")
+    said = r"/d1\): x.npy cannot be read \(ValueError: .*; copy it again, or save it anew\)$"
+    assert re.search(said, line), line
 
 
 # --------------------------------------------------------------------------- manifest groups
@@ -232,7 +276,7 @@ def test_a_damaged_image_in_a_folder_is_named_itself(tmp_path):
     damaged = tmp_path / "site1" / "train" / "1" / "2.png"
     damaged.write_bytes(damaged.read_bytes()[:60])
     line = one_line(config(tmp_path, {"files": str(tmp_path / "site{silo}")}), 1, tmp_path / "site1")
-    assert re.search(rf"image {re.escape(str(damaged))} cannot be read \(.*; replace or remove it\)$", line), line
+    assert re.search(r"/site1\): image train/1/2.png cannot be read \(.*; replace or remove it\)$", line), line
 
 
 def test_images_of_another_size_or_colour_suggest_the_setting_that_unites_them(tmp_path):
@@ -271,6 +315,21 @@ def test_silos_whose_images_differ_in_size_or_colour_are_told_the_setting_that_u
     assert agreed_in_process(load_config(path, ["data.channels=1"])).sample_shape == (1, 8, 8)
 
 
+def test_the_site_unlike_most_is_named_though_it_be_silo_0(tmp_path):
+    """One grey site among three colour ones: the grey one is named, not silo 1 for being
+    unlike silo 0; on a tie the lowest silo's shape is the reference."""
+    image_tree(tmp_path / "site0", "L", size=(8, 8))
+    for silo in (1, 2, 3):
+        image_tree(tmp_path / f"site{silo}", "RGB", size=(8, 8))
+    path = config(tmp_path, {"files": str(tmp_path / "site{silo}")}, silos=4)
+    assert one_line(path, 0, tmp_path / "site0").endswith(
+        f"its examples are 1x8x8, silo 1's ({tmp_path / 'site1'}) 3x8x8 "
+        "(set data.channels: 1 or 3 to give every silo's images one channel count)"
+    )
+    path = config(tmp_path, {"files": str(tmp_path / "site{silo}")}, silos=2)
+    assert "its examples are 3x8x8, silo 0's" in one_line(path, 1, tmp_path / "site1")
+
+
 def test_a_truncated_npy_file_is_found_before_it_is_mapped(tmp_path):
     for silo in range(2):
         folder = tmp_path / f"site{silo}"
@@ -282,9 +341,27 @@ def test_a_truncated_npy_file_is_found_before_it_is_mapped(tmp_path):
     cut.write_bytes(cut.read_bytes()[: whole - 1000])
     line = one_line(config(tmp_path, {"files": str(tmp_path / "site{silo}")}), 1, tmp_path / "site1")
     assert line.endswith(
-        f"{cut} is cut short: its header gives (50, 1, 8, 8) of float32, {whole} bytes, the file holds {whole - 1000} "
-        "(copy it again)"
+        f"): x.npy is cut short: its header gives (50, 1, 8, 8) of float32, {whole} bytes, the file holds "
+        f"{whole - 1000} (copy it again)"
     )
+
+
+def test_under_drop_a_long_reason_keeps_the_silo_its_file_and_the_fix(tmp_path, monkeypatch):
+    """The reason a silo gives for leaving travels in a header of fixed width: a long one loses
+    its middle, so the line every party prints still starts with the silo and its file and ends
+    with the fix (before: it lost its end, the fix with it)."""
+    monkeypatch.chdir(tmp_path)
+    for silo in range(2):
+        image_tree(Path(f"site{silo}"), "RGB", size=(8, 8))
+    damaged = Path("site1/train/1") / ("an_image_with_a_long_name_" * 6 + ".png")
+    damaged.write_bytes((damaged.parent / "2.png").read_bytes()[:60])
+    cfg = load_config(config(tmp_path, {"files": "site{silo}"}, runtime={"on_silo_failure": "drop"}))
+    why = local_reports(cfg, [1])[1]
+    assert isinstance(why, str) and len(why) > MAX_WHY and why.endswith("; replace or remove it)")
+    told = read_reports(report_frame(1, why), [1], leaving=True)[1]
+    assert len(told) == MAX_WHY and told.startswith("data: silo 1 (site1): image train/1/an_image_with")
+    assert told.endswith("_long_name_.png cannot be read (OSError: image file is truncated; replace or remove it)")
+    assert " ... " in told
 
 
 def test_under_the_real_job_a_bad_file_is_exit_2_one_line_and_no_results(tmp_path):
