@@ -69,7 +69,7 @@ def main() -> None:
 
     cfg = load_config(ROOT / args.config, [])
     data = cfg.data.build(args.silo, cfg.data_facts())
-    n = sample_size(cfg.strategy.sample_fraction, cfg.strategy.max_rows, len(data.y_train))
+    n = sample_size(cfg.strategy.sample_fraction, cfg.strategy.max_rows, len(data.y_train), len(data.y_val))
     rng = np.random.default_rng(cfg.seed)
     model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     z = embed(model.embedding, data.x_train[:n], torch.device("cpu")).astype(np.float64)

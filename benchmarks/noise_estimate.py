@@ -65,7 +65,11 @@ def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.nd
     rng = np.random.default_rng([cfg.seed, 11, silo, 1])
     x = data.x_train[
         np.sort(
-            rng.choice(len(data.y_train), sample_size(s.sample_fraction, s.max_rows, len(data.y_train)), replace=False)
+            rng.choice(
+                len(data.y_train),
+                sample_size(s.sample_fraction, s.max_rows, len(data.y_train), len(data.y_val)),
+                replace=False,
+            )
         )
     ]
     return (

@@ -98,7 +98,11 @@ def trained_silos(cfg: Config) -> list[Silo]:
         train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(seed), "cpu")
         rng = np.random.default_rng([cfg.seed, 11, c, 1])
         rows = np.sort(
-            rng.choice(len(data.y_train), sample_size(s.sample_fraction, s.max_rows, len(data.y_train)), replace=False)
+            rng.choice(
+                len(data.y_train),
+                sample_size(s.sample_fraction, s.max_rows, len(data.y_train), len(data.y_val)),
+                replace=False,
+            )
         )
         z_own = embed(model.embedding, data.x_train[rows], "cpu")
         z_val = embed(model.embedding, data.x_val[: s.max_rows], "cpu")

@@ -137,7 +137,7 @@ def factors(
         for fraction in fractions:
             s = dataclasses.replace(cfg.strategy, sample_fraction=fraction)
             rng = np.random.default_rng([cfg.seed, 99])
-            n = sample_size(s.sample_fraction, s.max_rows, len(data[chosen[0]].y_train))
+            n = sample_size(s.sample_fraction, s.max_rows, len(data[chosen[0]].y_train), len(data[chosen[0]].y_val))
             x = {c: data[c].x_train[np.sort(rng.choice(len(data[c].y_train), n, replace=False))] for c in chosen}
             dim_r = projected_dim(cfg.strategy.proj_ratio, cfg.model.embedding_dim)
             forms = {name: distance_of(dataclasses.replace(s, **kw)) for name, kw in FORMS.items()}

@@ -38,7 +38,9 @@ def tau_change(config: str, mnist: Path, silos: int) -> str:
         data = cfg.data.build(silo, cfg.data_facts())
         rng = np.random.default_rng([cfg.seed, 11, silo, 1])
         rows = np.sort(
-            rng.choice(len(data.y_train), sample_size(s.sample_fraction, s.max_rows, len(data.y_train)), False)
+            rng.choice(
+                len(data.y_train), sample_size(s.sample_fraction, s.max_rows, len(data.y_train), len(data.y_val)), False
+            )
         )
         z_own = embed(model.embedding, data.x_train[rows], cpu).astype(np.float64)
         z_val = embed(model.embedding, data.x_val[: s.max_rows], cpu).astype(np.float64)

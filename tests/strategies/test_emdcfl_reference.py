@@ -46,6 +46,6 @@ def test_deterministic_given_the_generator_and_sample_size_rule():
     b = W1.reference(z, v, 28, np.random.default_rng(7))
     assert a == b
     s = EmdCflConfig()
-    sizes = (647, 100_000, 2_000, 90, 5)
-    assert [sample_size(0.1, s.max_rows, n) for n in sizes] == [65, 512, 200, 9, 2]  # the paper's 10 %
-    assert [sample_size(s.sample_fraction, s.max_rows, n) for n in sizes] == [128, 512, 200, 90, 5]  # auto
+    sizes = ((647, 72), (100_000, 11_111), (2_000, 222), (90, 10), (46, 30), (5, 1))  # (training, validation)
+    assert [sample_size(0.1, s.max_rows, n, v) for n, v in sizes] == [65, 512, 200, 9, 5, 2]  # the paper's 10 %
+    assert [sample_size(s.sample_fraction, s.max_rows, n, v) for n, v in sizes] == [72, 512, 222, 10, 30, 2]

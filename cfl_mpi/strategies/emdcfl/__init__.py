@@ -32,8 +32,9 @@ class EmdCflConfig(StrategyParams):
     projection: Literal["orthonormal", "gaussian"] = "orthonormal"
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
-    # "auto": the paper's 10 %, but at least 128 embeddings (all of a smaller silo's), so that
-    # small sites are not judged on a dozen (docs/METHODS.md, "Sample sizes").
+    # "auto": the paper's 10 %, or as many as the validation set holds where that is more, so
+    # that τ is measured at W's sizes and small sites are not judged on a dozen embeddings
+    # (docs/METHODS.md, "Sample sizes").
     # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
     # too), so the server refuses a message of more rows, or a FedWaD support larger.
     sample_fraction: float | Literal["auto"] = "auto"

@@ -145,6 +145,8 @@ class Direct:
             c, clouds = msg.sender, Embeddings.of(msg)
             served, measured = clouds.served.tolist(), clouds.measured.tolist()
             self._check_batch(ctx, msg, todo[c], rows, clouds, told[c], record)
+            if c in rows:
+                record.rows[c] = rows[c]
             for p in served:
                 todo[c][p] &= ~SERVE
             for p in measured:

@@ -40,8 +40,6 @@ def projected_dim(proj_ratio: float, embedding_dim: int) -> int:
     return int(proj_ratio * embedding_dim)
 
 
-#: The fewest embeddings `sample_fraction: auto` takes from a silo that holds them.
-SAMPLE_FLOOR = 128
 #: Below this many embeddings in its sample a silo is reported as too small to tell groups apart.
 TELL_FLOOR = 30
 #: `noise_splits: auto` draws this many halvings where the halves hold fewer than SMALL_HALF
@@ -50,16 +48,18 @@ TELL_FLOOR = 30
 NOISE_DRAWS, SMALL_HALF_DRAWS, SMALL_HALF = 30, 100, 32
 
 
-def sample_size(fraction: float | str, cap: int, n_train: int) -> int:
+def sample_size(fraction: float | str, cap: int, n_train: int, n_val: int) -> int:
     """n = min(10 % of the silo's training data, 512) (the paper's §3, complexity paragraph).
 
-    `auto` takes the paper's 10 %, but at least SAMPLE_FLOOR (a smaller silo's whole training
-    set): the 10 % bounds the cost on large silos, and on a silo of a few hundred examples it
-    leaves a dozen embeddings, whose W1 is mostly its own sampling bias, so groups blur and
-    silos of unequal sizes split apart (beyond the paper: docs/METHODS.md, "Sample sizes")."""
+    `auto`: the paper's 10 %, or as many as the silo's validation set holds where that is
+    more. τ_c, W1 between the sample and the validation set (line 14), cancels W1's sampling
+    bias in W[c][c'] (line 16) only where the clouds are of one size: a sample four times the
+    validation set's leaves τ too large and same-group silos several noise units below 0,
+    which merges groups. On silos of a few hundred examples the paper's 10 % is a dozen
+    embeddings, and the validation set then sets the sample (docs/METHODS.md, "Sample sizes")."""
     n = math.ceil((0.1 if fraction == "auto" else float(fraction)) * n_train)
     if fraction == "auto":
-        n = max(n, SAMPLE_FLOOR)
+        n = max(n, n_val)
     return max(2, min(n, cap, n_train))
 
 

@@ -42,13 +42,14 @@ class Reference:
 @dataclass
 class Record:
     """What the server has measured: W, τ (per silo, or per ordered pair: a C × C array), each
-    silo's noise, and the (noise[, τ]) each silo first stated this round, which its later
-    messages of the round must repeat."""
+    silo's noise, the (noise[, τ]) each silo first stated this round, which its later
+    messages of the round must repeat, and the rows of its clouds (its sample)."""
 
     W: np.ndarray
     tau: np.ndarray
     noise: np.ndarray
     stated: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    rows: dict[int, int] = field(default_factory=dict)  # each silo's sample size, where its clouds came
 
 
 class Measurement(Protocol):

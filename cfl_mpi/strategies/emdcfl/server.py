@@ -20,7 +20,7 @@ from ...clustering.extraction import extract_clusters
 from ...console import say, warn
 from ..base import RunFacts, ServerRound, Strategy
 from . import EmdCflConfig
-from .distances import TELL_FLOOR, sample_size
+from .distances import TELL_FLOOR
 from .measurement import Record
 from .messages import Plan
 from .pairs import Pair, partner_roles
@@ -107,7 +107,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
             if finding := how_clear(self.extraction, self.params.clear_gap):
                 self.extraction["finding"] = finding
                 (warn if "weak" in finding else say)(f"round {ctx.round}: EMD-CFL: {finding}")
-            if small := too_small(self.params, ctx.n_samples):
+            if small := too_small(self.params, self.record.rows, ctx.n_samples):
                 self.extraction["too_small"] = small
                 warn(f"round {ctx.round}: EMD-CFL: {small['finding']}")
         return self.clusters
@@ -140,27 +140,29 @@ class EmdCfl(Strategy[EmdCflConfig]):
         }
 
 
-def too_small(params: EmdCflConfig, examples: Mapping[int, int]) -> dict | None:
-    """The silos whose sample holds too few embeddings for W1 to tell groups apart (under
-    TELL_FLOOR), from the training examples each claims, and what would help; None if none."""
-    samples = {c: sample_size(params.sample_fraction, params.max_rows, n) for c, n in sorted(examples.items())}
-    small = [c for c, n in samples.items() if n < TELL_FLOOR]
+def too_small(params: EmdCflConfig, samples: Mapping[int, int], examples: Mapping[int, int]) -> dict | None:
+    """The silos whose sample (the rows of the clouds they sent) holds too few embeddings for W1
+    to tell groups apart (under TELL_FLOOR), with the training examples each claims, and what
+    would help; None if none (or where no cloud reached the server: FedWaD mode)."""
+    small = [c for c, n in sorted(samples.items()) if n < TELL_FLOOR]
     if not small:
         return None
-    held_back = [c for c in small if samples[c] < examples[c]]
-    listed = ", ".join(f"{c} ({samples[c]} of {examples[c]})" for c in small)
-    help = (
-        f"strategy.sample_fraction: auto (or larger) would embed more of {'them' if len(held_back) > 1 else 'it'}"
-        if held_back
-        else "only more examples at these sites would: until then their clusters are guesses"
-    )
+    held_back = any(samples[c] < examples.get(c, 0) for c in small)
+    if held_back and params.sample_fraction != "auto":
+        help = "strategy.sample_fraction: auto (or larger) would embed more of their examples"
+    elif held_back:
+        help = "a larger data.val_fraction would (the sample holds as many embeddings as the validation set)"
+    else:
+        help = "only more examples at these sites would: until then their clusters are guesses"
+    listed = ", ".join(f"{c} ({samples[c]} of {examples.get(c, '?')})" for c in small)
     return {
         "silos": small,
-        "examples": [examples[c] for c in small],
+        "examples": [examples.get(c) for c in small],
         "sample": [samples[c] for c in small],
         "help": help,
         "finding": (
-            f"silos too small to tell groups apart: {listed} training examples embedded, under {TELL_FLOOR}; {help}"
+            f"silos too small to tell groups apart, their samples under {TELL_FLOOR} embeddings (silo: sample of "
+            f"training examples): {listed}; {help}"
         ),
     }
 

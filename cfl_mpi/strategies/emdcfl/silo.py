@@ -210,7 +210,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         s = self.params
         rng = np.random.default_rng([self.run.seed, 11, ctx.silo, ctx.round])
         d = ctx.data
-        n = sample_size(s.sample_fraction, s.max_rows, len(d.y_train))
+        n = sample_size(s.sample_fraction, s.max_rows, len(d.y_train), len(d.y_val))
         n = n if s.partner_sample == "train" else min(n, len(d.y_val))
         rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
         images, cross_rows = (
