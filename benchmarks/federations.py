@@ -69,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("/tmp/federations"))
     parser.add_argument("--tree", type=Path, default=ROOT, help="the cfl_mpi checkout whose jobs run")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--title", default="the product's defaults", help="the report's heading")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
@@ -193,6 +194,8 @@ def collect(out: Path, names: list[str]) -> list[dict]:
                 "avg_acc": s["avg_acc"],
                 "worst_acc": s["worst_acc"],
                 "margin": ext.get("margin"),
+                "gap": ext.get("gap"),
+                "noise_clusters": ext.get("noise_clusters"),
                 "max_within": ext.get("max_within"),
                 "min_between": ext.get("min_between"),
                 "paper_rule_clusters": (s.get("paper_rule") or {}).get("n_clusters"),
@@ -231,7 +234,11 @@ def aggregate(rows: list[dict]) -> list[dict]:
                 "method": method,
                 "seeds": sorted(r["seed"] for r in mine),
                 "n_clusters": [r["n_clusters"] for r in sorted(mine, key=lambda r: r["seed"])],
-                **{k: _mean([r[k] for r in mine]) for k in ("ari", "avg_acc", "worst_acc", "margin", "command_wall_s")},
+                "noise_clusters": [r.get("noise_clusters") for r in sorted(mine, key=lambda r: r["seed"])],
+                **{
+                    k: _mean([r.get(k) for r in mine])
+                    for k in ("ari", "avg_acc", "worst_acc", "margin", "gap", "command_wall_s")
+                },
                 "worst_minus_fedavg": _mean(gaps),
             }
         )
@@ -259,9 +266,17 @@ def _fmt(value: float | None, scale: float = 100, digits: int = 1) -> str:
     return "-" if value is None else f"{scale * value:.{digits}f}"
 
 
-def markdown(table: list[dict], commands: str, estimate: tuple[int, float], built: dict[str, dict], tree: str) -> str:
+def _clusters(r: dict) -> str:
+    """Clusters per seed, `k←m` where EMD-CFL's clear gap kept k of the noise cut's m."""
+    finer = r.get("noise_clusters") or [None] * len(r["n_clusters"])
+    return ",".join(f"{k}←{m}" if m is not None else str(k) for k, m in zip(r["n_clusters"], finer))
+
+
+def markdown(
+    table: list[dict], commands: str, estimate: tuple[int, float], built: dict[str, dict], tree: str, title: str
+) -> str:
     lines = [
-        "# Federations nobody tuned for: the product's defaults (before)",
+        f"# Federations nobody tuned for: {title}",
         "",
         "```bash",
         *dict.fromkeys(commands.strip().splitlines()),  # each command once, in the order first given
@@ -270,7 +285,9 @@ def markdown(table: list[dict], commands: str, estimate: tuple[int, float], buil
         f"Jobs of {tree}; data built by `benchmarks/federation_data.py`. Accuracy in %, the mean over the seeds run; "
         "worst − FedAvg: the worst site's accuracy less FedAvg's in the same seeds (points); clusters: per seed; "
         "margin: EMD-CFL's smallest between-cluster over its largest within-cluster distance (both in noise units; the "
-        "mean over the seeds that found more than one cluster; below 1 the cut parts sites closer than some it joins).",
+        "mean over the seeds that found more than one cluster; below 1 the cut parts sites closer than some it joins); "
+        "k←m: EMD-CFL's clear gap kept k clusters of the m its noise cut gave; gap: how many times higher the clusters "
+        "kept join than their members did (the mean over the seeds that kept more than one).",
         "",
         "| federation | sites (examples) | groups | partitioner |",
         "|---|---|---|---|",
@@ -285,15 +302,15 @@ def markdown(table: list[dict], commands: str, estimate: tuple[int, float], buil
     lines += [
         "",
         "| federation | backend | method | seeds | clusters | ARI | avg acc | worst acc | worst − FedAvg | margin "
-        "| s a job |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| gap | s a job |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
         lines.append(
             f"| {r['federation']} | {r['backend']} | {r['method']} | {','.join(map(str, r['seeds']))} | "
-            f"{','.join(map(str, r['n_clusters']))} | {_fmt(r['ari'], 1, 2)} | {_fmt(r['avg_acc'])} | "
+            f"{_clusters(r)} | {_fmt(r['ari'], 1, 2)} | {_fmt(r['avg_acc'])} | "
             f"{_fmt(r['worst_acc'])} | {_fmt(r['worst_minus_fedavg'])} | {_fmt(r['margin'], 1, 2)} | "
-            f"{_fmt(r['command_wall_s'], 1, 0)} |"
+            f"{_fmt(r.get('gap'), 1, 1)} | {_fmt(r['command_wall_s'], 1, 0)} |"
         )
     jobs, seconds = estimate
     lines += [
@@ -357,7 +374,7 @@ def report(args: argparse.Namespace, names: list[str], command: str) -> None:
     commands = f"{ran}{command}\n"
     stem = args.results / f"{date.today():%Y%m%d}-federations"
     args.results.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text(markdown(table, commands, estimate, built, tree_label(args.tree)))
+    stem.with_suffix(".md").write_text(markdown(table, commands, estimate, built, tree_label(args.tree), args.title))
     stem.with_suffix(".json").write_text(
         json.dumps({"runs": rows, "table": table, "federations": built}, indent=1) + "\n"
     )
