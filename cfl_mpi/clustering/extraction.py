@@ -146,10 +146,10 @@ def robust_clusters(
 
     A clear gap (``clear_gap`` given, measured noise): the noise cut keeps every split of
     distributions that differ beyond the noise, which on sites skewed by label or size is a
-    continuum, not groups: the dendrogram's merges climb by small steps (3.4, 4.4, 4.6, 6.5
-    ...). A partition is then kept only where its clusters join at least ``clear_gap`` times
-    higher than the last merge that formed them (floored at 1 noise unit: members within the
-    noise are one distribution); otherwise the next coarser cut is tried, down to one cluster.
+    continuum, not groups: the dendrogram's merges climb by small steps. A partition is then
+    kept only where its clusters join at least ``clear_gap`` times higher than the last merge
+    that formed them (floored at 1 noise unit: members within the noise are one distribution);
+    otherwise the next coarser cut is tried, down to one cluster.
     Beyond the paper (docs/METHODS.md, "A clear gap").
 
     The default, NOISE_MULTIPLE: well inside the range of multiples that recover the clusters of real
