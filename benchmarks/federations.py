@@ -312,6 +312,7 @@ def markdown(
             f"{_fmt(r['worst_acc'])} | {_fmt(r['worst_minus_fedavg'])} | {_fmt(r['margin'], 1, 2)} | "
             f"{_fmt(r.get('gap'), 1, 1)} | {_fmt(r['command_wall_s'], 1, 0)} |"
         )
+    lines += ["", *at_a_glance(table)]
     jobs, seconds = estimate
     lines += [
         "",
@@ -320,6 +321,39 @@ def markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def at_a_glance(table: list[dict]) -> list[str]:
+    """Each method's worst-site accuracy beside FedAvg's, a federation a row (the simulator), with
+    the ARI where the sites have true groups and the clusters elsewhere: which method to choose
+    for which kind of federation is read off this."""
+    sim = [r for r in table if r["backend"] == "simulate"]
+    feds = [f for f in FEDERATIONS if any(r["federation"] == f for r in sim)]
+    methods = [m for m in METHODS if any(r["method"] == m for r in sim)]
+    lines = [
+        "At a glance (the simulator): FedAvg's worst-site accuracy (%), each other method's less FedAvg's in the same "
+        "seeds (points); then the ARI where the sites have true groups, else the clusters per seed; how many seeds ran "
+        "in brackets.",
+        "",
+        "| federation | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
+    for fed in feds:
+        cells = []
+        for method in methods:
+            r = next((r for r in sim if (r["federation"], r["method"]) == (fed, method)), None)
+            if r is None:
+                cells.append("")
+                continue
+            found = f"ARI {_fmt(r['ari'], 1, 2)}" if FEDERATIONS[fed].grouped else f"{_clusters(r)} cl"
+            worst = (
+                f"{_fmt(r['worst_acc'])} %"
+                if method == "fedavg" or r["worst_minus_fedavg"] is None
+                else f"{100 * r['worst_minus_fedavg']:+.1f}"
+            )
+            cells.append(f"{worst} · {found} ({len(r['seeds'])})")
+        lines.append(f"| {fed} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(table: list[dict], path: Path) -> None:

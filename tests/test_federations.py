@@ -18,6 +18,7 @@ from benchmarks.federation_data import (
     load_source,
     partition,
 )
+from benchmarks.federations import aggregate, at_a_glance
 from cfl_mpi.config import load_config
 from cfl_mpi.data import DataFacts, SiloFiles
 
@@ -95,3 +96,17 @@ def test_flower_partitions_in_bounds_and_disjoint():
         held = np.concatenate(parts)
         assert len(held) == len(np.unique(held)) == len(y)
         assert all(MIN_SITE <= len(p) <= MAX_SITE for p in parts)
+
+
+def test_at_a_glance_sets_each_method_beside_fedavg_in_the_same_seeds():
+    def run(method: str, seed: int, worst: float, ari: float | None = None, clusters: int = 1) -> dict:
+        return {"federation": "cancer_labs", "backend": "simulate", "method": method, "seed": seed,
+                "n_clusters": clusters, "ari": ari, "avg_acc": worst, "worst_acc": worst, "margin": None,
+                "gap": None, "command_wall_s": 1.0}  # fmt: skip
+
+    rows = [run("fedavg", 0, 0.90, 0.0), run("fedavg", 1, 0.80, 0.0)]
+    rows += [run("emdcfl", 0, 0.95, 1.0, 2), run("emdcfl", 1, 0.70, 0.0)]  # +5 and -10 points: -2.5
+    rows += [run("ifca", 0, 0.85, 0.5, 2), run("ifca", 2, 0.99, 1.0, 2)]  # seed 2 has no FedAvg beside it
+    [head, row] = [line for line in at_a_glance(aggregate(rows)) if line.startswith("| ")]
+    assert head == "| federation | emdcfl | fedavg | ifca |"
+    assert row == "| cancer_labs | -2.5 · ARI 0.50 (2) | 85.0 % · ARI 0.00 (2) | -5.0 · ARI 0.75 (2) |"

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...clustering.defaults import EPSILON, NOISE_MULTIPLE
+from ...clustering.defaults import CLEAR_GAP, EPSILON, NOISE_MULTIPLE
 from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
 
 if TYPE_CHECKING:
@@ -76,8 +76,8 @@ class EmdCflConfig(StrategyParams):
     # clear_gap times farther apart than the last merge that formed them (in noise units, that
     # merge floored at 1), else it joins them: silos skewed by label or size differ by a
     # continuum, not by groups (docs/METHODS.md, "A clear gap"; 3 is what the federation suite
-    # supports); null (the default for now): the noise cut alone.
-    clear_gap: float | None = None
+    # supports); null: the noise cut alone.
+    clear_gap: float | None = CLEAR_GAP
     # Random halvings of the validation sample used to measure a silo's noise (the RMS of n
     # draws strays by about 1/√(2n) of the truth: ~13 % at 30, ~22 % at 10; a unit too small
     # can split a true pair). "auto": 100 where the halves hold under 32 embeddings (cheap
