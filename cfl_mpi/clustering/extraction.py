@@ -87,6 +87,11 @@ class ExtractionReport:
     gap: float | None = None
     """How much farther apart the clusters join than their members did (noise units, the
     members' join floored at 1); ``None`` for one cluster or without a noise scale."""
+    refused_clusters: int | None = None
+    """Where ``clear_gap`` joined some of the noise cut's clusters: the clusters of the clearest
+    split it refused (the largest gap among the finer cuts); ``None`` where it kept them."""
+    refused_gap: float | None = None
+    """That split's gap: ``clear_gap`` at or under it would have kept it."""
 
 
 def neighbourhood_clusters(W: np.ndarray, epsilon: float) -> np.ndarray:
@@ -177,7 +182,16 @@ def robust_clusters(
         labels = cuts[chosen][2]
         report = _report("robust", labels, D, float(np.median(noise)), "measured", noise_multiple, W)
         gap = _gap(cuts[chosen]) if np.isfinite(cuts[chosen][1]) else None
-        return labels, replace(report, noise_clusters=int(cuts[at][2].max()) + 1 if chosen != at else None, gap=gap)
+        if chosen == at:
+            return labels, replace(report, gap=gap)
+        refused = max(cuts[at:chosen], key=_gap)
+        return labels, replace(
+            report,
+            noise_clusters=int(cuts[at][2].max()) + 1,
+            gap=gap,
+            refused_clusters=int(refused[2].max()) + 1,
+            refused_gap=_gap(refused),
+        )
     for height, next_height, labels in cuts:
         s = _within_rms(directed, labels)
         if s is not None and height <= noise_multiple * s < next_height:

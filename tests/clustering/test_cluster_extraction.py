@@ -12,6 +12,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.clustering.defaults import CLEAR_GAP
 from cfl_mpi.clustering.extraction import (
+    ExtractionReport,
     extract_clusters,
     neighbourhood_clusters,
     robust_clusters,
@@ -216,6 +217,8 @@ def test_a_continuum_beyond_the_noise_is_one_cluster(seed: int) -> None:
         labels, report = robust_clusters(W, noise, clear_gap=gap)
         assert not labels.any() and report.n_clusters == 1
         assert report.noise_clusters is not None and report.noise_clusters > 1 and report.gap is None
+        assert report.refused_gap is not None and report.refused_gap < gap
+        _assert_refused_split_kept_at_its_gap(W, noise, report)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -230,6 +233,15 @@ def test_groups_skewed_inside_are_found_by_their_gap(seed: int) -> None:
     assert adjusted_rand_score(truth, labels) == 1.0
     assert report.noise_clusters is not None and report.noise_clusters > 2
     assert report.gap is not None and report.gap > 2 * CLEAR_GAP
+    assert report.refused_gap is not None and report.refused_gap < CLEAR_GAP
+    _assert_refused_split_kept_at_its_gap(W, noise, report)
+
+
+def _assert_refused_split_kept_at_its_gap(W: np.ndarray, noise: np.ndarray, report: ExtractionReport) -> None:
+    """What the console promises: the clearest refused split is kept at a clear gap of its own."""
+    assert report.refused_clusters is not None and report.refused_gap is not None
+    again = robust_clusters(W, noise, clear_gap=report.refused_gap)[1]
+    assert again.n_clusters == report.refused_clusters and again.gap == report.refused_gap
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -98,19 +98,25 @@ def test_how_clear_the_clusters_are_is_said_in_words():
         == "no groups found above the noise: the farthest pair of silos is 2.14 noise units apart, under the cut at 3.5"
     )
     continuum = {"n_clusters": 1, "max_within": 9.1, "margin": None, "min_between": None, "noise_clusters": 4}
+    continuum |= {"refused_clusters": 2, "refused_gap": 2.04}
     said = how_clear({**base, **continuum}, 3.0)
     assert said is not None and said.startswith("no groups found above the noise: the silos differ beyond it (the cut")
     assert "parts them into 4" in said and "no split joins 3 times farther apart" in said
-    assert said.endswith("one cluster")
+    assert said.endswith(
+        "one cluster; the clearest split refused, into 2 at a gap of 2.0, is kept with strategy.clear_gap at or under "
+        "that (null: the noise cut's 4)"
+    )
     weak = how_clear({**base, "n_clusters": 3, "max_within": 3.1, "margin": 0.4, "min_between": 1.24}, 3.0)
     assert weak is not None and weak.startswith(
         "a weak split into 3 clusters at a margin of 0.40: the closest pair across clusters (1.24 noise units) is no "
         "farther apart than the farthest pair inside one"
     )
     kept = {"n_clusters": 2, "max_within": 4.0, "margin": 2.0, "min_between": 8.0, "noise_clusters": 6, "gap": 7.1}
+    kept |= {"refused_clusters": 3, "refused_gap": 2.48}
     assert how_clear({**base, **kept}, 3.0) == (
         "2 clusters at a clear gap of 7.1: the cut at 3.5 noise units parts the silos into 6, but those inside each "
-        "differ by small steps, not groups"
+        "differ by small steps, not groups; the clearest split refused, into 3 at a gap of 2.4, is kept with "
+        "strategy.clear_gap at or under that (null: the noise cut's 6)"
     )
     assert how_clear({**base, "n_clusters": 4, "max_within": 2.0, "margin": 3.2, "min_between": 6.4}, 3.0) is None
     assert how_clear({**base, "rule": "neighbourhoods", "n_clusters": 1, "max_within": 0.01}, 3.0) is None

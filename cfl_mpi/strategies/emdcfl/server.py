@@ -9,6 +9,7 @@ soon as it has trained rather than when the slowest silo has.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -182,7 +183,7 @@ def how_clear(extraction: dict, clear_gap: float | None) -> str | None:
             return (
                 f"no groups found above the noise: the silos differ beyond it (the cut at {cut:g} noise units parts "
                 f"them into {finer}), but by small steps, with no clear gap (no split joins {clear_gap:g} times "
-                f"farther apart than its clusters' own members): one cluster"
+                f"farther apart than its clusters' own members): one cluster; {refused(extraction)}"
             )
         return (
             f"no groups found above the noise: the farthest pair of silos is {within:.2f} noise units apart, "
@@ -200,6 +201,18 @@ def how_clear(extraction: dict, clear_gap: float | None) -> str | None:
     if finer is not None:
         return (
             f"{extraction['n_clusters']} clusters at a clear gap of {extraction['gap']:.1f}: the cut at {cut:g} noise "
-            f"units parts the silos into {finer}, but those inside each differ by small steps, not groups"
+            f"units parts the silos into {finer}, but those inside each differ by small steps, not groups; "
+            f"{refused(extraction)}"
         )
     return None
+
+
+def refused(extraction: dict) -> str:
+    """The clearest split the clear gap refused, and the setting that would keep it: where the
+    groups a user expects differ little beside a spread inside each, the gap can be under 3."""
+    gap = math.floor(10 * extraction["refused_gap"]) / 10  # rounded down: a clear_gap of it keeps the split
+    return (
+        f"the clearest split refused, into {extraction['refused_clusters']} at a gap of "
+        f"{gap:.1f}, is kept with strategy.clear_gap at or under that (null: the noise cut's "
+        f"{extraction['noise_clusters']})"
+    )
