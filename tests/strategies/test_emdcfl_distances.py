@@ -97,6 +97,11 @@ def test_how_clear_the_clusters_are_is_said_in_words():
         one
         == "no groups found above the noise: the farthest pair of silos is 2.14 noise units apart, under the cut at 3.5"
     )
+    spread = how_clear({**base, "n_clusters": 1, "max_within": 3.76, "margin": None, "min_between": None}, 3.0)
+    assert spread == (
+        "no groups found above the noise: the farthest pair of silos is 3.76 noise units apart, but no two groups of "
+        "silos are farther than the cut at 3.5 on average"
+    )
     continuum = {"n_clusters": 1, "max_within": 9.1, "margin": None, "min_between": None, "noise_clusters": 4}
     continuum |= {"refused_clusters": 2, "refused_gap": 2.04}
     said = how_clear({**base, **continuum}, 3.0)

@@ -185,9 +185,14 @@ def how_clear(extraction: dict, clear_gap: float | None) -> str | None:
                 f"them into {finer}), but by small steps, with no clear gap (no split joins {clear_gap:g} times "
                 f"farther apart than its clusters' own members): one cluster; {refused(extraction)}"
             )
-        return (
-            f"no groups found above the noise: the farthest pair of silos is {within:.2f} noise units apart, "
-            f"under the cut at {cut:g}"
+        if within < cut:
+            return (
+                f"no groups found above the noise: the farthest pair of silos is {within:.2f} noise units apart, "
+                f"under the cut at {cut:g}"
+            )
+        return (  # average linkage: a pair beyond the cut, but no two groups beyond it on average
+            f"no groups found above the noise: the farthest pair of silos is {within:.2f} noise units apart, but "
+            f"no two groups of silos are farther than the cut at {cut:g} on average"
         )
     margin = extraction["margin"]
     if margin is not None and margin < 1:
