@@ -65,7 +65,7 @@ def main() -> None:
     import torch
 
     from cfl_mpi.models.build import build_model
-    from cfl_mpi.training import embed
+    from cfl_mpi.training.local import embed
 
     cfg = load_config(ROOT / args.config, [])
     data = cfg.data.build(args.silo, cfg.data_facts())

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from cfl_mpi.models.simple_cnn import SimpleCNN
-from cfl_mpi.training import EVAL_BATCH
+from cfl_mpi.training.local import EVAL_BATCH
 
 
 def best_cpu_s(fn, repeats: int) -> float:

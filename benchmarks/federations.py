@@ -12,7 +12,7 @@ The federations (benchmarks/federation_data.py) are built once into OUT/data/<na
 files (`.npz` a site, or PNG image folders) with a manifest and a run config, from MNIST's
 IDX files (--mnist, else $CFL_MPI_MNIST, else data/mnist; the MNIST federations are left out
 without them), scikit-learn's digits and its breast-cancer and wine tables; nothing is
-downloaded. Each (federation, method, seed) is one job of the tree's `cfl_mpi.simulate` (or
+downloaded. Each (federation, method, seed) is one job of the tree's `cfl_mpi.backends.simulate` (or
 `cfl_mpi.main` under mpirun with one rank per silo) into OUT/runs/<backend>/<federation>/
 <method>_s<seed>/, skipped where its summary.json exists; jobs run seed by seed, each seed over
 every federation, so that a cut-short run has the first seed everywhere. The Oracle runs only
@@ -137,7 +137,7 @@ def run_one(fed: Federation, method: str, seed: int, args: argparse.Namespace) -
     start = (
         [str(Path(sys.executable).parent / "mpirun"), "-n", str(fed.sites + 1), sys.executable, "-m", "cfl_mpi.main"]
         if args.backend == "mpi"
-        else [sys.executable, "-m", "cfl_mpi.simulate"]
+        else [sys.executable, "-m", "cfl_mpi.backends.simulate"]
     )
     cmd = [
         *start,

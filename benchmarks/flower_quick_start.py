@@ -49,7 +49,7 @@ def flower_app(config: str, cpus_per_actor: float, out: Path) -> None:
 
     from cfl_mpi.config import load_config
     from cfl_mpi.models.build import build_model, initial_model, load_arrays
-    from cfl_mpi.training import evaluate, train_local
+    from cfl_mpi.training.local import evaluate, train_local
 
     cfg = load_config(config, overrides=FEDAVG)
     cpu = torch.device("cpu")
@@ -120,7 +120,7 @@ def commands(config: str, flower_python: str, scratch: Path) -> dict[str, list[s
     ours = {
         "cfl_mpi_mpirun_9": [mpirun(), "-n", "9", sys.executable, "-m", "cfl_mpi.main", config],
         "cfl_mpi_mpirun_3": [mpirun(), "-n", "3", sys.executable, "-m", "cfl_mpi.main", config],
-        "cfl_mpi_simulator": [sys.executable, "-m", "cfl_mpi.simulate", config],
+        "cfl_mpi_simulator": [sys.executable, "-m", "cfl_mpi.backends.simulate", config],
     }
     flower = {
         name: [flower_python, "-m", "benchmarks.flower_quick_start", "--app", str(cpus), "--config", config]

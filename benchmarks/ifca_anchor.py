@@ -127,10 +127,10 @@ def run_ours(
         command = f"mpirun -n {1 + silo_ranks} python -m cfl_mpi.main {CONFIG} "
     else:
         overrides = [a for s in sets for a in ("--set", s)]
-        cmd = [sys.executable, "-m", "cfl_mpi.simulate", CONFIG, "--out", str(out), *overrides]
+        cmd = [sys.executable, "-m", "cfl_mpi.backends.simulate", CONFIG, "--out", str(out), *overrides]
         _, wall_s, pss_mb = run_watched(cmd, ROOT, {**os.environ, "PYTHONPATH": str(ROOT)})
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        command = f"python -m cfl_mpi.simulate {CONFIG} "
+        command = f"python -m cfl_mpi.backends.simulate {CONFIG} "
     per_round = [
         {
             "train": r["seconds"].get("train", 0.0),

@@ -5,7 +5,7 @@ side on configs/ifca_rotated_mnist.yaml (the same data, partition and seed).
         [--silo-ranks 2] [--methods emdcfl,ifca,fedavg,oracle] [--seed 0] [--out DIR] [--resume]
         [--stop-after-round N] [--report-only] [--set KEY=VALUE ...]
 
-Each method is its own MPI job (`python -m cfl_mpi.compare`, on 1 + `silo-ranks` ranks); IFCA
+Each method is its own MPI job (`python -m cfl_mpi.experiments.compare`, on 1 + `silo-ranks` ranks); IFCA
 starts from random cluster models as its authors' code does (`strategy.init: random`), the
 others as the config says. `--stop-after-round N` runs each method to round N of its
 `--rounds` and stops it there with its checkpoint (`runtime.stop_after_round`, not part of the
@@ -58,7 +58,7 @@ def run_methods(args: argparse.Namespace, out: Path) -> int:
     command = [
         sys.executable,
         "-m",
-        "cfl_mpi.compare",
+        "cfl_mpi.experiments.compare",
         args.config,
         "--methods",
         ",".join(args.methods),
@@ -127,7 +127,7 @@ def rounds_to(share: float, accuracies: list[float]) -> int:
 
 def report(out: Path, methods: list[str], seed: int) -> str:
     """experiment.md's table and accuracy.png from the finished runs."""
-    from cfl_mpi.plots import MARKERS, OKABE_ITO, _pyplot, _round_axis, coinciding
+    from cfl_mpi.reporting.plots import MARKERS, OKABE_ITO, _pyplot, _round_axis, coinciding
 
     plt = _pyplot()
     runs = {m: read_run(out / f"{m}_s{seed}") for m in methods if (out / f"{m}_s{seed}" / "metrics.jsonl").exists()}

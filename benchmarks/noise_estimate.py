@@ -24,7 +24,7 @@ from cfl_mpi.config import load_config
 from cfl_mpi.models.build import build_model
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.parts import distance_of
-from cfl_mpi.training import embed, train_local
+from cfl_mpi.training.local import embed, train_local
 
 from .runs import MNIST
 

@@ -44,7 +44,7 @@ from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.strategies.emdcfl.distances import pair_distance, projected_dim, sample_size
 from cfl_mpi.strategies.emdcfl.parts import distance_of
 from cfl_mpi.strategies.emdcfl.silo import pair_context, round_key
-from cfl_mpi.training import embed, train_local
+from cfl_mpi.training.local import embed, train_local
 
 from .runs import MNIST
 

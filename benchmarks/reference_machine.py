@@ -110,7 +110,7 @@ def noise_step() -> list[Goal]:
     config, _ = DIGITS
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
-            [sys.executable, "-m", "cfl_mpi.simulate", config, "--out", out, "--set", "train.rounds=1"],
+            [sys.executable, "-m", "cfl_mpi.backends.simulate", config, "--out", out, "--set", "train.rounds=1"],
             cwd=ROOT,
             check=True,
             capture_output=True,

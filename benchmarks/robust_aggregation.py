@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cfl_mpi.aggregation import AggregationConfig, aggregate, update_norm
+from cfl_mpi.aggregation.rules import AggregationConfig, aggregate, update_norm
 from cfl_mpi.config import load_config
 
 Model = dict[str, np.ndarray]
@@ -82,7 +82,7 @@ def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | Non
     import torch
 
     from cfl_mpi.models.build import build_model, load_arrays, state_arrays
-    from cfl_mpi.training import evaluate, train_local
+    from cfl_mpi.training.local import evaluate, train_local
 
     model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
     members = [0, 1, 2]

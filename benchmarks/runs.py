@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cfl_mpi.cli import find_mpirun
+from cfl_mpi.commands.cli import find_mpirun
 
 ROOT = Path(__file__).resolve().parents[1]
 # The MNIST IDX files of the benchmarks on the MNIST test split: the folder $CFL_MPI_MNIST names,
-# else data/mnist, where the MNIST configs keep them (and `python -m cfl_mpi.prepare` downloads them).
+# else data/mnist, where the MNIST configs keep them (and `python -m cfl_mpi.commands.prepare` downloads them).
 MNIST = Path(os.environ.get("CFL_MPI_MNIST") or ROOT / "data" / "mnist")
 MNIST_TEST = ("configs/rotated_mnist_test.yaml", (f"data.root={MNIST}", "data.download=false"))
 DIGITS = ("configs/digits.yaml", ())

@@ -6,7 +6,7 @@ of its own silos' data, and how fast a bad silo file ends a job.
 
 The built-in federation is rotated MNIST (configs/rotated.yaml: the training split, $CFL_MPI_MNIST
 or data/mnist), `--silos` silos on `--ranks` ranks (a block of silos a rank), one round of one
-epoch; its export (`python -m cfl_mpi.export`) runs with the same ranks. Peak memory is the
+epoch; its export (`python -m cfl_mpi.commands.export`) runs with the same ranks. Peak memory is the
 peak PSS of each rank (shared pages counted once), sampled every half second; a silo rank's
 data bytes are those of its silos' arrays (`SiloData`). The bad file: the digits quick start
 exported, one silo's labels beyond the classes, under `mpirun -n 9`: seconds from launch to
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from cfl_mpi.channel import RankLayout
+from cfl_mpi.commands.export import export
 from cfl_mpi.config import load_config
-from cfl_mpi.export import export
 
 from .runs import DIGITS, MNIST, ROOT, mpirun, run_job
 

@@ -110,7 +110,7 @@ def factors(
     from cfl_mpi.privacy.handshake import random_projection
     from cfl_mpi.strategies.emdcfl.distances import pair_distance, projected_dim, sample_size
     from cfl_mpi.strategies.emdcfl.parts import distance_of
-    from cfl_mpi.training import embed, train_local
+    from cfl_mpi.training.local import embed, train_local
 
     base = load_config(
         ROOT / "configs/rotated_mnist_test.yaml",
@@ -206,7 +206,7 @@ def round_walls(run: Path) -> list[float]:
 
 def table(folders: list[Path]) -> str:
     """The third form: one markdown row per run folder (`<method>_s<seed>` under each
-    `python -m cfl_mpi.compare` folder): ARI, the rule's margin, accuracies after the last
+    `python -m cfl_mpi.experiments.compare` folder): ARI, the rule's margin, accuracies after the last
     round, and the cost of clustering as the rounds' wall time beyond FedAvg's in the same
     folder and seed (IFCA pays on every round, EMD-CFL on its first)."""
     runs = sorted(p.parent for f in folders for p in f.glob("*/summary.json"))

@@ -26,7 +26,7 @@ def tau_change(config: str, mnist: Path, silos: int) -> str:
     from cfl_mpi.privacy.handshake import random_projection
     from cfl_mpi.strategies.emdcfl.distances import pair_distance, projected_dim, sample_size
     from cfl_mpi.strategies.emdcfl.parts import distance_of
-    from cfl_mpi.training import embed
+    from cfl_mpi.training.local import embed
 
     torch.manual_seed(0)
     cfg = load_config(config, [f"data.root={mnist}", "data.download=false"])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cfl_mpi.aggregation import AggregationConfig, LocalWork, aggregate, update_norm
+from cfl_mpi.aggregation.rules import AggregationConfig, LocalWork, aggregate, update_norm
 
 from .runs import MNIST
 
@@ -64,7 +64,7 @@ def run(x, y, parts, rounds: int, seed: int, epochs: int):
     from cfl_mpi.config import TrainConfig
     from cfl_mpi.models.build import load_arrays, state_arrays
     from cfl_mpi.models.simple_cnn import SimpleCNN
-    from cfl_mpi.training import train_local
+    from cfl_mpi.training.local import train_local
 
     train = TrainConfig(local_epochs=epochs, batch_size=64)
     work: LocalWork = train.work()

@@ -129,17 +129,17 @@ def print_transfer(comm, channel, blob, repeats: int) -> None:
 def worker(mode: str, repeats: int, parties: int) -> None:
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(1):  # as a rank of a run with more ranks than cores (cfl_mpi.job.limit_threads)
+    with threadpool_limits(1):  # as a rank of a run with more ranks than cores (cfl_mpi.backends.job.limit_threads)
         _worker(mode, repeats, parties)
 
 
 def _worker(mode: str, repeats: int, parties: int) -> None:
     from mpi4py import MPI
 
+    from cfl_mpi.backends.mpi.channel import MpiChannel, MpiInbox
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.layout import RankLayout
     from cfl_mpi.channel.local import LocalHub
-    from cfl_mpi.mpi.channel import MpiChannel, MpiInbox
     from cfl_mpi.runtime.params import RuntimeConfig
     from cfl_mpi.wire.messages import Expect, message_kind
 

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from .aggregation import AggregationConfig, LocalWork
+from .aggregation.rules import AggregationConfig, LocalWork
 from .data import REGISTRY as DATA_SETS
 from .data import DataFacts, DataParams, RotatedData
 from .models.params import TORCHVISION_MODELS, ModelConfig
@@ -62,7 +62,7 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
-# The federated rounds and each silo's local training (SGD with momentum, training.py).
+# The federated rounds and each silo's local training (SGD with momentum, training/local.py).
 @dataclass(frozen=True)
 class TrainConfig:
     # Federated rounds: in each, the participating silos train locally, then each cluster
@@ -379,7 +379,8 @@ def check_world(cfg: Config, world_size: int) -> int:
         raise ConfigError(
             f"silos: the config asks for {cfg.silos} silos, so the job needs 2 to {cfg.silos + 1} ranks "
             f"(the server and one rank per silo, or per block of silos: mpirun -n {cfg.silos + 1}) but it has "
-            f"{world_size} (start it with -n {cfg.silos + 1}, or run python -m cfl_mpi.simulate for one process)"
+            f"{world_size} (start it with -n {cfg.silos + 1}, "
+            "or run python -m cfl_mpi.backends.simulate for one process)"
         )
     return world_size - 1
 

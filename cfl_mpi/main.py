@@ -2,13 +2,13 @@
 
 Rank 0 is the server; ranks 1..R host the silos, one each (R = silos) or in blocks of
 consecutive silos that share the rank's device and torch (`runtime.silos_per_rank`, or
-derived from the rank count). The MPI backend (mpi/backend.py) runs the ranks.
+derived from the rank count). The MPI backend (backends/mpi/backend.py) runs the ranks.
 """
 
 from __future__ import annotations
 
 from . import console
-from .cli import run_arguments
+from .commands.cli import run_arguments
 from .runtime.stop import defer_stop_signals
 from .runtime.timeline import mark
 
@@ -23,7 +23,7 @@ def cli(argv: list[str] | None = None) -> None:
     mark("imports")
     args = run_arguments("python -m cfl_mpi.main", DESCRIPTION).parse_args(argv)
     console.setup(console.level_of(args.quiet, args.verbose))
-    from .mpi.backend import run_rank
+    from .backends.mpi.backend import run_rank
 
     run_rank(args)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cfl_mpi.cli import find_mpirun
+from cfl_mpi.commands.cli import find_mpirun
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The markers of the test being run (conftest sets them): a whole job needs one of SLOW, so that
@@ -54,10 +54,10 @@ def run_job(config: str, out: Path, *overrides: str, n: int | None = None, timeo
 
 
 def run_sockets(n: int, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run `python -m cfl_mpi.sockets -n n <args>` from the project root; output captured as text."""
+    """Run `python -m cfl_mpi.backends.sockets -n n <args>` from the project root; output captured as text."""
     require_slow_marker("a job on sockets")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "cfl_mpi.sockets", "-n", str(n), *args]
+    cmd = [sys.executable, "-m", "cfl_mpi.backends.sockets", "-n", str(n), *args]
     return subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -92,9 +92,9 @@ def assert_same_results(a: dict, b: dict) -> None:
 
 
 def simulate_job(config: str, out: Path, *overrides: str) -> tuple[dict, list[dict]]:
-    """Run `config` with overrides in this process (cfl_mpi.simulate); return (summary, records)."""
+    """Run `config` with overrides in this process (cfl_mpi.backends.simulate); return (summary, records)."""
+    from cfl_mpi.backends.simulate import simulate
     from cfl_mpi.config import load_config
-    from cfl_mpi.simulate import simulate
 
     require_slow_marker("a simulated job")
     cfg = load_config(PROJECT_ROOT / config, [*overrides, f"out={out}"])

@@ -139,7 +139,7 @@ class EmulatedNodes:
         return {**os.environ, **NETWORK_ENV, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
     def hydra_env(self, ranks: dict[str, int]) -> dict[str, str]:
-        """What makes a plain `mpirun -n N` (python -m cfl_mpi.launch's) launch across the nodes:
+        """What makes a plain `mpirun -n N` (python -m cfl_mpi.commands.launch's) launch across the nodes:
         Hydra's own variables for its host file, launcher and interface."""
         hosts = self.root / "hosts"
         hosts.write_text("".join(f"{host}:{n}\n" for host, n in ranks.items()))
@@ -148,9 +148,9 @@ class EmulatedNodes:
 
     def start(self, ranks: dict[str, int], args: list[str], launch: bool = False) -> subprocess.Popen:
         """Start a job across the nodes (output captured as text); the caller waits. With
-        `launch`, `args` go to `python -m cfl_mpi.launch`, which runs mpirun and watches it."""
+        `launch`, `args` go to `python -m cfl_mpi.commands.launch`, which runs mpirun and watches it."""
         require_slow_marker("a job across emulated nodes")
-        command = [sys.executable, "-m", "cfl_mpi.launch", *args] if launch else self.command(ranks, args)
+        command = [sys.executable, "-m", "cfl_mpi.commands.launch", *args] if launch else self.command(ranks, args)
         return subprocess.Popen(
             command, cwd=PROJECT_ROOT, env=self.hydra_env(ranks) if launch else self.env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cfl_mpi.aggregation import (
+from cfl_mpi.aggregation.rules import (
     AggregationConfig,
     ClusterSums,
     LocalWork,
@@ -226,7 +226,7 @@ def test_honest_silos_of_unequal_size_trained_for_real_keep_their_updates_and_co
     from cfl_mpi.data.digits import load_digit_pool
     from cfl_mpi.models.build import load_arrays, state_arrays
     from cfl_mpi.models.simple_cnn import SimpleCNN
-    from cfl_mpi.training import train_local
+    from cfl_mpi.training.local import train_local
 
     x, y = load_digit_pool()
     x = np.kron(x, np.ones((3, 3)))[:, None].astype(np.float32)  # 24 x 24: the CNN's two poolings fit

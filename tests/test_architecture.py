@@ -28,11 +28,16 @@ LAYERS = (
         "privacy",
         "ot",
         "clustering",
-        "weighted_sum",
+        "aggregation.weighted_sum",
         "console",
         "settings",
+        "aggregation",  # the folders' own modules: a docstring, no import
+        "backends",
+        "reporting",
+        "training",
     ),  # formats, maths, keys, words
-    ("channel", "mpi", "mpi.frames", "mpi.channel", "mpi.liveness"),  # how messages travel
+    ("channel", "backends.mpi", "backends.mpi.frames", "backends.mpi.channel", "backends.mpi.liveness"),  # how
+    # messages travel
     (
         "strategies",
         "strategies.spec",
@@ -40,33 +45,27 @@ LAYERS = (
         "data",
         "data.*",
         "models.params",
-        "aggregation",  # each data set's silos, the model and
+        "aggregation.rules",  # each data set's silos, the model and
         "runtime.params",
     ),  # aggregation sections, the runtime's
     ("config",),  # YAML into typed settings
-    ("models", "training", "batched_training", "results", "plots"),
+    ("models", "training.local", "training.batched", "reporting.results", "reporting.plots"),
     ("strategies.base", "strategies.*.*"),  # the strategies' halves
-    ("runtime", "mpi.placement"),  # rounds, silos, placement, checkpoints
+    ("runtime", "backends.mpi.placement"),  # rounds, silos, placement, checkpoints
     (
-        "cli",
         "main",
-        "simulate",
-        "compare",
-        "reproduce",
-        "prepare",
-        "export",
-        "ranks",
-        "launch",
-        "supervise",
-        "srun_mpi",
-        "mpi.backend",
-        "job",
-        "sockets",
-        "mpi.srun",
-        "config_reference",
-        "paper_figures",
-    ),  # entry points
+        "commands",
+        "experiments",
+        "backends.simulate",
+        "backends.job",
+        "backends.sockets",
+        "backends.mpi.backend",
+        "backends.mpi.srun",
+    ),  # entry points: the job, the other commands, experiments of many jobs, the backends
 )
+
+# The package's front hall: what a newcomer sees in cfl_mpi/ before opening a folder.
+TOP_LEVEL_MODULES = 8
 
 
 def module_name(path: Path) -> str:
@@ -129,6 +128,15 @@ def upward_imports(name: str, source: str | None = None) -> list[str]:
     return sorted(t for t in imported_modules(name, source) if layer(t) > layer(name) and not lazy_handle(name, t))
 
 
+def test_the_front_hall_has_few_modules_and_folders_hold_the_rest():
+    top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= TOP_LEVEL_MODULES, f"{len(top)} modules at cfl_mpi's top level: {top}"
+    for folder in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), (
+            f"{folder.name}/ says what lives there"
+        )
+
+
 def test_every_module_has_a_layer():
     for name in MODULES:
         layer(name)
@@ -160,19 +168,19 @@ def test_no_import_cycle():
 def test_the_maths_and_the_strategies_know_no_mpi(layer):
     """A strategy addresses silos by index through `ctx.channel`; which rank or transport
     carries a message is the channel's business."""
-    banned = ("mpi4py", "cfl_mpi.mpi", "cfl_mpi.channel.layout", "cfl_mpi.runtime.placement")
+    banned = ("mpi4py", "cfl_mpi.backends.mpi", "cfl_mpi.channel.layout", "cfl_mpi.runtime.placement")
     for name in (n for n in MODULES if n == f"cfl_mpi.{layer}" or n.startswith(f"cfl_mpi.{layer}.")):
         for target, _ in imports(name):
             assert not target.startswith(banned), f"{name} imports {target}"
 
 
 def test_only_the_mpi_backend_imports_mpi4py():
-    """MPI is one backend: its code lives in cfl_mpi/mpi/, and nothing else loads mpi4py (the
+    """MPI is one backend: its code lives in cfl_mpi/backends/mpi/, and nothing else loads mpi4py (the
     entry points reach the backend through it)."""
     outside = [
         name
         for name in MODULES
-        if not (name == "cfl_mpi.mpi" or name.startswith("cfl_mpi.mpi."))
+        if not (name == "cfl_mpi.backends.mpi" or name.startswith("cfl_mpi.backends.mpi."))
         and any(target == "mpi4py" or target.startswith("mpi4py.") for target, _ in imports(name))
     ]
     assert outside == []
@@ -189,7 +197,7 @@ def test_the_strategy_registry_is_light():
     """Config parsing and compare read the registry; neither may load a strategy's halves,
     numpy or torch (each rank of a 41-rank job, and every `compare` call, would pay for it)."""
     code = (
-        "import sys, cfl_mpi.strategies, cfl_mpi.compare; "
+        "import sys, cfl_mpi.strategies, cfl_mpi.experiments.compare; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
         "or m.endswith('.halves') or m == 'cfl_mpi.strategies.base'))"
     )

@@ -1,8 +1,10 @@
 """The command line: the rank-count helper the launcher uses, the run options that cannot go
 together, the commands' help, and how an MPI rank's process ends."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from jobs import PROJECT_ROOT
@@ -10,7 +12,11 @@ from jobs import PROJECT_ROOT
 
 def run(*args):
     return subprocess.run(
-        [sys.executable, "-m", "cfl_mpi.ranks", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "cfl_mpi.commands.ranks", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -41,7 +47,7 @@ def test_resume_with_another_out_folder_is_a_config_error(tmp_path):
         [
             sys.executable,
             "-m",
-            "cfl_mpi.simulate",
+            "cfl_mpi.backends.simulate",
             "configs/digits.yaml",
             "--resume",
             str(tmp_path / "a"),
@@ -68,7 +74,7 @@ def test_the_simulator_s_first_line_says_where_the_silos_compute(tmp_path):
         [
             sys.executable,
             "-m",
-            "cfl_mpi.simulate",
+            "cfl_mpi.backends.simulate",
             "configs/digits.yaml",
             "--out",
             str(out),
@@ -91,26 +97,44 @@ def test_the_simulator_s_first_line_says_where_the_silos_compute(tmp_path):
     assert first == f"digits: emdcfl, 4 silos in one process on the CPU, 2 rounds; results in {out}"
 
 
-@pytest.mark.parametrize(
-    "command", ["main", "simulate", "sockets", "compare", "reproduce", "launch", "prepare", "ranks", "srun_mpi"]
-)
+def documented_commands() -> list[str]:
+    """Every `python -m cfl_mpi.X` the README, the SLURM notes and the docs tell a user to run."""
+    pages = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "slurm" / "README.md", *(PROJECT_ROOT / "docs").glob("*.md")]
+    found = {m for page in pages for m in re.findall(r"python3? -m (cfl_mpi(?:\.\w+)+)", page.read_text())}
+    return sorted(found)
+
+
+def test_the_docs_name_the_commands_the_help_test_runs():
+    assert {"cfl_mpi.main", "cfl_mpi.backends.simulate", "cfl_mpi.experiments.compare"} <= set(documented_commands())
+
+
+@pytest.mark.parametrize("command", documented_commands())
 def test_every_command_s_help_says_what_it_does_in_a_sentence(command):
     proc = subprocess.run(
-        [sys.executable, "-m", f"cfl_mpi.{command}", "--help"],
+        [sys.executable, "-m", command, "--help"],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
+    assert proc.returncode == 0, proc.stderr
     description = proc.stdout.split("\n\n")[1]
-    assert proc.returncode == 0 and description[0].isupper() and description.rstrip().endswith(".")
+    assert description[0].isupper() and description.rstrip().endswith("."), description
     assert "`" not in description, description
+
+
+def test_the_console_script_runs_the_job_s_command():
+    script = Path(sys.executable).parent / "cfl-mpi"
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable}: the package is not installed with pip")
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "config" in proc.stdout, proc.stderr
 
 
 # A rank ends as cfl_mpi.main ends it: a barrier, MPI_Finalize, then cli.exit_rank.
 RANK_EXIT = (
-    "from mpi4py import MPI; from cfl_mpi.mpi.placement import wait_quietly; "
-    "from cfl_mpi.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)"
+    "from mpi4py import MPI; from cfl_mpi.backends.mpi.placement import wait_quietly; "
+    "from cfl_mpi.commands.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)"
 )
 
 

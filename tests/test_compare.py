@@ -1,4 +1,4 @@
-"""The comparison command (`python -m cfl_mpi.compare`): offline (the per-run overrides, the
+"""The comparison command (`python -m cfl_mpi.experiments.compare`): offline (the per-run overrides, the
 table, a failed run's reason, its config errors), then one comparison of all seven methods on 8
 rotated-digits silos (2 rounds, a slimmer CNN) by the in-process simulator, whose per-method
 folders are ordinary results folders and serve the baselines' whole-run assertions. (Every
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from jobs import PROJECT_ROOT, simulate_job
 
-from cfl_mpi.compare import failure_reason, markdown_table, run_overrides, summarise
+from cfl_mpi.experiments.compare import failure_reason, markdown_table, run_overrides, summarise
 
 DIGITS = "configs/digits.yaml"
 SMALL = ["train.rounds=2", "model.channels=[16,32]"]
@@ -80,7 +80,7 @@ def test_a_failed_run_s_reason_is_its_failure_line_else_its_last_error_line(tmp_
 )
 def test_compare_config_errors_are_one_line_and_exit_2(args, words, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--out", str(tmp_path), *args],
+        [sys.executable, "-m", "cfl_mpi.experiments.compare", DIGITS, "--out", str(tmp_path), *args],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -99,7 +99,7 @@ def test_missing_data_is_one_error_before_any_job(tmp_path):
         [
             sys.executable,
             "-m",
-            "cfl_mpi.compare",
+            "cfl_mpi.experiments.compare",
             "configs/rotated_mnist_test.yaml",
             "--out",
             str(out),
@@ -117,10 +117,12 @@ def test_missing_data_is_one_error_before_any_job(tmp_path):
     )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     assert proc.stderr.strip() == (
-        f"cfl_mpi.compare: config error: data.root: MNIST files t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte not "
+        f"cfl_mpi.experiments.compare: config error: data.root: MNIST files t10k-images-idx3-ubyte, "
+        f"t10k-labels-idx1-ubyte not "
         f"found in {root} (give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX "
         f"files (gzipped or not) directly or in DIR/MNIST/raw, as torchvision lays them out; or fetch them with "
-        f"`python -m cfl_mpi.prepare` with the same config and --set options and data.download: true where a network "
+        f"`python -m cfl_mpi.commands.prepare` with the same config and --set options and data.download: true "
+        f"where a network "
         f"is reachable)"
     )
     assert list(tmp_path.iterdir()) == [] and time.monotonic() - start < 30
@@ -161,7 +163,7 @@ def test_each_job_s_lines_reach_the_console_as_it_runs_then_its_outcome(tmp_path
         [
             sys.executable,
             "-m",
-            "cfl_mpi.compare",
+            "cfl_mpi.experiments.compare",
             DIGITS,
             "--methods",
             "emdcfl,fedavg",
@@ -225,7 +227,7 @@ def run_compare(out, *extra, timeout=900):
         [
             sys.executable,
             "-m",
-            "cfl_mpi.compare",
+            "cfl_mpi.experiments.compare",
             DIGITS,
             "--methods",
             ",".join(METHODS),
@@ -400,7 +402,7 @@ def test_compare_resume_continues_a_run_stopped_after_its_round(tmp_path):
 
     def compare(*extra: str) -> subprocess.CompletedProcess:
         sets = ["silos=4", "train.local_epochs=1", *SMALL, "train.rounds=3", *extra]
-        cmd = [sys.executable, "-m", "cfl_mpi.compare", DIGITS, "--methods", "fedavg", "--seeds", "0"]
+        cmd = [sys.executable, "-m", "cfl_mpi.experiments.compare", DIGITS, "--methods", "fedavg", "--seeds", "0"]
         cmd += ["--out", str(tmp_path), "--backend", "simulate", "--resume", *(a for s in sets for a in ("--set", s))]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
@@ -418,7 +420,7 @@ def test_compare_resume_continues_a_run_stopped_after_its_round(tmp_path):
     assert [r["round"] for r in records] == [1, 2, 3]
     assert json.loads((run / "summary.json").read_text())["resumed_after_round"] == 2
     log = (run / "log.txt").read_text()
-    assert log.count("cfl_mpi.simulate") == 2 and f"--resume {run}" in log  # both pieces, appended
+    assert log.count("cfl_mpi.backends.simulate") == 2 and f"--resume {run}" in log  # both pieces, appended
 
 
 def test_without_known_groups_the_table_has_no_ari_column():

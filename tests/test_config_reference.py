@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from conftest import PROJECT_ROOT
 
-from cfl_mpi import config_reference
+from cfl_mpi.commands import config_reference
+from cfl_mpi.commands.config_reference import COMMAND, CONFIG_MD, render, sections
 from cfl_mpi.config import Config, load_config
-from cfl_mpi.config_reference import COMMAND, CONFIG_MD, render, sections
 from cfl_mpi.data import REGISTRY as DATA_SETS
 from cfl_mpi.runtime.params import FaultConfig, LateSilo, RuntimeConfig
 from cfl_mpi.strategies import REGISTRY

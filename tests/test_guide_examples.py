@@ -61,7 +61,7 @@ def test_the_guides_own_data_example_runs_as_written(tmp_path, monkeypatch):
 def test_the_guides_own_model_trains_on_silos_of_vectors(tmp_path, monkeypatch):
     """my_models/signals.py as the guide writes it, named by the guide's `model:` line, on
     silos that hold vectors (N, 64) as the guide says: one round of FedAvg."""
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     write_python_blocks(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

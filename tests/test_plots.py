@@ -1,4 +1,4 @@
-"""The figures a person reads at a glance (cfl_mpi/plots.py): asserted on matplotlib's objects,
+"""The figures a person reads at a glance (cfl_mpi/reporting/plots.py): asserted on matplotlib's objects,
 not on pixels."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from cfl_mpi import plots, strategies  # noqa: E402
+from cfl_mpi import strategies  # noqa: E402
 from cfl_mpi.clustering.extraction import symmetrised  # noqa: E402
+from cfl_mpi.reporting import plots
 
 plt = plots._pyplot()
 
@@ -264,13 +265,13 @@ def test_one_round_method_plot_is_not_blank():
 
 
 def test_importing_plots_does_not_import_matplotlib():
-    code = "import sys, cfl_mpi.plots; assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
+    code = "import sys, cfl_mpi.reporting.plots; assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_plots_names_no_strategy():
     """Each strategy says how its matrix is drawn (its spec's `Pairwise.view`): the plots know
     none by name or label."""
-    source = (PROJECT_ROOT / "cfl_mpi" / "plots.py").read_text().lower()
+    source = (PROJECT_ROOT / "cfl_mpi" / "reporting" / "plots.py").read_text().lower()
     named = [word for spec in strategies.REGISTRY.values() for word in (spec.name, spec.label.lower())]
     assert [word for word in named if re.search(rf"\b{re.escape(word)}\b", source)] == []

@@ -1,4 +1,4 @@
-"""`python -m cfl_mpi.reproduce`: the machinery on one tiny block, the paper scale's sbatch line,
+"""`python -m cfl_mpi.experiments.reproduce`: the machinery on one tiny block, the paper scale's sbatch line,
 and the paper's figures as transcribed."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import pytest
 from jobs import PROJECT_ROOT
 
-from cfl_mpi import reproduce
-from cfl_mpi.paper_figures import TABLE_1_MNIST, TABLE_3_MNIST, TABLE_6
+from cfl_mpi.experiments import reproduce
+from cfl_mpi.experiments.paper_figures import TABLE_1_MNIST, TABLE_3_MNIST, TABLE_6
 
 TINY = ("silos=4", "train.rounds=2", "model.channels=[8,16]", "model.embedding_dim=16", "participation.count=2")
 
@@ -45,7 +45,10 @@ def test_one_tiny_block_writes_the_table_beside_the_paper_and_the_plot(shared_da
         assert paper_acc == {"EMD-CFL": "93.70 ± 2.11", "Oracle": "93.62 ± 2.12"}[method]
         assert re.fullmatch(r"\d+\.\d\d ± 0\.00", our_acc) and re.fullmatch(r"-?\d\.\d\d ± 0\.00", our_ari)
         assert seeds == "1"
-    assert "python -m cfl_mpi.compare configs/rotated_mnist_test.yaml --methods emdcfl,oracle --seeds 0" in table
+    assert (
+        "python -m cfl_mpi.experiments.compare configs/rotated_mnist_test.yaml --methods emdcfl,oracle --seeds 0"
+        in table
+    )
     assert (tmp_path / "accuracy_per_round.png").stat().st_size > 0
     assert (tmp_path / "block1" / "emdcfl_s0" / "summary.json").exists()
     console = capsys.readouterr().out  # each job's rounds as it runs, then its outcome
@@ -60,7 +63,7 @@ def test_missing_data_is_one_error_before_any_job(tmp_path):
     unreachable = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "cfl_mpi.reproduce", "1", "--out", str(out), "--set", f"data.root={root}"],
+        [sys.executable, "-m", "cfl_mpi.experiments.reproduce", "1", "--out", str(out), "--set", f"data.root={root}"],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -70,7 +73,7 @@ def test_missing_data_is_one_error_before_any_job(tmp_path):
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith(
-        f"cfl_mpi.reproduce: config error: data.root: MNIST is not in {root} and downloading it failed ("
+        f"cfl_mpi.experiments.reproduce: config error: data.root: MNIST is not in {root} and downloading it failed ("
     ) and line.endswith(" [Rotated MNIST]")
     assert (
         "(give the folder that holds the files with --set data.root=DIR, where DIR holds the IDX files (gzipped "
@@ -84,7 +87,7 @@ def test_paper_scale_prints_the_sbatch_line(capsys):
     assert reproduce.main(["1", "--scale", "paper", "--seeds", "0,1"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("sbatch --nodes=1 --ntasks=41 ")
-    assert line.endswith("'python -m cfl_mpi.reproduce 1 --scale paper --seeds 0,1 --run'")
+    assert line.endswith("'python -m cfl_mpi.experiments.reproduce 1 --scale paper --seeds 0,1 --run'")
 
 
 def test_unknown_table_is_one_line_exit_2(capsys):
@@ -108,7 +111,9 @@ def test_transcribed_figures_spot_checks():
 
 def test_a_method_whose_runs_all_failed_reads_failed_not_a_dash():
     block = reproduce.TABLES["1"][0]
-    failed = reproduce.block_table(block, {"emdcfl": []}, block.small, "python -m cfl_mpi.compare ...", ran=("emdcfl",))
+    failed = reproduce.block_table(
+        block, {"emdcfl": []}, block.small, "python -m cfl_mpi.experiments.compare ...", ran=("emdcfl",)
+    )
     not_run = reproduce.block_table(block, {}, block.small, "")
     row = next(line for line in failed.splitlines() if line.startswith("| EMD-CFL"))
     assert row.count("failed") == len(block.paper.columns)

@@ -9,7 +9,7 @@ import sys
 import pytest
 from jobs import PROJECT_ROOT
 
-from cfl_mpi.srun_mpi import chosen_plugin, plugin_for
+from cfl_mpi.commands.srun_mpi import chosen_plugin, plugin_for
 
 SCRIPTS = sorted((PROJECT_ROOT / "slurm").glob("*.sbatch")) + sorted((PROJECT_ROOT / "slurm").glob("*.sh"))
 MPICH_WHEEL = (
@@ -20,7 +20,10 @@ MPICH_WHEEL = (
 
 def probe(ranks: int, layout: str, mpi: str = "pmi2") -> str:
     """The srun step that checks the PMI plugin before the run (common.sh's cfl_srun_mpi)."""
-    return f"srun --mpi={mpi} {layout} --kill-on-bad-exit=1 {sys.executable} -m cfl_mpi.srun_mpi --check-world {ranks}"
+    return (
+        f"srun --mpi={mpi} {layout} --kill-on-bad-exit=1 {sys.executable} "
+        f"-m cfl_mpi.commands.srun_mpi --check-world {ranks}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -190,7 +193,7 @@ def test_requeue_resumes_and_requeues_until_the_run_is_complete(stand_ins, tmp_p
 
 
 def test_launch_print_follows_several_silos_per_rank(capsys):
-    from cfl_mpi.launch import main
+    from cfl_mpi.commands.launch import main
 
     main(["--print", "configs/digits.yaml", "--set", "silos=40", "--set", "runtime.silos_per_rank=5"])
     lines = capsys.readouterr().out.splitlines()
@@ -206,7 +209,7 @@ def test_launch_print_follows_several_silos_per_rank(capsys):
 
 
 def test_launch_print_refuses_a_bad_config_in_one_line(capsys):
-    from cfl_mpi.launch import main
+    from cfl_mpi.commands.launch import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--print", "configs/digits.yaml", "--set", "silos=x"])

@@ -169,7 +169,7 @@ def long_jobs(cluster):
     --signal), submitted together as the README says: they run side by side."""
     tag = f"t{os.getpid()}"
     sets = [a for s in LONG for a in ("--set", s)]
-    ranks = cluster.run(sys.executable, "-m", "cfl_mpi.ranks", CONFIG, *sets).stdout.strip()
+    ranks = cluster.run(sys.executable, "-m", "cfl_mpi.commands.ranks", CONFIG, *sets).stdout.strip()
     single = cluster.sbatch(f"{tag}single", f"--ntasks={ranks}", "slurm/single_node.sbatch", CONFIG, *sets)
     requeue = cluster.sbatch(f"{tag}requeue", f"--ntasks={ranks}", "slurm/requeue.sbatch", CONFIG, *sets)
     submitted = time.monotonic()
@@ -323,7 +323,7 @@ def test_multi_node_gpu_job_runs_the_het_group_srun_line_with_several_silos_per_
 
 
 def test_a_rank_that_dies_under_srun_is_named_with_its_silos_and_node(cluster):
-    """The sbatch scripts run srun watched (cfl_mpi/supervise.py): silo 2 exits without a word
+    """The sbatch scripts run srun watched (cfl_mpi/commands/supervise.py): silo 2 exits without a word
     in round 2 (its rank, 2, hosts silos 2-3, on the second node); srun ends the job, and one
     line of cfl_mpi's in the log and failure.txt names the rank, its silos and its node."""
     if cluster.nodes is None:
@@ -355,7 +355,7 @@ def test_launch_print_gives_the_lines_that_submit_the_config(cluster):
     proc = cluster.run(
         sys.executable,
         "-m",
-        "cfl_mpi.launch",
+        "cfl_mpi.commands.launch",
         "--print",
         CONFIG,
         "--set",

@@ -1,12 +1,12 @@
-"""The launcher's watch (supervise.py): what it makes of the launcher's words and nodes.json."""
+"""The launcher's watch (commands/supervise.py): what it makes of the launcher's words and nodes.json."""
 
 from __future__ import annotations
 
 import io
 import json
 
-from cfl_mpi.results import write_nodes
-from cfl_mpi.supervise import LauncherWords, _what_ended
+from cfl_mpi.commands.supervise import LauncherWords, _what_ended
+from cfl_mpi.reporting.results import write_nodes
 
 # MPICH's mpiexec, as it reports a rank that ended badly, and a node's proxy gone
 BAD_TERMINATION = """
@@ -74,7 +74,7 @@ SRUN_NODE_FAILURE = "srun: error: Node failure on node2\n"
 
 
 def test_srun_naming_the_task_that_ended_first_names_its_rank_and_silos(tmp_path):
-    from cfl_mpi.supervise import _srun_ended
+    from cfl_mpi.commands.supervise import _srun_ended
 
     said = words(SRUN_KILLED)
     assert said.tasks_ended == ("node3", [4], "Killed") and said.node_failure is None
@@ -89,7 +89,7 @@ def test_srun_naming_the_task_that_ended_first_names_its_rank_and_silos(tmp_path
 
 
 def test_srun_naming_a_node_failure_names_the_node_with_every_rank_and_silo_there(tmp_path):
-    from cfl_mpi.supervise import _srun_ended
+    from cfl_mpi.commands.supervise import _srun_ended
 
     said = words(SRUN_NODE_FAILURE)
     assert said.node_failure == "node2"
@@ -102,7 +102,7 @@ def test_srun_naming_a_node_failure_names_the_node_with_every_rank_and_silo_ther
 
 
 def test_the_supervised_command_names_its_results_folder():
-    from cfl_mpi.supervise import out_of
+    from cfl_mpi.commands.supervise import out_of
 
     assert str(out_of(["srun", "python", "-m", "cfl_mpi.main", "c.yaml", "--out", "runs/a"])) == "runs/a"
     assert str(out_of(["srun", "python", "-m", "cfl_mpi.main", "c.yaml", "--resume", "runs/b"])) == "runs/b"
@@ -112,7 +112,7 @@ def test_the_supervised_command_names_its_results_folder():
 def test_srun_numbers_a_heterogeneous_jobs_tasks_within_their_component(tmp_path):
     """The server alone in component 0 (rank 0 on node1), the silo ranks in component 1: task
     1 of the silo component on node2 is rank 2 (seen on a real heterogeneous job)."""
-    from cfl_mpi.supervise import _srun_ended, het_components
+    from cfl_mpi.commands.supervise import _srun_ended, het_components
 
     write_nodes(tmp_path, ["node1", "node2", "node2"], [10, 20, 21], [[], [0, 1], [2, 3]])
     layout = het_components({"SLURM_HET_SIZE": "2", "SLURM_NTASKS_HET_GROUP_0": "1", "SLURM_NTASKS_HET_GROUP_1": "2"})

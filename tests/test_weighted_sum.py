@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cfl_mpi.aggregation import fedavg
-from cfl_mpi.weighted_sum import WeightedSum
+from cfl_mpi.aggregation.rules import fedavg
+from cfl_mpi.aggregation.weighted_sum import WeightedSum
 
 
 def terms(seed: int, count: int, size: int = 64) -> tuple[list[dict[str, np.ndarray]], list[int]]:

@@ -63,8 +63,8 @@ def write(run: Path) -> None:
 
 
 def main() -> int:
+    from cfl_mpi.backends.simulate import simulate
     from cfl_mpi.config import load_config
-    from cfl_mpi.simulate import simulate
 
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as out:

@@ -3,7 +3,7 @@
 A `Channel` is one party's line to the others (Flower's and pfl-research's backend idea):
 typed messages addressed by silo index, or `SERVER`. Strategies and the runtime talk only
 to it; the backends decide the transport: in-process queues (`local.py`) or MPI ranks
-(`mpi/channel.py`), including several silos on one rank.
+(`backends/mpi/channel.py`), including several silos on one rank.
 
 Waiting polls with an exponential back-off sleep, never spinning (MPICH and Open MPI spin a
 core inside blocking calls, stealing it from the silos that train); a backend may cut a

@@ -2,7 +2,7 @@
 
 The simulator runs every party this way, and a backend of several processes uses the same
 hub for the parties that share one: its receiving thread files what arrives from the others
-as frames of its own (the MPI backend's: mpi/frames.py). A message is encoded and checked
+as frames of its own (the MPI backend's: backends/mpi/frames.py). A message is encoded and checked
 exactly as between processes (header against the receiver's `Expect`, finite payload), and
 its arrays are copied when sent, so a party can reuse its buffers at once and never shares
 memory with another.
@@ -32,7 +32,7 @@ def expected(expect: Expect) -> str:
 
 class Fetch(Protocol):
     """What a receiving channel offers for a message whose arrays its transport still holds
-    (another process's: the MPI backend's frames, mpi/frames.py)."""
+    (another process's: the MPI backend's frames, backends/mpi/frames.py)."""
 
     def payload(self, layout: list) -> dict[str, np.ndarray]:
         """The arrays that follow a header, as its `layout` declares them."""

@@ -3,7 +3,7 @@ each silo reports what the server needs of its data and nothing more, as a decla
 and every party checks the reports against each other the same way (runtime/agreement.py).
 
 The reports travel before the channels exist, right after the config check (the MPI job
-gathers them in one collective: job.py), so that a missing or malformed file ends the job in
+gathers them in one collective: backends/job.py), so that a missing or malformed file ends the job in
 seconds, before any rank imports torch; as raw header bytes of a fixed width, read with the
 same checks as any message from a peer (wire/messages.py).
 """

@@ -38,7 +38,7 @@ from .images import (
 from .partition import group_shard, holdout_split
 from .spec import DataFacts, DataParams, SiloData
 
-PREPARE_HINT = "`python -m cfl_mpi.prepare` with the same config and --set options"
+PREPARE_HINT = "`python -m cfl_mpi.commands.prepare` with the same config and --set options"
 
 
 @dataclass(frozen=True, eq=False)  # each source one object: hashed by identity (the pools' cache)
@@ -107,7 +107,7 @@ class PooledData(DataParams):
     # MNIST and CIFAR-10: "train" trains on the training split and tests on the test split;
     # "test" uses the test split alone as the whole data set (split by test_fraction).
     pool: Literal["train", "test"] = "train"
-    # Rank 0 (or `python -m cfl_mpi.prepare`) downloads missing MNIST/CIFAR-10 files.
+    # Rank 0 (or `python -m cfl_mpi.commands.prepare`) downloads missing MNIST/CIFAR-10 files.
     download: bool = True
     # Fraction of the pool held out for testing (digits, or MNIST/CIFAR-10 with pool: test).
     test_fraction: float = 0.2

@@ -49,7 +49,7 @@ class ModelConfig:
     # own size for torchvision models; your own model's must be given.
     embedding_dim: int = derived()
     # false: random initialisation; true: torchvision's ImageNet weights (torch's cache, or
-    # downloaded by rank 0 / `python -m cfl_mpi.prepare`); a path: a weights file (a state
+    # downloaded by rank 0 / `python -m cfl_mpi.commands.prepare`); a path: a weights file (a state
     # dict of the torchvision model, or of a cfl_mpi model), read with weights_only=True.
     pretrained: bool | str = False
     # Edge of the images the model is fed: batches are resized (bilinear) from data.image_size

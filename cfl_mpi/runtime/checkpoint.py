@@ -203,7 +203,7 @@ def check_results_folder(cfg: Config, resume: bool, overwrite: bool) -> None:
     `--resume` needs a checkpoint whose index and saved config fit (`check_resume`); a fresh
     run refuses a folder that already holds a run, whose rounds it would mix with its own,
     unless `--overwrite` asks to replace it. What needs θ(0) is `check_resume_arrays`, later."""
-    from ..results import run_files
+    from ..reporting.results import run_files
 
     out = cfg.results_dir()
     if resume and overwrite:

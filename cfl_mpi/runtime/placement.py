@@ -1,5 +1,5 @@
 """Where a process of a job runs: its device and its share of its node's cores (its backend
-says which node: mpi/placement.py)."""
+says which node: backends/mpi/placement.py)."""
 
 from __future__ import annotations
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..aggregation import ClusterSums, Decision
+from ..aggregation.rules import ClusterSums, Decision
 from ..channel import Alternative, Channel, Pending, wait_all
 from ..clustering.labels import adjusted_rand_index
 from ..config import Config, config_digest
 from ..console import detail, say, warn
-from ..results import RunRecorder, record_failure
+from ..reporting.results import RunRecorder, record_failure
 from ..strategies.base import AheadOfUpdate, Model, ServerRound, timed
 from ..wire.messages import Message, ProtocolError
 from ..wire.round import (

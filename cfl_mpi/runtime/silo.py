@@ -37,7 +37,7 @@ from .halves import halves, silo_half
 from .timeline import mark
 
 if TYPE_CHECKING:
-    from ..training import SiloSet
+    from ..training.local import SiloSet
 
 __all__ = ["run_silo"]
 
@@ -59,7 +59,6 @@ def run_silo(
 def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool, mates: set[int]) -> None:
     import torch
 
-    from ..batched_training import LocalTraining, batches_silos, train_together
     from ..models.build import (
         build_model,
         hold_arrays,
@@ -69,7 +68,8 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         state_arrays,
         state_template,
     )
-    from ..training import SiloSet, train_local
+    from ..training.batched import LocalTraining, batches_silos, train_together
+    from ..training.local import SiloSet, train_local
 
     leaving = cfg.runtime.on_silo_failure == "drop"
     if leaving:  # the server may drop this silo, should a message of its break the protocol
@@ -110,7 +110,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
 
     def train(t: int, generator: torch.Generator) -> None:
         """Local training: alone, or with the process's silos that train in round t, as one
-        computation (`runtime.silo_training`, batched_training.py)."""
+        computation (`runtime.silo_training`, training/batched.py)."""
         if together:
             compute.together(
                 ("local_training", t),
@@ -226,7 +226,7 @@ class SiloEvaluation:
     """What a silo reports of the model it continues from: accuracy and loss on its test set,
     and, for a backdoor data set's target silos, the accuracy on the backdoored test images;
     alone, or as one computation with the process's silos that evaluate in the round
-    (`together(round, backdoor)`, batched_training.py)."""
+    (`together(round, backdoor)`, training/batched.py)."""
 
     def __init__(
         self,
@@ -236,7 +236,7 @@ class SiloEvaluation:
         silo: int = 0,
         together: Callable[[int, bool], list[int]] | None = None,
     ) -> None:
-        from ..training import SiloSet
+        from ..training.local import SiloSet
 
         self.compute, self.device, self.n_test = compute, device, len(data.y_test)
         self.silo, self.together = silo, together
@@ -272,8 +272,8 @@ class SiloEvaluation:
         backdoor: bool = False,
         weights: dict[str, np.ndarray] | None = None,
     ) -> tuple[float, float]:
-        from ..batched_training import Evaluation as EvaluationJob
-        from ..batched_training import evaluate_each, evaluate_together
+        from ..training.batched import Evaluation as EvaluationJob
+        from ..training.batched import evaluate_each, evaluate_together
 
         job = EvaluationJob(model, *labelled.tensors(), weights)
         key = ("evaluation", round, backdoor)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..aggregation import AggregationConfig, ClusterSums, Decision, LocalWork, cluster_averages
+from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, LocalWork, cluster_averages
 from ..channel import Alternative, Channel
 from ..wire.messages import Expect, Kind, Message
 from ..wire.round import ROUND_KINDS

@@ -1,0 +1,1 @@
+"""What travels between parties: typed messages behind a JSON header, never pickle."""

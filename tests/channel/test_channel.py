@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cfl_mpi.backends.mpi.frames import InlineFrame, inline_buffer
 from cfl_mpi.channel import SERVER, ChannelClosed, LocalChannel, LocalHub, PeerTimeout, RankLayout
 from cfl_mpi.channel.local import SharedFrame
-from cfl_mpi.mpi.frames import InlineFrame, inline_buffer
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 from cfl_mpi.wire.messages import check_payload as local_check
 from cfl_mpi.wire.messages import read_header as local_read

@@ -1,4 +1,4 @@
-"""Heartbeats (mpi/liveness.py): a rank that falls silent is named with its node, its
+"""Heartbeats (backends/mpi/liveness.py): a rank that falls silent is named with its node, its
 ranks and silos within the timeout; one that said goodbye is no longer watched; a heartbeat
 that is not one ends the wait naming its sender."""
 
@@ -9,10 +9,10 @@ import json
 import pytest
 from jobs import PROJECT_ROOT, run_mpi
 
+from cfl_mpi.backends.mpi.liveness import Liveness
 from cfl_mpi.channel import RankLayout
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.console import spans
-from cfl_mpi.mpi.liveness import Liveness
 
 
 def test_spans_of_ranks_and_silos():

@@ -13,7 +13,7 @@ import yaml
 from config_files import config_from
 from data_files import write_cifar10, write_mnist, write_pacs
 
-from cfl_mpi import prepare as prepare_module
+from cfl_mpi.commands import prepare as prepare_module
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.data import backdoor, cifar
 from cfl_mpi.data.images import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
@@ -342,7 +342,7 @@ def test_pacs_errors_name_the_folder_and_the_fix(files, tmp_path):
         message.startswith(
             f"data.root: PACS domain folders photo, art_painting, cartoon, sketch not found in {tmp_path / 'none'}"
         )
-        and "python -m cfl_mpi.prepare" in message
+        and "python -m cfl_mpi.commands.prepare" in message
         and "\n" not in message
     )
     assert "--set data.root=DIR, where DIR/<domain>/<class>/ holds the images (.jpg, .jpeg, .png)" in message
@@ -363,7 +363,7 @@ def test_missing_cifar_without_network_is_one_clear_error(tmp_path, monkeypatch)
     message = str(err.value)
     assert (
         message.startswith(f"data.root: CIFAR-10 is not in {tmp_path / 'c10'} and downloading it failed (URLError")
-        and "python -m cfl_mpi.prepare" in message
+        and "python -m cfl_mpi.commands.prepare" in message
     )
     assert "--set data.root=DIR, where DIR/cifar-10-batches-py holds data_batch_1" in message and "\n" not in message
 
@@ -457,7 +457,8 @@ def test_a_silo_rank_imports_only_what_it_uses():
     import sys
 
     code = (
-        "import sys; import cfl_mpi.main, cfl_mpi.mpi.backend, cfl_mpi.runtime.silo, cfl_mpi.runtime.placement; "
+        "import sys; import cfl_mpi.main, cfl_mpi.backends.mpi.backend, cfl_mpi.runtime.silo, "
+        "cfl_mpi.runtime.placement; "
         "print(sorted(m for m in ('sklearn', 'ot', 'scipy.stats', 'scipy.ndimage', 'matplotlib', 'torch._dynamo') "
         "if m in sys.modules))"
     )

@@ -110,7 +110,7 @@ def test_a_silo_keeps_its_images_as_bytes_where_they_are_a_sources_levels(tmp_pa
 def test_a_job_on_bytes_gives_the_bits_of_one_on_floats(tmp_path, mnist_root, monkeypatch):
     """The whole run (EMD-CFL's clustering on the silos' embeddings, training, evaluation):
     the same accuracies, clusters and final models whether the silos keep bytes or floats."""
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     require_slow_marker("a simulated job")
     body = {

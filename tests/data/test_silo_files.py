@@ -17,11 +17,11 @@ from jobs import PROJECT_ROOT, assert_same_results, run_mpi, run_results
 from PIL import Image
 
 from cfl_mpi import data as data_sets
+from cfl_mpi.commands.export import export
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.data import DataFacts, DataParams, SiloData, SiloFiles
 from cfl_mpi.data.agreement import REPORT_BYTES, DataReport, frame, read_frames
 from cfl_mpi.data.images import to_model_input
-from cfl_mpi.export import export
 from cfl_mpi.runtime.agreement import agreed_in_process
 from cfl_mpi.wire.messages import ProtocolError
 
@@ -279,7 +279,7 @@ class Blobs(DataParams):
 
 @pytest.mark.job
 def test_a_new_data_set_is_one_class_and_one_registry_line(tmp_path, monkeypatch):
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     monkeypatch.setitem(data_sets.REGISTRY, "blobs", Blobs)
     path = tmp_path / "blobs.yaml"
@@ -304,7 +304,7 @@ def test_a_new_data_set_is_one_class_and_one_registry_line(tmp_path, monkeypatch
 
 @pytest.mark.job
 def test_the_exported_quick_start_gives_the_built_in_results_bit_for_bit(tmp_path):
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     built_in = load_config(PROJECT_ROOT / "configs/digits.yaml", [*SMALL, f"out={tmp_path / 'built_in'}"])
     exported = export(built_in, tmp_path / "files")
@@ -349,7 +349,7 @@ def test_the_exported_rotated_mnist_gives_the_built_in_results_bit_for_bit(tmp_p
         "strategy.pair_keys=seeded",
     ]
     built_in = load_config(PROJECT_ROOT / "configs/rotated.yaml", [*sets, f"out={tmp_path / 'built_in'}"])
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     exported = export(built_in, tmp_path / "files")
     simulate(built_in)
@@ -362,7 +362,7 @@ def test_under_mpirun_each_rank_opens_only_its_own_silos_files_and_the_results_m
     """The exported quick start under `mpirun -n 5` (2 silos a rank), every file open audited:
     rank 0 opens no silo's file, each silo rank only its own silos'; the results are the
     simulator's on the built-in data, bit for bit."""
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     built_in = load_config(PROJECT_ROOT / "configs/digits.yaml", [*SMALL, f"out={tmp_path / 'built_in'}"])
     exported = export(built_in, tmp_path / "files")

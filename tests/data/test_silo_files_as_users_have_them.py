@@ -371,7 +371,7 @@ def test_under_the_real_job_a_bad_file_is_exit_2_one_line_and_no_results(tmp_pat
     np.savez(tmp_path / "s1.npz", x=np.zeros((30, 1, 8, 8), np.float32), y=np.full(30, np.nan))
     path = config(tmp_path, {"files": str(tmp_path / "s{silo}.npz")})
     proc = subprocess.run(
-        [sys.executable, "-m", "cfl_mpi.simulate", str(path)],
+        [sys.executable, "-m", "cfl_mpi.backends.simulate", str(path)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

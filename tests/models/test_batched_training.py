@@ -1,4 +1,4 @@
-"""A process's silos trained as one computation (batched_training.py) against one by one."""
+"""A process's silos trained as one computation (training/batched.py) against one by one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import pytest
 import torch
 from jobs import PROJECT_ROOT, simulate_job
 
-from cfl_mpi.batched_training import (
+from cfl_mpi.config import ConfigError, TrainConfig, load_config
+from cfl_mpi.models.mlp import Mlp
+from cfl_mpi.models.simple_cnn import SimpleCNN
+from cfl_mpi.training.batched import (
     Evaluation,
     LocalTraining,
     batchable,
@@ -17,10 +20,7 @@ from cfl_mpi.batched_training import (
     evaluate_together,
     train_together,
 )
-from cfl_mpi.config import ConfigError, TrainConfig, load_config
-from cfl_mpi.models.mlp import Mlp
-from cfl_mpi.models.simple_cnn import SimpleCNN
-from cfl_mpi.training import evaluate, train_local
+from cfl_mpi.training.local import evaluate, train_local
 
 # Batched and one-by-one weights differ by float rounding (a batched product sums in another
 # order): ≤ 8e-8 here after 3 epochs, on weights of size ≤ 0.4, and a median of 1.5e-8 over

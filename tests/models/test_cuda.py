@@ -26,7 +26,7 @@ SMALL = [
 
 
 def test_simulated_silos_share_the_gpu_for_training_embedding_and_evaluation(tmp_path, monkeypatch):
-    import cfl_mpi.training as training
+    import cfl_mpi.training.local as training
 
     seen: list[tuple[str, str, str]] = []
 
@@ -52,7 +52,7 @@ def test_simulated_silos_share_the_gpu_for_training_embedding_and_evaluation(tmp
 
 
 def test_mpi_silo_ranks_take_the_gpu_and_the_server_does_not(tmp_path):
-    proc = run_mpi(3, ["-m", "cfl_mpi.mpi.placement"], timeout=300)
+    proc = run_mpi(3, ["-m", "cfl_mpi.backends.mpi.placement"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = json.loads(proc.stdout.strip().splitlines()[-1])
     count = torch.cuda.device_count()

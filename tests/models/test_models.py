@@ -10,9 +10,9 @@ import pytest
 import torch
 from config_files import config_from
 
+from cfl_mpi.commands.prepare import prepare_weights
 from cfl_mpi.config import ConfigError
 from cfl_mpi.models.build import WeightsError, build_model
-from cfl_mpi.prepare import prepare_weights
 
 EMBEDDING_DIMS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536, "vit_b_16": 768, "convnext_base": 1024}
 
@@ -179,7 +179,7 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
         "model.pretrained: torchvision's resnet18 weights are not in torch's cache "
         f"({tmp_path / 'empty_hub' / 'checkpoints' / 'resnet18-f37072fd.pth'})"
     )
-    assert "URLError" in message and "python -m cfl_mpi.prepare" in message and "\n" not in message
+    assert "URLError" in message and "python -m cfl_mpi.commands.prepare" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("pools,side", [(2, 28), (1, 28), (2, 30)])  # 30: an odd map (15) to pool

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
+from cfl_mpi.commands.prepare import prepare_weights
 from cfl_mpi.config import ConfigError, load_config
-from cfl_mpi.prepare import prepare_weights
 from cfl_mpi.runtime.agreement import agreed_in_process
 
 SIGNALS = '''
@@ -94,7 +94,7 @@ def test_a_model_that_cannot_serve_is_one_line_before_any_work(signals, model, s
 
 @pytest.mark.job
 def test_your_own_model_trains_on_your_own_data(signals):
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     cfg = agreed_in_process(load_config(signals({"name": "my_signals:conv1d", "embedding_dim": 16})))
     prepare_weights(cfg)

@@ -7,7 +7,7 @@ from torch import nn
 
 from cfl_mpi.config import TrainConfig
 from cfl_mpi.models.simple_cnn import SimpleCNN
-from cfl_mpi.training import Sgd, train_local
+from cfl_mpi.training.local import Sgd, train_local
 
 
 def reference_train(

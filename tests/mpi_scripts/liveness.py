@@ -8,8 +8,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from cfl_mpi.backends.mpi.liveness import Liveness
 from cfl_mpi.channel import RankLayout
-from cfl_mpi.mpi.liveness import Liveness
 from cfl_mpi.wire.messages import ProtocolError
 
 world = MPI.COMM_WORLD

@@ -12,9 +12,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from cfl_mpi.backends.mpi.channel import MpiChannel, MpiInbox
+from cfl_mpi.backends.mpi.frames import envelope, inline_buffer
 from cfl_mpi.channel import SERVER, ChannelClosed, LocalHub, PeerTimeout, RankLayout
-from cfl_mpi.mpi.channel import MpiChannel, MpiInbox
-from cfl_mpi.mpi.frames import envelope, inline_buffer
 from cfl_mpi.wire.messages import Expect, ProtocolError, encode_header, message_kind
 
 world = MPI.COMM_WORLD

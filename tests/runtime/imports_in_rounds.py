@@ -37,11 +37,11 @@ def in_round(fn):
 
 
 def main(argv: list[str]) -> None:
-    from cfl_mpi import training
+    from cfl_mpi.backends.simulate import simulate
     from cfl_mpi.config import load_config
     from cfl_mpi.runtime.halves import halves as halves_of
     from cfl_mpi.runtime.server import Server
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.training.local import local as training
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(argv[0], [*argv[1:], f"out={out}"])
@@ -60,6 +60,6 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-    from cfl_mpi.cli import exit_now
+    from cfl_mpi.commands.cli import exit_now
 
     exit_now(0)  # as the simulator's command ends: the interpreter's teardown once aborted a finished run

@@ -9,7 +9,7 @@ import yaml
 
 from cfl_mpi.config import ConfigError, config_digest, load_config
 from cfl_mpi.models.build import initial_model
-from cfl_mpi.results import remove_run
+from cfl_mpi.reporting.results import remove_run
 from cfl_mpi.runtime.checkpoint import (
     Checkpoint,
     check_results_folder,

@@ -18,10 +18,10 @@ import pytest
 from jobs import PROJECT_ROOT, failure_of, mpirun, run_job, simulate_job
 from sklearn.metrics import adjusted_rand_score
 
+from cfl_mpi.backends.simulate import simulate
 from cfl_mpi.config import load_config
 from cfl_mpi.runtime.checkpoint import load_checkpoint
 from cfl_mpi.runtime.parties import PartyFailure
-from cfl_mpi.simulate import simulate
 
 DIGITS = "configs/digits.yaml"
 # 4 silos (one per rotation), small CNN, one local epoch: ~1 min per job on 2 cores.

@@ -14,8 +14,8 @@ from jobs import PROJECT_ROOT, assert_same_results, run_results
 from nodes import EmulatedNodes
 
 from cfl_mpi.channel import RankLayout
+from cfl_mpi.commands.export import export
 from cfl_mpi.config import load_config
-from cfl_mpi.export import export
 
 pytestmark = [pytest.mark.mpi, pytest.mark.nodes]
 
@@ -47,7 +47,7 @@ def spread(exported: Path, nodes: EmulatedNodes, ranks: dict[str, int], silos: i
 def across_nodes(tmp_path: Path, nodes: EmulatedNodes, config: str, sets: list[str], silos: int) -> dict:
     """The built-in config in the simulator, and its export run across the nodes from their
     own folders: both runs' results, the bytes over each node's link, and the metrics."""
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     built_in = load_config(PROJECT_ROOT / config, [*sets, f"out={tmp_path / 'one_machine'}"])
     exported = export(built_in, tmp_path / "files")
@@ -108,7 +108,7 @@ def uninterrupted(tmp_path_factory) -> dict:
     """The run no node is lost from (the simulator's results are every rank layout's)."""
     from jobs import require_slow_marker
 
-    from cfl_mpi.simulate import simulate
+    from cfl_mpi.backends.simulate import simulate
 
     require_slow_marker("the uninterrupted run")
     out = tmp_path_factory.mktemp("uninterrupted")
@@ -117,7 +117,7 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 
 def lose_a_node(tmp_path: Path, nodes: EmulatedNodes, how: str) -> tuple[float, str, Path]:
-    """Start the job across the nodes as launch/run.sh does (python -m cfl_mpi.launch: mpirun,
+    """Start the job across the nodes as launch/run.sh does (python -m cfl_mpi.commands.launch: mpirun,
     watched), lose node3 (`how`: kill or cut) as round 2 starts; (seconds from the loss to the
     job's end, its output, the results folder)."""
     import time

@@ -42,7 +42,7 @@ def test_emdcfl_finds_the_rotations_after_round_1(emdcfl8):
 
 @pytest.mark.mpi
 def test_the_sockets_backend_gives_the_mpi_jobs_results_bit_for_bit(emdcfl8, tmp_path):
-    """The job runner on a backend of local sockets (cfl_mpi/sockets.py), the README's job on 3
+    """The job runner on a backend of local sockets (cfl_mpi/backends/sockets.py), the README's job on 3
     processes (4 silos each): the MPI job's clusters, accuracies, W, τ and noise, bit for bit."""
     out = emdcfl8[0]
     proc = run_sockets(3, [DIGITS, "--out", str(tmp_path), "--set", ROUNDS, "--set", SEEDED])

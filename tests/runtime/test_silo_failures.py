@@ -98,7 +98,7 @@ def test_under_mpirun_the_failing_silos_rank_mate_goes_on_and_the_results_are_th
 def test_once_more_than_max_dropped_have_left_the_job_stops_with_a_checkpoint_and_exit_1(tmp_path):
     out = tmp_path / "run"
     sets = [a for s in [*SMALL, *failing("raise"), "runtime.max_dropped=0"] for a in ("--set", s)]
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", CONFIG, "--out", str(out), *sets],
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.backends.simulate", CONFIG, "--out", str(out), *sets],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "stopped after round 2 (1 of 8 silos left, over runtime.max_dropped (0))" in proc.stdout + proc.stderr

@@ -81,7 +81,7 @@ def test_a_silo_may_report_why_its_data_cannot_be_read_only_under_drop():
 
 
 def test_readmit_needs_resume():
-    from cfl_mpi.cli import load_run_config
+    from cfl_mpi.commands.cli import load_run_config
 
     args = argparse.Namespace(config=str(DIGITS), out=None, resume=None, readmit="3", overrides=[])
     with pytest.raises(ConfigError, match="--readmit: needs --resume"):
@@ -97,8 +97,8 @@ RUN = ["silos=8", "data.rotations=[0,90]", "train.rounds=2", "train.local_epochs
 
 @pytest.mark.job
 def test_a_resumed_run_keeps_the_silos_it_dropped_out_unless_readmitted(tmp_path):
+    from cfl_mpi.backends.simulate import simulate
     from cfl_mpi.runtime.checkpoint import kept_out
-    from cfl_mpi.simulate import simulate
 
     out, again = tmp_path / "run", tmp_path / "readmitted"
     start = time.monotonic()
@@ -120,7 +120,7 @@ def test_a_resumed_run_keeps_the_silos_it_dropped_out_unless_readmitted(tmp_path
     assert np.isnan(np.delete(np.load(out / "W.npy")[3], 3)).all()  # nobody measured a pair with it
 
     sets = [a for s in RUN for a in ("--set", s)]
-    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.simulate", str(DIGITS), "--resume", str(again),
+    proc = subprocess.run([sys.executable, "-m", "cfl_mpi.backends.simulate", str(DIGITS), "--resume", str(again),
                            "--readmit", "3", *sets], cwd=PROJECT_ROOT, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -139,7 +139,7 @@ def exported(tmp_path_factory) -> Path:
     """The quick start's 8 silos as files (2 rounds), silo 5's missing."""
     from jobs import require_slow_marker
 
-    from cfl_mpi.export import export
+    from cfl_mpi.commands.export import export
 
     require_slow_marker("the exported quick start")
     folder = tmp_path_factory.mktemp("files")

@@ -9,7 +9,7 @@ import torch
 from jobs import simulate_job
 from torch import nn
 
-from cfl_mpi.training import embed
+from cfl_mpi.training.local import embed
 
 DIGITS = "configs/digits.yaml"
 AUTHORS = (

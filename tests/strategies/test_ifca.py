@@ -89,7 +89,7 @@ def test_identity_step_gives_each_silo_its_losses_as_alone_and_loads_the_model_t
 
     from cfl_mpi.models.mlp import Mlp
     from cfl_mpi.strategies.ifca.halves import chosen, identity_step
-    from cfl_mpi.training import evaluate
+    from cfl_mpi.training.local import evaluate
 
     torch.manual_seed(0)
     cluster_models = [{k: v.numpy().copy() for k, v in Mlp(784, 10, hidden=16).state_dict().items()} for _ in range(3)]

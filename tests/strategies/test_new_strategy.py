@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from jobs import simulate_job
 
-from cfl_mpi import compare, strategies
-from cfl_mpi.aggregation import fedavg
+from cfl_mpi import strategies
+from cfl_mpi.aggregation.rules import fedavg
 from cfl_mpi.channel import SERVER
+from cfl_mpi.experiments import compare
 from cfl_mpi.strategies import Pairwise, StrategyParams, StrategySpec
 from cfl_mpi.strategies.base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError, message_kind
@@ -64,7 +65,7 @@ class ToySoft(Strategy[ToySoftConfig]):
 
 class ToySoftSilo(SiloProtocol):
     def after_training(self, ctx: SiloRound) -> None:
-        from cfl_mpi.training import evaluate
+        from cfl_mpi.training.local import evaluate
 
         loss = evaluate(ctx.model, ctx.data.x_train, ctx.data.y_train, ctx.device)[1]
         ctx.channel.send(SERVER, LOSS, ctx.round, {"loss": np.array([loss])})

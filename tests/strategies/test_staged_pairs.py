@@ -425,8 +425,8 @@ def test_staged_plan_with_late_silos_and_partial_participation_in_fedwad_mode(tm
 def test_a_staged_run_stopped_before_its_late_silo_resumes_to_the_uninterrupted_run(tmp_path):
     """The plans' clusters so far are part of the checkpoint: resumed after round 2, round 3
     places the late silo against them instead of planning every silo afresh."""
+    from cfl_mpi.backends.simulate import simulate
     from cfl_mpi.runtime.stop import StopRequest
-    from cfl_mpi.simulate import simulate
 
     class StopAfterRound2(StopRequest):  # as SLURM's SIGTERM would, once round 2 is recorded
         @property

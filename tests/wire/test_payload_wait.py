@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from cfl_mpi.backends.mpi.channel import MpiChannel
 from cfl_mpi.channel import LocalChannel, LocalHub, RankLayout
-from cfl_mpi.mpi.channel import MpiChannel
 from cfl_mpi.wire.messages import ProtocolError
 
 PAYLOAD_TIMEOUT_S = 0.2

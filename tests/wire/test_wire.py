@@ -113,12 +113,12 @@ def test_placement_counts_silos_per_node_when_ranks_span_two_nodes():
     its own silos from 0 (their device index) and shares its cores among them."""
     import os
 
-    from cfl_mpi.mpi.placement import NODE_GROUPS_ENV
+    from cfl_mpi.backends.mpi.placement import NODE_GROUPS_ENV
     from cfl_mpi.runtime.placement import usable_cores
 
     os.environ[NODE_GROUPS_ENV] = "2"
     try:
-        proc = run_mpi(6, ["-m", "cfl_mpi.mpi.placement"], timeout=120)
+        proc = run_mpi(6, ["-m", "cfl_mpi.backends.mpi.placement"], timeout=120)
     finally:
         del os.environ[NODE_GROUPS_ENV]
     assert proc.returncode == 0, proc.stderr[-3000:]

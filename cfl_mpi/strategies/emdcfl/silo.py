@@ -205,7 +205,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
 
     def _own_sample(self, ctx: SiloRound) -> OwnSample:
         """The round's sample (n = sample_size) and the images partners' models embed."""
-        from ...training import EVAL_BATCH, embed  # torch: silo side only
+        from ...training.local import EVAL_BATCH, embed  # torch: silo side only
 
         s = self.params
         rng = np.random.default_rng([self.run.seed, 11, ctx.silo, ctx.round])

@@ -151,7 +151,7 @@ class FedWaDClusteringSilo(SiloProtocol[FedWaDClusteringConfig]):
         rng = np.random.default_rng([self.run.seed, 13, ctx.silo])
         sample = x[np.sort(rng.choice(len(x), min(s.sample_cap, len(x)), replace=False))]
         if s.space == "embedding":
-            from ...training import embed  # torch: silo side only
+            from ...training.local import embed  # torch: silo side only
 
             points = ctx.compute(embed, ctx.model.embedding, sample, ctx.device)  # g of θ(0): nothing trained yet
         else:

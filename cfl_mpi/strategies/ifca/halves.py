@@ -286,7 +286,7 @@ def identity_losses(jobs: list[tuple], device) -> list[np.ndarray]:
     silo's training loss under each model as `evaluate` computes it alone (the same bits), each
     model loaded once into the worker's scratch model; a non-finite loss is HUGE_LOSS."""
     from ...models.build import load_arrays, scratch_copy
-    from ...training import evaluate
+    from ...training.local import evaluate
 
     scratch = scratch_copy(jobs[0][0])
     table = np.empty((len(jobs), len(jobs[0][1])))

@@ -30,10 +30,10 @@ from typing import cast
 import numpy as np
 from mpi4py import MPI
 
-from ..channel.base import SERVER, PeerTimeout, Pending
-from ..channel.layout import RankLayout
-from ..channel.local import Frame, LocalChannel, LocalHub, SharedFrame
-from ..wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
+from ...channel.base import SERVER, PeerTimeout, Pending
+from ...channel.layout import RankLayout
+from ...channel.local import Frame, LocalChannel, LocalHub, SharedFrame
+from ...wire.messages import MAX_HEADER_BYTES, Expect, Message, ProtocolError
 from .frames import (
     ENVELOPE_FIXED,
     INLINE_MAX_BYTES,

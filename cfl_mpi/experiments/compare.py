@@ -1,4 +1,4 @@
-"""`python -m cfl_mpi.compare CONFIG [--methods emdcfl,pacfl,cfl,ifca,fedavg,oracle] [--seeds 0,1,2]
+"""`python -m cfl_mpi.experiments.compare CONFIG [--methods emdcfl,pacfl,cfl,ifca,fedavg,oracle] [--seeds 0,1,2]
 [--out DIR] [--resume] [--backend mpi|simulate] [--mpirun PATH] [--set [METHOD:]key=value ...]`
 
 Runs every (method, seed) as its own job (an MPI job, or one process of the in-process
@@ -36,14 +36,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import console, strategies
-from .cli import NO_MPIRUN, config_error, find_mpirun, split_list
-from .config import Config, ConfigError, load_config
-from .console import count, say, warn
-from .runtime.checkpoint import checkpoint_round
-from .runtime.stop import EXIT_INTERRUPTED
+from .. import console, strategies
+from ..commands.cli import NO_MPIRUN, config_error, find_mpirun, split_list
+from ..config import Config, ConfigError, load_config
+from ..console import count, say, warn
+from ..runtime.checkpoint import checkpoint_round
+from ..runtime.stop import EXIT_INTERRUPTED
 
-PROG = "cfl_mpi.compare"  # config errors name the command
+PROG = "cfl_mpi.experiments.compare"  # config errors name the command
 
 DESCRIPTION = "Run several methods and seeds as separate jobs on one config, and tabulate them side by side."
 
@@ -51,7 +51,7 @@ COLUMNS = ("avg_acc", "worst_acc", "ari", "wall_s")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.compare", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.experiments.compare", description=DESCRIPTION)
     parser.add_argument("config", help="YAML config, e.g. configs/digits.yaml")
     parser.add_argument(
         "--methods",
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--backend",
         choices=("mpi", "simulate"),
         default="mpi",
-        help="run each job under mpirun (default) or in one process (python -m cfl_mpi.simulate)",
+        help="run each job under mpirun (default) or in one process (python -m cfl_mpi.backends.simulate)",
     )
     parser.add_argument("--mpirun", help="mpirun to launch with (default: next to this Python, else on PATH)")
     parser.add_argument(
@@ -133,7 +133,7 @@ def launch(
     start_cmd = (
         [mpirun, "-n", str(ranks), sys.executable, "-m", "cfl_mpi.main"]
         if mpirun
-        else [sys.executable, "-m", "cfl_mpi.simulate"]
+        else [sys.executable, "-m", "cfl_mpi.backends.simulate"]
     )
     where = ["--resume", str(out)] if resume else ["--out", str(out), "--overwrite"]
     cmd = [*start_cmd, config, *where, *talk, *[a for s in sets for a in ("--set", s)]]
@@ -173,7 +173,7 @@ class Interrupts:
 def failure_reason(run: Path) -> str:
     """The line that says why a run failed: its failure file's first line, else the last line of
     its log that names an error, else the log's last line."""
-    from .results import FAILURE
+    from ..reporting.results import FAILURE
 
     failure = run / FAILURE
     if failure.is_file() and (lines := failure.read_text().strip().splitlines()):
@@ -234,7 +234,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def heatmaps(out: Path, runs: dict[str, Path]) -> list[Path]:
     """One heat map per distance-based method, from the run given for it."""
-    from .plots import run_heatmap
+    from ..reporting.plots import run_heatmap
 
     written = []
     for method, run in runs.items():
@@ -265,7 +265,7 @@ def checked(args: argparse.Namespace) -> Plan:
     data and pretrained weights the runs read (made ready once, as each job's rank 0 would:
     downloaded where data.download allows), and mpirun. Missing data is then one error here
     rather than the same failure in every job. ConfigError on any problem."""
-    from .prepare import prepare
+    from ..commands.prepare import prepare
 
     methods = split_list(args.methods, "methods", PROG, str)
     seeds = split_list(args.seeds, "seeds", PROG, int)
@@ -339,7 +339,7 @@ def run(plan: Plan) -> int:
             )
         if interrupts.count:
             print(
-                f"cfl_mpi.compare: interrupted during {method} seed {seed}; continue with the same command "
+                f"cfl_mpi.experiments.compare: interrupted during {method} seed {seed}; continue with the same command "
                 f"and --resume",
                 file=sys.stderr,
                 flush=True,
@@ -380,7 +380,7 @@ def run(plan: Plan) -> int:
     say(f"tables: {out / 'table.md'}, {out / 'table.csv'}; heat maps: {', '.join(m.name for m in maps) or 'none'}")
     if failed:
         print(
-            f"cfl_mpi.compare: {len(failed)} run(s) failed: "
+            f"cfl_mpi.experiments.compare: {len(failed)} run(s) failed: "
             + ", ".join(f"{m} seed {s} ({out / f'{m}_s{s}' / 'log.txt'})" for m, s in failed),
             file=sys.stderr,
         )

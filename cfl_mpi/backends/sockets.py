@@ -1,4 +1,4 @@
-"""`python -m cfl_mpi.sockets -n PROCESSES CONFIG [--out DIR] [--resume DIR] [--set key=value ...]`
+"""`python -m cfl_mpi.backends.sockets -n PROCESSES CONFIG [--out DIR] [--resume DIR] [--set key=value ...]`
 
 A job on processes of one machine talking over local sockets, without MPI: process 0 is the
 server, processes 1..N host the silos in the blocks an MPI job of N + 1 ranks gives them (the
@@ -27,15 +27,15 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from . import console
-from .channel import SERVER, Channel, LocalChannel, LocalHub, Pending, RankLayout
-from .channel.local import Fetch, Frame, expected
-from .cli import exit_rank, run_arguments
-from .config import Config, check_world
-from .runtime.params import RuntimeConfig
-from .runtime.placement import Placement, usable_cores
-from .runtime.stop import defer_stop_signals
-from .wire.messages import MAX_HEADER_BYTES, Expect, ProtocolError, decode_header, read_header
+from .. import console
+from ..channel import SERVER, Channel, LocalChannel, LocalHub, Pending, RankLayout
+from ..channel.local import Fetch, Frame, expected
+from ..commands.cli import exit_rank, run_arguments
+from ..config import Config, check_world
+from ..runtime.params import RuntimeConfig
+from ..runtime.placement import Placement, usable_cores
+from ..runtime.stop import defer_stop_signals
+from ..wire.messages import MAX_HEADER_BYTES, Expect, ProtocolError, decode_header, read_header
 
 DESCRIPTION = "Run a clustered federated learning job on processes of this machine that talk over local sockets."
 ENV = "CFL_SOCKETS"  # a child's place in the job: "index size folder"
@@ -249,7 +249,7 @@ class SocketChannel(LocalChannel):
 
 
 def arguments() -> argparse.ArgumentParser:
-    parser = run_arguments("python -m cfl_mpi.sockets", DESCRIPTION)
+    parser = run_arguments("python -m cfl_mpi.backends.sockets", DESCRIPTION)
     parser.add_argument(
         "-n", "--processes", type=int, required=True, help="the server's and the silos' (2 to silos + 1)"
     )
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     argv = sys.argv[1:] if argv is None else argv
     size = arguments().parse_args(argv).processes
     with tempfile.TemporaryDirectory(prefix="cfl-sockets-") as folder:
-        command = [sys.executable, "-m", "cfl_mpi.sockets", *argv]
+        command = [sys.executable, "-m", "cfl_mpi.backends.sockets", *argv]
         children = [subprocess.Popen(command, env={**os.environ, ENV: f"{i} {size} {folder}"}) for i in range(size)]
 
         def forward(signum: int, frame: object) -> None:

@@ -1,5 +1,5 @@
 """The EMD-CFL paper's published figures (Zhang, Williams, Toni, "Clustered Federated Learning
-via Embedding Distributions"), transcribed for `cfl_mpi.reproduce`.
+via Embedding Distributions"), transcribed for `cfl_mpi.experiments.reproduce`.
 
 Only the methods cfl_mpi implements are transcribed. Each value is (mean, std) over the
 paper's seeds, accuracies in %, as printed. A block is one data set's columns of a table.

@@ -1,7 +1,7 @@
 """Where the ranks of an MPI job run: the node each is on (a shared-memory split of the world),
 and the wait for a collective of the job's start that spins no core.
 
-`mpirun -n K python -m cfl_mpi.mpi.placement` prints where each rank runs.
+`mpirun -n K python -m cfl_mpi.backends.mpi.placement` prints where each rank runs.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.params import RuntimeConfig
-from ..runtime.placement import Placement, select_device, usable_cores
+from ...runtime.params import RuntimeConfig
+from ...runtime.placement import Placement, select_device, usable_cores
 
 # Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".
 NODE_GROUPS_ENV = "CFL_NODE_GROUPS"
@@ -54,9 +54,16 @@ def wait_quietly(request) -> None:
         sleep = min(2 * sleep, MAX_QUIET_SLEEP_S)
 
 
-if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.mpi.placement`: where each rank runs
+def main() -> None:
+    """`mpirun -n K python -m cfl_mpi.backends.mpi.placement`: one JSON line, where each rank runs."""
+    import argparse
     import json
 
+    argparse.ArgumentParser(
+        prog="python -m cfl_mpi.backends.mpi.placement",
+        description="Print, as one JSON line from rank 0, the node, local rank, silos, cores, threads and "
+        "GPU of every rank of the MPI job it is started in (under mpirun or srun).",
+    ).parse_args()
     world = MPI.COMM_WORLD
     mine = place(world, silos=int(world.Get_rank() > 0))
     fields = ("node_rank", "node_silos", "local_rank", "silos", "cores", "threads", "cuda_index")
@@ -70,3 +77,7 @@ if __name__ == "__main__":  # `mpirun -n K python -m cfl_mpi.mpi.placement`: whe
         table = np.empty((world.Get_size(), len(fields)), dtype=np.int64)
         world.Gather(row, table, root=0)
         print(json.dumps([{"rank": r, **dict(zip(fields, map(int, t)))} for r, t in enumerate(table)]))
+
+
+if __name__ == "__main__":
+    main()

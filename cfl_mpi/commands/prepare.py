@@ -1,17 +1,17 @@
-"""`python -m cfl_mpi.prepare CONFIG [--set key=value ...]`: get a job's data and weights ready.
+"""`python -m cfl_mpi.commands.prepare CONFIG [--set key=value ...]`: get a job's data and weights ready.
 
 Checks the config, then the data set's files in `data.root` (downloading missing MNIST or
 CIFAR-10 files with torchvision where a network is reachable) and, for `model.pretrained`,
 the weights (torchvision's, into torch's cache; or the given file). The MPI job's rank 0
 runs the same `prepare` before any silo reads, so on a cluster run this first where the
-network is (a login node), then start the job: `python -m cfl_mpi.prepare C && srun ... C`.
+network is (a login node), then start the job: `python -m cfl_mpi.commands.prepare C && srun ... C`.
 Exit code 2 with one line on any problem.
 """
 
 from __future__ import annotations
 
+from ..config import Config, ConfigError, load_config
 from .cli import config_error, run_arguments
-from .config import Config, ConfigError, load_config
 
 DESCRIPTION = "Get a job's data and pretrained weights ready (download what is missing) before it runs."
 
@@ -29,7 +29,7 @@ def prepare_weights(cfg: Config) -> None:
     """Check a model of the user's own, then fetch (torchvision's) or check (a file's)
     pretrained weights by building θ(0) once."""
     if cfg.model.own:
-        from .models.build import OwnModelError, check_model
+        from ..models.build import OwnModelError, check_model
 
         try:
             check_model(cfg)
@@ -37,7 +37,7 @@ def prepare_weights(cfg: Config) -> None:
             raise ConfigError(str(err)) from None
     if cfg.model.pretrained is False:
         return
-    from .models.build import WeightsError, build_model
+    from ..models.build import WeightsError, build_model
 
     try:
         build_model(cfg, cfg.data.num_classes())
@@ -48,7 +48,8 @@ def prepare_weights(cfg: Config) -> None:
         if cfg.model.pretrained is True:
             raise ConfigError(
                 f"model.pretrained: torchvision's {cfg.model.name} weights are not in torch's cache "
-                f"({_cache_file(cfg.model.name)}) and fetching them failed ({detail}) (run python -m cfl_mpi.prepare "
+                f"({_cache_file(cfg.model.name)}) and fetching them failed ({detail}) (run "
+                "python -m cfl_mpi.commands.prepare "
                 f"CONFIG where a network is reachable, copy the file there, or set model.pretrained to a "
                 f"weights file)"
             ) from None
@@ -63,13 +64,13 @@ def _cache_file(name: str) -> str:
 
     import torch
 
-    from .models.torchvision_models import default_weights
+    from ..models.torchvision_models import default_weights
 
     return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(default_weights(name).url))
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = run_arguments("python -m cfl_mpi.prepare", DESCRIPTION, resume=False).parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.commands.prepare", DESCRIPTION, resume=False).parse_args(argv)
     try:
         cfg = load_config(args.config, [*args.overrides, *([f"out={args.out}"] if args.out else [])])
         prepare(cfg)

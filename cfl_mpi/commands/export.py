@@ -1,4 +1,4 @@
-"""`python -m cfl_mpi.export CONFIG --to DIR [--set key=value ...]`: a federation as per-silo files.
+"""`python -m cfl_mpi.commands.export CONFIG --to DIR [--set key=value ...]`: a federation as per-silo files.
 
 Writes each silo's data as the config's data set builds it (`silo_0000.npz`, ... with its
 splits, model-ready), a `manifest.csv` naming each silo's file and its known group, and
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..config import Config, ConfigError, experiment_dict, load_config
 from .cli import config_error
-from .config import Config, ConfigError, experiment_dict, load_config
 
 DESCRIPTION = "Write a federation's data as one file per silo, a manifest and a config that runs on them."
 
@@ -62,7 +62,7 @@ def export(cfg: Config, folder: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.export", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.commands.export", description=DESCRIPTION)
     parser.add_argument("config", help="YAML config of a built-in data set, e.g. configs/digits.yaml")
     parser.add_argument("--to", required=True, metavar="DIR", help="folder to write the silos' files into")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         config_error(str(err))
     print(
-        f"wrote {args.to}: one .npz per silo, manifest.csv and {path.name} (run it: python -m cfl_mpi.simulate {path})"
+        f"wrote {args.to}: one .npz per silo, manifest.csv and {path.name} "
+        f"(run it: python -m cfl_mpi.backends.simulate {path})"
     )
 
 

@@ -1,4 +1,4 @@
-"""`python -m cfl_mpi.simulate CONFIG [--out DIR] [--resume DIR] [--set key=value ...]`
+"""`python -m cfl_mpi.backends.simulate CONFIG [--out DIR] [--resume DIR] [--set key=value ...]`
 
 Runs any strategy with the server and every silo in this one process, each in a thread of its
 own, talking through in-process channels: the same job runner, server, silos and strategies as
@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-from . import console
-from .channel import SERVER, Channel, LocalChannel, LocalHub
-from .cli import exit_now, run_arguments
-from .config import Config
+from .. import console
+from ..channel import SERVER, Channel, LocalChannel, LocalHub
+from ..commands.cli import exit_now, run_arguments
+from ..config import Config
+from ..runtime.placement import Placement, usable_cores
+from ..runtime.stop import StopRequest
 from .job import run_job, run_parties
-from .runtime.placement import Placement, usable_cores
-from .runtime.stop import StopRequest
 
 DESCRIPTION = "Run a clustered federated learning job in one process: the server and every silo as threads."
 
@@ -81,10 +81,10 @@ def simulate(
     import torch
     from threadpoolctl import threadpool_limits
 
-    from .runtime.absent import Absent
-    from .runtime.agreement import agreement_in_process
-    from .runtime.checkpoint import kept_out
-    from .runtime.placement import DeviceReport, device_for
+    from ..runtime.absent import Absent
+    from ..runtime.agreement import agreement_in_process
+    from ..runtime.checkpoint import kept_out
+    from ..runtime.placement import DeviceReport, device_for
 
     absent = Absent(kept_out(cfg, out or cfg.results_dir(), frozenset()) if resume else frozenset())
     if not agreed:
@@ -103,7 +103,7 @@ def simulate(
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = run_arguments("python -m cfl_mpi.simulate", DESCRIPTION).parse_args(argv)
+    args = run_arguments("python -m cfl_mpi.backends.simulate", DESCRIPTION).parse_args(argv)
     console.setup(console.level_of(args.quiet, args.verbose))
     run_job(args, InProcess())
 

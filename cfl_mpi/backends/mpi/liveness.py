@@ -24,9 +24,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..channel.layout import RankLayout
-from ..console import numbered
-from ..wire.messages import ProtocolError
+from ...channel.layout import RankLayout
+from ...console import numbered
+from ...wire.messages import ProtocolError
 
 __all__ = ["Liveness"]
 

@@ -1,5 +1,5 @@
-"""The launcher, watched: `python -m cfl_mpi.launch` runs mpirun as its child (the sbatch scripts
-run srun through `python -m cfl_mpi.supervise -- srun ...`) and, where the job ends without a
+"""The launcher, watched: `python -m cfl_mpi.commands.launch` runs mpirun as its child (the sbatch scripts
+run srun through `python -m cfl_mpi.commands.supervise -- srun ...`) and, where the job ends without a
 word from cfl_mpi, says what happened, in failure.txt too.
 
 That is the case of a rank, or a whole node, whose processes die at once (a crash, the OOM
@@ -10,7 +10,7 @@ host, process id and silos) turns into the rank and its silos. Where a node's pr
 it, mpiexec says only `assert (!closed) failed`; the launcher's children are those proxies (or
 the ssh that started each, `--proxy-id K` in either's command line), and the first of them to
 end names the node, in the order of the hosts in `nodes.json`. A node cut off by its link leaves
-the launcher unaware; the ranks' heartbeats catch that one (mpi/liveness.py). srun names
+the launcher unaware; the ranks' heartbeats catch that one (backends/mpi/liveness.py). srun names
 the first task to end badly and its node (`srun: error: node3: task 4: Killed`; a task is a
 rank), or the node SLURM lost (`srun: error: Node failure on node3`).
 """
@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from ..console import numbered
+from ..reporting.results import FAILURE, NODES, record_failure
+from ..runtime.checkpoint import resume_hint
+from ..runtime.stop import EXIT_INTERRUPTED
 from .cli import EXIT_CONFIG
-from .console import numbered
-from .results import FAILURE, NODES, record_failure
-from .runtime.checkpoint import resume_hint
-from .runtime.stop import EXIT_INTERRUPTED
 
 __all__ = ["LauncherWords", "ProxyWatch", "out_of", "supervise"]
 
@@ -264,14 +264,25 @@ def out_of(command: list[str]) -> Path | None:
     return found
 
 
+USAGE = "usage: python -m cfl_mpi.commands.supervise -- LAUNCHER ... -m cfl_mpi.main CONFIG --out DIR"
+DESCRIPTION = (
+    "Run a launcher line (srun or mpirun) that starts cfl_mpi.main, watched: where the job ends without a "
+    "word from cfl_mpi (a rank killed, a node lost), say which rank, node and silos, on the console and "
+    "in failure.txt; exit with the launcher's code."
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """`python -m cfl_mpi.supervise -- LAUNCHER ...`: run a launcher line that starts
+    """`python -m cfl_mpi.commands.supervise -- LAUNCHER ...`: run a launcher line that starts
     `cfl_mpi.main ... --out DIR` (srun in the sbatch scripts), watched; its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\n{DESCRIPTION}")
+        return
     command = args[1:] if args[:1] == ["--"] else args
     out = out_of(command)
     if not command or out is None:
-        print("usage: python -m cfl_mpi.supervise -- LAUNCHER ... -m cfl_mpi.main CONFIG --out DIR", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     sys.exit(supervise(command, out))
 

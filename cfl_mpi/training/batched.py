@@ -1,6 +1,6 @@
 """Several silos' local training and evaluation as one computation (`runtime.silo_training: batched`).
 
-Each silo's ClientUpdate (training.py's `train_local`: E epochs of SGD on its own shuffled
+Each silo's ClientUpdate (local.py's `train_local`: E epochs of SGD on its own shuffled
 mini-batches) with the silos' parameters stacked along a first axis: one forward and one
 backward a step over every silo's own mini-batch, the model applied to each silo's slice by
 torch.func's `vmap` of a `functional_call`, and each silo's SGD update on its slice. A silo
@@ -29,10 +29,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from .config import Config, TrainConfig
-from .models.build import hold_arrays, own_weights
-from .models.params import BATCHABLE_MODELS
-from .training import Sgd, evaluate, train_local
+from ..config import Config, TrainConfig
+from ..models.build import hold_arrays, own_weights
+from ..models.params import BATCHABLE_MODELS
+from .local import Sgd, evaluate, train_local
 
 __all__ = [
     "Evaluation",

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import strategies
-from .strategies import Cut
+from .. import strategies
+from ..strategies import Cut
 
 
 def _pyplot():
@@ -215,7 +215,7 @@ def heatmap_figure(
     truth = np.asarray(truth if known else found)
     word = "true cluster" if known else "cluster found"
     if directed:
-        from .clustering.extraction import symmetrised
+        from ..clustering.extraction import symmetrised
 
         D = symmetrised(W, noise)
     else:

@@ -1,9 +1,9 @@
-"""`python -m cfl_mpi.launch [--print] CONFIG [--out DIR] [--set k=v ...]`: start CONFIG under
+"""`python -m cfl_mpi.commands.launch [--print] CONFIG [--out DIR] [--set k=v ...]`: start CONFIG under
 `mpirun` with the rank count it needs, or with --print show the mpirun, srun and sbatch lines
 that start it, so nobody miscounts ranks.
 
 The count is 1 (the server) + one rank per silo, or per block of `runtime.silos_per_rank`
-silos sharing that rank's device (`Config.world_size`, as `python -m cfl_mpi.ranks` prints).
+silos sharing that rank's device (`Config.world_size`, as `python -m cfl_mpi.commands.ranks` prints).
 `launch/run.sh` is this command. It watches mpirun (supervise.py): a job the launcher ends
 before any rank could say why still ends with cfl_mpi's line, naming the node lost.
 """
@@ -14,8 +14,8 @@ import os
 import shlex
 import sys
 
+from ..config import Config, ConfigError, load_config
 from .cli import NO_MPIRUN, config_error, find_mpirun, run_arguments
-from .config import Config, ConfigError, load_config
 from .srun_mpi import chosen_plugin
 from .supervise import supervise
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     show = PRINT in argv
     run_args = [a for a in argv if a != PRINT]
-    parser = run_arguments("python -m cfl_mpi.launch", DESCRIPTION)
+    parser = run_arguments("python -m cfl_mpi.commands.launch", DESCRIPTION)
     parser.add_argument(PRINT, action="store_true", help="print the command lines instead of running mpirun")
     args = parser.parse_args(argv)
     out = args.resume or args.out
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     mpirun = os.environ.get("MPIRUN") or find_mpirun()
     if not mpirun:
-        config_error(f"{NO_MPIRUN}, or set $MPIRUN", prog="cfl_mpi.launch")
+        config_error(f"{NO_MPIRUN}, or set $MPIRUN", prog="cfl_mpi.commands.launch")
     command = [mpirun, "-n", str(cfg.world_size), sys.executable, "-m", "cfl_mpi.main", *run_args]
     sys.exit(supervise(command, cfg.results_dir()))
 

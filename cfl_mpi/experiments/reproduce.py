@@ -1,10 +1,10 @@
-"""`python -m cfl_mpi.reproduce TABLE [--scale small|paper] [--seeds 0,1,2] [--out DIR]
+"""`python -m cfl_mpi.experiments.reproduce TABLE [--scale small|paper] [--seeds 0,1,2] [--out DIR]
 [--backend simulate|mpi] [--run]`
 
 Runs the methods of one table of the EMD-CFL paper (1: rotated MNIST/CIFAR10; 3: backdoor
 MNIST/CIFAR10; 6: partial participation, Appendix E.4; 10, 11: the rotation variants of
-MNIST and CIFAR10) with several seeds, through `cfl_mpi.compare`, and writes `TABLE.md`:
-the paper's figures (cfl_mpi/paper_figures.py) beside ours, mean ± std over the seeds;
+MNIST and CIFAR10) with several seeds, through `cfl_mpi.experiments.compare`, and writes `TABLE.md`:
+the paper's figures (cfl_mpi/experiments/paper_figures.py) beside ours, mean ± std over the seeds;
 and `accuracy_per_round.png`: every method's average accuracy per round, one panel per
 data set, all methods on the same axes.
 
@@ -28,9 +28,11 @@ from typing import NoReturn
 
 import numpy as np
 
-from . import compare, strategies
-from .cli import config_error, split_list
-from .config import ConfigError
+from .. import strategies
+from ..commands.cli import config_error, split_list
+from ..config import ConfigError
+from ..runtime.stop import EXIT_INTERRUPTED
+from . import compare
 from .paper_figures import (
     TABLE_1_CIFAR,
     TABLE_1_MNIST,
@@ -41,11 +43,10 @@ from .paper_figures import (
     TABLE_11,
     PaperBlock,
 )
-from .runtime.stop import EXIT_INTERRUPTED
 
-PROG = "cfl_mpi.reproduce"  # config errors name the command
+PROG = "cfl_mpi.experiments.reproduce"  # config errors name the command
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTION = "Run the methods of one table of the EMD-CFL paper and write the paper's figures beside ours."
 #: the methods of the paper's tables (those it prints figures for), in the registry's order
 CLUSTERING = tuple(m for m in strategies.REGISTRY if m in TABLE_1_MNIST.figures)
@@ -157,7 +158,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.reproduce", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.experiments.reproduce", description=DESCRIPTION)
     parser.add_argument("table", help=f"paper table: {', '.join(TABLES)} (E4 = 6)")
     parser.add_argument(
         "--scale",
@@ -245,7 +246,7 @@ def round_curves(run_dirs: list[Path]) -> tuple[list[int], np.ndarray]:
 
 def plot_rounds(panels: list[tuple[str, dict[str, list[Path]]]], path: Path) -> None:
     """One panel per data set run, every method's average accuracy per round on the same axes."""
-    from .plots import method_curves
+    from ..reporting.plots import method_curves
 
     method_curves(
         [
@@ -287,10 +288,10 @@ def compare_args(
 
 def sbatch_line(table: str, seeds: str, blocks: list[Block]) -> str:
     """The allocation for the paper scale: as many tasks as the largest config's ranks."""
-    from .config import load_config
+    from ..config import load_config
 
     ranks = max(load_config(PROJECT_ROOT / b.full.config, b.full.overrides).world_size for b in blocks if b.full.config)
-    inner = f"python -m cfl_mpi.reproduce {table} --scale paper --seeds {seeds} --run"
+    inner = f"python -m cfl_mpi.experiments.reproduce {table} --scale paper --seeds {seeds} --run"
     return f"sbatch --nodes=1 --ntasks={ranks} --gpus-per-node=1 --time=48:00:00 --wrap {shlex.quote(inner)}"
 
 
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             cargs = compare_args(
                 run_methods, setting.config, setting.overrides, seeds, out / f"block{i}", backend, args.overrides
             )
-            command = "python -m cfl_mpi.compare " + " ".join(shlex.quote(a) for a in cargs)
+            command = "python -m cfl_mpi.experiments.compare " + " ".join(shlex.quote(a) for a in cargs)
             try:
                 plan = compare.checked(compare.parse_args(cargs))
             except ConfigError as err:
@@ -355,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(block_table(block, runs, setting, command, run_methods if command else ()))
     header = (
         f"# Paper table {table}: the paper's figures beside cfl_mpi's ({args.scale} scale, seeds {seeds})\n\n"
-        f"Made by `python -m cfl_mpi.reproduce {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`. "
+        "Made by `python -m cfl_mpi.experiments.reproduce "
+        f"{' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`. "
         f"Paper: mean ± std as printed in {PAPER}; ours: mean ± std (population) over the seeds. "
         "Accuracies in %.\n\n"
     )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .config import Config
+from ..config import Config
 from .plots import accuracy_curves, pairwise_heatmap
 
 # What a run writes into its folder (README, "Results folder"): the first four mark a folder
@@ -54,7 +54,7 @@ def record_failure(out: Path, text: str) -> None:
 
 def write_nodes(out: Path, hosts: list[str], pids: list[int], silos_of_rank: list[list[int]]) -> None:
     """`nodes.json`: the job's hosts in the order of their first rank (the order of MPICH's
-    proxies: supervise.py names a lost node by it), each with its ranks: their process ids and
+    proxies: commands/supervise.py names a lost node by it), each with its ranks: their process ids and
     silos."""
     nodes: dict[str, list[dict]] = {}
     for rank, (host, pid, silos) in enumerate(zip(hosts, pids, silos_of_rank)):

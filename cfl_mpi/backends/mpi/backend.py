@@ -1,5 +1,5 @@
 """The MPI backend: the ranks of `python -m cfl_mpi.main` (main.py parses its arguments; the
-job runner, job.py, runs the job on them). Rank 0 hosts the server; ranks 1..R host the
+job runner, backends/job.py, runs the job on them). Rank 0 hosts the server; ranks 1..R host the
 silos, one each (R = silos) or in blocks of consecutive silos that share the rank's device and
 torch (`runtime.silos_per_rank`, or derived from the rank count). The ranks' start-up
 collectives are non-blocking calls waited for asleep (`wait_quietly`); once the config is
@@ -19,12 +19,12 @@ from typing import NoReturn
 import numpy as np
 from mpi4py import MPI
 
-from ..channel import SERVER, Channel, LocalHub, RankLayout
-from ..cli import exit_rank
-from ..config import Config, check_world
+from ...channel import SERVER, Channel, LocalHub, RankLayout
+from ...commands.cli import exit_rank
+from ...config import Config, check_world
+from ...runtime.placement import Placement
+from ...runtime.timeline import mark
 from ..job import run_job
-from ..runtime.placement import Placement
-from ..runtime.timeline import mark
 from .placement import place, wait_quietly
 
 __all__ = ["MpiBackend", "run_rank"]

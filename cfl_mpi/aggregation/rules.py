@@ -55,7 +55,7 @@ MIN_MEMBERS_TO_COMPARE = 3
 
 @dataclass(frozen=True)
 class AggregationConfig:
-    """How each cluster's updates become its model (aggregation.py, every strategy)."""
+    """How each cluster's updates become its model (aggregation/rules.py, every strategy)."""
 
     # fedavg: weighted by sample counts (the paper's, EMD-CFL Alg. 1 line 21); median and
     # trimmed_mean: coordinate-wise and unweighted (Yin et al. 2018); norm_clip: every update

@@ -1,8 +1,8 @@
 """The configuration reference, docs/CONFIG.md, generated from the typed config.
 
-    python -m cfl_mpi.config_reference --write     # rewrite docs/CONFIG.md
-    python -m cfl_mpi.config_reference > FILE      # or print it
-    python -m cfl_mpi.config_reference --check     # exit 1 if docs/CONFIG.md is out of date
+    python -m cfl_mpi.commands.config_reference --write     # rewrite docs/CONFIG.md
+    python -m cfl_mpi.commands.config_reference > FILE      # or print it
+    python -m cfl_mpi.commands.config_reference --check     # exit 1 if docs/CONFIG.md is out of date
 
 The dataclasses of `cfl_mpi/config.py` and of the strategies (`cfl_mpi/strategies/`) are
 the single source: every key, its type, default
@@ -39,14 +39,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from .config import Config, yaml_hints
-from .data import REGISTRY as DATA_SETS
-from .data import DataParams
-from .strategies import REGISTRY, StrategyParams
+from ..config import Config, yaml_hints
+from ..data import REGISTRY as DATA_SETS
+from ..data import DataParams
+from ..strategies import REGISTRY, StrategyParams
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_MD = PROJECT_ROOT / "docs" / "CONFIG.md"
-COMMAND = "python -m cfl_mpi.config_reference --write"
+COMMAND = "python -m cfl_mpi.commands.config_reference --write"
 MISSING_TEXT = "**No explanation yet**: add a comment above this field in its class's source."
 
 
@@ -393,7 +393,7 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cfl_mpi.config_reference",
+        prog="python -m cfl_mpi.commands.config_reference",
         description="Print the configuration reference generated from the typed config.",
     )
     what = parser.add_mutually_exclusive_group()

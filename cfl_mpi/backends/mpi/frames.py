@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..channel.local import Fetch, Frame, expected
-from ..wire.messages import MAX_HEADER_BYTES, Expect, ProtocolError, decode_header, read_header
+from ...channel.local import Fetch, Frame, expected
+from ...wire.messages import MAX_HEADER_BYTES, Expect, ProtocolError, decode_header, read_header
 
 if TYPE_CHECKING:
     from mpi4py import MPI

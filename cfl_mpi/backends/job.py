@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .channel import SERVER, Channel, ChannelClosed, LocalHub, party_name
-from .cli import EXIT_CONFIG, announce, check_results_folder, load_run_config, prepare_results_folder
-from .config import Config, ConfigError
-from .results import record_failure, write_nodes
-from .runtime.absent import Absent
-from .runtime.compute import ComputePool
-from .runtime.memory import FreedMemory
-from .runtime.parties import PartyFailure, PartyThreads
-from .runtime.placement import DEVICE_RECORD_BYTES, DeviceReport, Placement, describe_devices, require_gpu
-from .runtime.stop import StopRequest, ignore_stop_signals, release_stop_signals
-from .runtime.timeline import mark
-from .runtime.timeline import write as write_timeline
+from ..channel import SERVER, Channel, ChannelClosed, LocalHub, party_name
+from ..commands.cli import EXIT_CONFIG, announce, check_results_folder, load_run_config, prepare_results_folder
+from ..config import Config, ConfigError
+from ..reporting.results import record_failure, write_nodes
+from ..runtime.absent import Absent
+from ..runtime.compute import ComputePool
+from ..runtime.memory import FreedMemory
+from ..runtime.parties import PartyFailure, PartyThreads
+from ..runtime.placement import DEVICE_RECORD_BYTES, DeviceReport, Placement, describe_devices, require_gpu
+from ..runtime.stop import StopRequest, ignore_stop_signals, release_stop_signals
+from ..runtime.timeline import mark
+from ..runtime.timeline import write as write_timeline
 
 if TYPE_CHECKING:
     import torch
@@ -125,8 +125,8 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
     silo process without the GPU `runtime.device: cuda` asks for is a config error) and the
     job's first line; data preparation on process 0; then the weights and the rest of the
     folder's checks on process 0. Exit 2 on any error, on every process."""
-    from .prepare import prepare_weights
-    from .runtime.placement import select_device
+    from ..commands.prepare import prepare_weights
+    from ..runtime.placement import select_device
 
     error, first, kept = None, backend.index == 0, ""
     try:
@@ -200,8 +200,8 @@ def hosted(backend: Backend, parties: list[list[int]]) -> str:
 def kept_silos(cfg: Config, args: argparse.Namespace) -> str:
     """Process 0, on `--resume`: the silos the run being resumed dropped and keeps out (all but
     those `--readmit` names), as the text every process is told; "" on a fresh run."""
-    from .runtime.absent import parse_silo_list, silo_list
-    from .runtime.checkpoint import dropped_in, kept_out
+    from ..runtime.absent import parse_silo_list, silo_list
+    from ..runtime.checkpoint import dropped_in, kept_out
 
     if not args.resume:
         return ""
@@ -213,7 +213,7 @@ def kept_silos(cfg: Config, args: argparse.Namespace) -> str:
 def told_kept(backend: Backend, cfg: Config, kept: str) -> frozenset[int]:
     """Every process learns the silos process 0 found the resumed run keeps out (a list of
     indices, checked as any peer's word)."""
-    from .runtime.absent import parse_silo_list
+    from ..runtime.absent import parse_silo_list
 
     said = backend.all_gather(kept.encode())[0]
     error, silos = None, frozenset[int]()
@@ -230,8 +230,8 @@ def agreed(backend: Backend, parties: list[list[int]], cfg: Config, kept: frozen
     silos' files (but those `kept` out), every process gathers every report (fixed-width frames)
     and checks them the same way, so all reach the same config and the same silos out, or the
     same error."""
-    from .runtime.agreement import local_reports, read_reports, report_frame, settled
-    from .wire.messages import ProtocolError
+    from ..runtime.agreement import local_reports, read_reports, report_frame, settled
+    from ..wire.messages import ProtocolError
 
     error, mine = None, {}
     here = [p for p in parties[backend.index] if p != SERVER and p not in kept]
@@ -285,8 +285,8 @@ def run_parties(
     The server's summary (None where it was stopped after a checkpoint, or the process hosts no
     server). A failing party raises `PartyFailure` naming it after the others stopped (waiting
     at most `grace_s` for a party that hangs)."""
-    from .runtime.server import start_server
-    from .runtime.silo import run_silo
+    from ..runtime.server import start_server
+    from ..runtime.silo import run_silo
 
     absent = absent or Absent()
     silos = [p for p in here if p != SERVER and p not in absent.silos]  # each other's mates (run_silo)
@@ -326,7 +326,7 @@ def run_job(args: argparse.Namespace, backend: Backend) -> NoReturn:
     after a Ctrl-C: an interrupted command, its checkpoint intact). Stop signals (SLURM's
     warning, Ctrl-C), deferred by the caller while the process started, now reach process 0,
     which stops after the round; the others ignore them."""
-    from .runtime.faults import InjectedExit
+    from ..runtime.faults import InjectedExit
 
     rank = backend.index
     stop = StopRequest()
@@ -404,7 +404,7 @@ def host_record() -> bytes:
 def on_lost_peer(cfg: Config, backend: Backend, who: str) -> Callable[[str], None]:
     """What a process does when another is lost (a backend's heartbeats say so): one line
     naming it and what to resume from; failure.txt; the job ends."""
-    from .runtime.checkpoint import resume_hint
+    from ..runtime.checkpoint import resume_hint
 
     def lost(why: str) -> None:
         out = cfg.results_dir()

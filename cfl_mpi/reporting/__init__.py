@@ -1,0 +1,1 @@
+"""What a run leaves for a person: its results folder and plots."""
