@@ -267,7 +267,7 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(problem)
     for problem in cfg.model.problems():
         raise ConfigError(problem)
-    if not cfg.data.per_silo_files or getattr(cfg.data, "input_shape", None) is not None:
+    if not cfg.data.per_silo_files or cfg.data.input_shape is not None:
         for problem in cfg.model.fit_problems(cfg.sample_shape):
             raise ConfigError(problem)
     for name in ("rounds", "local_epochs", "batch_size"):

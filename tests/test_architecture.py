@@ -186,6 +186,15 @@ def test_only_the_mpi_backend_imports_mpi4py():
     assert outside == []
 
 
+def test_the_data_section_is_read_through_what_it_declares():
+    """DataParams declares every key a caller reads of any data set; no caller probes a
+    section for a key it may lack (`getattr(cfg.data, "root", None)`)."""
+    probe = re.compile(r"getattr\([\w.]*data, *[\"']")
+    found = [f"{path.relative_to(PROJECT_ROOT)}:{n}" for path in PACKAGE.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if probe.search(line)]  # fmt: skip
+    assert found == []
+
+
 def test_no_private_name_is_imported_from_another_module():
     for name in MODULES:
         for target, names in imports(name):

@@ -49,7 +49,7 @@ def export(cfg: Config, folder: Path) -> Path:
         writer.writerows(rows)
     experiment = experiment_dict(cfg)
     experiment["name"] = f"{cfg.name}_files"
-    group_clusters = getattr(cfg.data, "group_clusters", None)
+    group_clusters = cfg.data.group_clusters
     experiment["data"] = {
         "name": "silo_files",
         "manifest": str((folder / "manifest.csv").resolve()),

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         prepare(cfg)
     except ConfigError as err:
         config_error(str(err))
-    root = getattr(cfg.data, "root", None)
+    root = cfg.data.root
     where = f" in {root}" if root else " (embedded)" if not cfg.data.per_silo_files else " (read by each silo)"
     weights = "" if cfg.model.pretrained is False else f"; weights for {cfg.model.name} ready"
     print(f"{cfg.data.name}: data ready{where}{weights}")

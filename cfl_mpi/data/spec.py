@@ -79,6 +79,28 @@ class DataParams:
     # The fields that agreement fills in where the config leaves them null.
     agreed_fields: ClassVar[tuple[str, ...]] = ()
 
+    # What callers read of any data set: None where its section has no such key (a section
+    # that has one declares it as a field, which takes the place of these).
+    @property
+    def root(self) -> str | None:
+        """The folder its files are read from (or fetched into)."""
+        return None
+
+    @property
+    def classes(self) -> int | None:
+        """The number of classes the config states, where it leaves them to no recipe."""
+        return None
+
+    @property
+    def input_shape(self) -> list[int] | None:
+        """The shape of one model input the config states, where the files alone would say."""
+        return None
+
+    @property
+    def group_clusters(self) -> list[int] | None:
+        """The true cluster of each group, where groups share clusters."""
+        return None
+
     def problems(self, facts: DataFacts) -> Iterator[str]:
         """One config-error line per value the types cannot rule out (`data.<key>: …`)."""
         return iter(())
@@ -91,10 +113,9 @@ class DataParams:
     def true_clusters(self, silos: int) -> np.ndarray | None:
         """Ground-truth cluster of every silo: its group, mapped through `group_clusters` if set."""
         groups = self.groups(silos)
-        mapping = getattr(self, "group_clusters", None)
-        if groups is None or mapping is None:
+        if groups is None or self.group_clusters is None:
             return groups
-        return np.asarray(mapping, dtype=np.int64)[groups]
+        return np.asarray(self.group_clusters, dtype=np.int64)[groups]
 
     def num_classes(self) -> int:
         raise NotImplementedError

@@ -129,7 +129,7 @@ def agreed_config(cfg: Config, reports: dict[int, DataReport]) -> Config:
     others' shape is the one most silos give (on a tie, the lowest silo's): one grey site
     among colour ones is named itself, though it be silo 0."""
     data = cfg.data
-    given = getattr(data, "input_shape", None)
+    given = data.input_shape
     first = min(reports)  # silo 0, unless its data could not be read (drop)
     if given is not None:
         shape, reference = tuple(given), "data.input_shape"
@@ -144,7 +144,7 @@ def agreed_config(cfg: Config, reports: dict[int, DataReport]) -> Config:
                 f"{shape_text(shape)} ({shape_fix(report.shape, shape)})"
             )
     top = max(reports.items(), key=lambda item: (item[1].max_label, -item[0]))
-    classes = getattr(data, "classes", None) or top[1].max_label + 1
+    classes = data.classes or top[1].max_label + 1
     if top[1].max_label >= classes:
         raise ConfigError(
             f"data: silo {top[0]} ({data.files_of(top[0])}): holds the label {top[1].max_label}, out of range "

@@ -111,11 +111,6 @@ class EmdCflConfig(StrategyParams):
         sample): what the server accepts in an embeddings message or a reference."""
         return self.sample_cap
 
-    @property
-    def fedwad_max_support(self) -> int:
-        """S, the support of FedWaD mode's ξ: `fedwad_support`, else a whole sample."""
-        return self.fedwad_support or self.max_rows
-
     def problems(self, facts: ConfigFacts) -> Iterator[str]:
         if not 0 < self.proj_ratio <= 1:
             yield f"strategy.proj_ratio: must lie in (0, 1], got {self.proj_ratio}"
