@@ -46,7 +46,7 @@ def main() -> None:
     digest = config_digest(cfg)
 
     def fresh_model() -> dict[str, np.ndarray]:
-        return state_arrays(build_model(cfg, cfg.data.num_classes(), load_weights=False))
+        return state_arrays(build_model(cfg.architecture, load_weights=False))
 
     torch.manual_seed(0)
     per_cluster = {int(k): fresh_model() for k in np.unique(truth)}

@@ -71,7 +71,7 @@ def main() -> None:
     data = cfg.data.build(args.silo, cfg.data_facts())
     n = sample_size(cfg.strategy.sample_fraction, cfg.strategy.max_rows, len(data.y_train), len(data.y_val))
     rng = np.random.default_rng(cfg.seed)
-    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+    model = build_model(cfg.architecture, load_weights=False)
     z = embed(model.embedding, data.x_train[:n], torch.device("cpu")).astype(np.float64)
     z_val = embed(model.embedding, data.x_val, torch.device("cpu")).astype(np.float64)
     r = random_projection(

@@ -62,7 +62,7 @@ def flower_app(config: str, cpus_per_actor: float, out: Path) -> None:
         return k, silos[k]
 
     def model_of(msg: Message) -> torch.nn.Module:
-        model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+        model = build_model(cfg.architecture, load_weights=False)
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         return model
 
@@ -100,8 +100,8 @@ def flower_app(config: str, cpus_per_actor: float, out: Path) -> None:
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        start = build_model(cfg, cfg.data.num_classes(), load_weights=False)
-        load_arrays(start, initial_model(cfg))  # θ(0), as cfl_mpi's server sends it
+        start = build_model(cfg.architecture, load_weights=False)
+        load_arrays(start, initial_model(cfg.architecture, cfg.seed))  # θ(0), as cfl_mpi's server sends it
         strategy = FedAvg(
             min_train_nodes=cfg.silos,
             min_evaluate_nodes=cfg.silos,

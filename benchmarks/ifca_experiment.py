@@ -86,7 +86,7 @@ def ifca_test_accuracy(run: Path, clients_of: int = 100) -> float:
     mean, std = data.normalisation(imagenet=False)
     models = []
     for arrays in load_checkpoint(run).models:
-        model = build_model(cfg, data.num_classes(), load_weights=False)
+        model = build_model(cfg.architecture, load_weights=False)
         load_arrays(model, arrays)
         models.append(model.eval())
     correct, y = 0, torch.from_numpy(np.array(y_test))

@@ -58,7 +58,7 @@ def silo_embeddings(config: str, overrides: list[str], silo: int) -> tuple[np.nd
     """(Z_own, Z_val) of a silo after one round of local training, as the silo computes them."""
     cfg = load_config(ROOT / config, overrides)
     data = cfg.data.build(silo, cfg.data_facts())
-    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+    model = build_model(cfg.architecture, load_weights=False)
     torch.manual_seed(cfg.seed)
     train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(silo), "cpu")
     s = cfg.strategy

@@ -88,11 +88,11 @@ def trained_silos(cfg: Config) -> list[Silo]:
     sample from the run's own draws, then every silo's sample under every other silo's model;
     τ and the noise as the run computes them (`with_references`)."""
     s = cfg.strategy
-    theta0 = initial_model(cfg)
+    theta0 = initial_model(cfg.architecture, cfg.seed)
     models, samples, silos = [], [], []
     for c in range(cfg.silos):
         data = cfg.data.build(c, cfg.data_facts())
-        model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+        model = build_model(cfg.architecture, load_weights=False)
         load_arrays(model, theta0)
         seed = int(np.random.SeedSequence([cfg.seed, c, 1]).generate_state(1)[0])
         train_local(model, data.x_train, data.y_train, cfg.train, torch.Generator().manual_seed(seed), "cpu")

@@ -84,7 +84,7 @@ def run(cfg, data, theta0: Model, agg: AggregationConfig, attack: Callable | Non
     from cfl_mpi.models.build import build_model, load_arrays, state_arrays
     from cfl_mpi.training.local import evaluate, train_local
 
-    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+    model = build_model(cfg.architecture, load_weights=False)
     members = [0, 1, 2]
     start, first_counts, decisions, spread = theta0, {}, [], []
     for t in range(1, rounds + 1):
@@ -155,7 +155,7 @@ def main() -> None:
             ],
         )
         data = {c: cfg.data.build(c, cfg.data_facts()) for c in (0, 1, 2)}
-        theta0 = initial_model(cfg)
+        theta0 = initial_model(cfg.architecture, cfg.seed)
         for scenario, attack in SCENARIOS.items():
             finals = {}
             for rule, agg in RULES.items():

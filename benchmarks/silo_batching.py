@@ -20,11 +20,11 @@ import time
 
 import torch
 
-from cfl_mpi.config import TrainConfig
 from cfl_mpi.models.mlp import Mlp
 from cfl_mpi.models.simple_cnn import SimpleCNN
 from cfl_mpi.training.batched import LocalTraining, train_together
 from cfl_mpi.training.local import train_local
+from cfl_mpi.training.params import TrainConfig
 
 from .runs import machine
 

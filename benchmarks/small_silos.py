@@ -129,8 +129,8 @@ def factors(
         cfg = dataclasses.replace(base, train=dataclasses.replace(base.train, local_epochs=epochs_))
         models = {}
         for c in chosen:
-            model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
-            load_arrays(model, initial_model(cfg))
+            model = build_model(cfg.architecture, load_weights=False)
+            load_arrays(model, initial_model(cfg.architecture, cfg.seed))
             seed = int(np.random.SeedSequence([cfg.seed, c, 1]).generate_state(1)[0])
             train_local(model, data[c].x_train, data[c].y_train, cfg.train, torch.Generator().manual_seed(seed), cpu)
             models[c] = model.embedding

@@ -32,7 +32,7 @@ def tau_change(config: str, mnist: Path, silos: int) -> str:
     cfg = load_config(config, [f"data.root={mnist}", "data.download=false"])
     s, cpu = cfg.strategy, torch.device("cpu")
     distance = distance_of(s)
-    model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
+    model = build_model(cfg.architecture, load_weights=False)
     change, sizes = [], set()
     for silo in range(0, cfg.silos, max(1, cfg.silos // silos)):
         data = cfg.data.build(silo, cfg.data_facts())

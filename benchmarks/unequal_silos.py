@@ -61,10 +61,10 @@ def former_decisions(norms: np.ndarray, counts: list[int]) -> list[str]:
 def run(x, y, parts, rounds: int, seed: int, epochs: int):
     import torch
 
-    from cfl_mpi.config import TrainConfig
     from cfl_mpi.models.build import load_arrays, state_arrays
     from cfl_mpi.models.simple_cnn import SimpleCNN
     from cfl_mpi.training.local import train_local
+    from cfl_mpi.training.params import TrainConfig
 
     train = TrainConfig(local_epochs=epochs, batch_size=64)
     work: LocalWork = train.work()

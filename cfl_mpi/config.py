@@ -20,15 +20,16 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from .aggregation.rules import AggregationConfig, LocalWork
+from .aggregation.rules import AggregationConfig
 from .data import REGISTRY as DATA_SETS
 from .data import DataFacts, DataParams, RotatedData
-from .models.params import TORCHVISION_MODELS, ModelConfig
+from .models.params import TORCHVISION_MODELS, Architecture, ModelConfig
 from .runtime.params import LateSilo, ParticipationConfig, RuntimeConfig, late_silo_problems, participant_count
 from .settings import ConfigError
 from .strategies import REGISTRY, ConfigFacts, StrategyParams
 from .strategies.emdcfl import EmdCflConfig
 from .strategies.spec import SEED_LIMIT
+from .training.params import TrainConfig
 
 
 class _Loader(yaml.SafeLoader):
@@ -60,32 +61,6 @@ def yaml_hints(cls: type) -> dict[str, Any]:
 def read_yaml(text: str) -> Any:
     """Parse YAML text the way every config, `--set` value and saved config is read."""
     return yaml.load(text, Loader=_Loader)
-
-
-# The federated rounds and each silo's local training (SGD with momentum, training/local.py).
-@dataclass(frozen=True)
-class TrainConfig:
-    # Federated rounds: in each, the participating silos train locally, then each cluster
-    # averages their updates into its model.
-    rounds: int = 10
-    # Epochs of local training per silo and round (E in EMD-CFL's Algorithm 1).
-    local_epochs: int = 10
-    # Local SGD: its learning rate (lr), momentum and weight_decay (L2 penalty).
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 1e-6
-    # Mini-batch size of local training (and of the embeddings with strategy.embed_mode: train);
-    # all: full-batch steps, each epoch one gradient step on the silo's whole training set
-    # (IFCA's regime: local_epochs are then its τ local steps).
-    batch_size: int | Literal["all"] = 64
-
-    def batch(self, n: int) -> int:
-        """The mini-batch size for a set of `n` samples."""
-        return max(1, n) if self.batch_size == "all" else self.batch_size
-
-    def work(self) -> LocalWork:
-        """What a silo's sample count claims of its local training (the screening's yardstick)."""
-        return LocalWork(self.local_epochs, None if self.batch_size == "all" else self.batch_size, self.momentum)
 
 
 # A run: the top-level keys of its YAML file and one section per part (data, model, train, ...).
@@ -136,6 +111,11 @@ class Config:
     def sample_shape(self) -> tuple[int, ...]:
         """The shape of one model input a silo holds: (channels, height, width) or (features,)."""
         return self.data.sample_shape(self.model.name in TORCHVISION_MODELS)
+
+    @property
+    def architecture(self) -> Architecture:
+        """What the silos' model is built from (models/build.py)."""
+        return Architecture(self.model, self.sample_shape, self.data.num_classes())
 
 
 # --------------------------------------------------------------------------- parsing

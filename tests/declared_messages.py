@@ -3,6 +3,8 @@ example of each: what the wire's round-trip and fuzz tests go through."""
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from cfl_mpi.data.agreement import DataReport
@@ -16,7 +18,7 @@ from cfl_mpi.wire.payload import Payload, StateField
 from cfl_mpi.wire.round import BackdoorEvaluation, Control, Dropped, Evaluation, Hello, Leave, StartModel, Update
 
 for _spec in REGISTRY.values():  # each strategy's halves declare its messages
-    _spec.halves()
+    importlib.import_module(_spec.halves)
 
 MODEL = {
     "conv.weight": np.zeros((4, 1, 3, 3), np.float32),

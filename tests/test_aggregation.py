@@ -222,11 +222,11 @@ def test_honest_silos_of_unequal_size_trained_for_real_keep_their_updates_and_co
     bound, and the smallest rate is 14 times the false-claim bound."""
     import torch
 
-    from cfl_mpi.config import TrainConfig
     from cfl_mpi.data.digits import load_digit_pool
     from cfl_mpi.models.build import load_arrays, state_arrays
     from cfl_mpi.models.simple_cnn import SimpleCNN
     from cfl_mpi.training.local import train_local
+    from cfl_mpi.training.params import TrainConfig
 
     x, y = load_digit_pool()
     x = np.kron(x, np.ones((3, 3)))[:, None].astype(np.float32)  # 24 x 24: the CNN's two poolings fit

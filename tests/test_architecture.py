@@ -45,11 +45,13 @@ LAYERS = (
         "data",
         "data.*",
         "models.params",
-        "aggregation.rules",  # each data set's silos, the model and
+        "aggregation.rules",  # each data set's silos, the model, training,
+        "training.params",
         "runtime.params",
     ),  # aggregation sections, the runtime's
+    ("models", "training.local", "training.batched"),  # the model and local training: their sections
     ("config",),  # YAML into typed settings
-    ("models", "training.local", "training.batched", "reporting.results", "reporting.plots"),
+    ("reporting.results", "reporting.plots"),
     ("strategies.base", "strategies.*.*"),  # the strategies' halves
     ("runtime", "backends.mpi.placement"),  # rounds, silos, placement, checkpoints
     (
@@ -115,17 +117,8 @@ def imported_modules(name: str, source: str | None = None) -> set[str]:
     }
 
 
-def lazy_handle(name: str, target: str) -> bool:
-    """A strategy's light package names its halves in a function the runtime calls
-    (`halves()`, importing its halves.py then; `Halves`, there and in the spec, typed under
-    TYPE_CHECKING): the one import that points up, never run at import time
-    (test_the_strategy_registry_is_light)."""
-    package = re.fullmatch(r"cfl_mpi\.strategies\.\w+", name)
-    return bool(package) and target in (f"{name}.halves", "cfl_mpi.strategies.base")
-
-
 def upward_imports(name: str, source: str | None = None) -> list[str]:
-    return sorted(t for t in imported_modules(name, source) if layer(t) > layer(name) and not lazy_handle(name, t))
+    return sorted(t for t in imported_modules(name, source) if layer(t) > layer(name))
 
 
 def test_the_front_hall_has_few_modules_and_folders_hold_the_rest():
@@ -159,7 +152,7 @@ def test_an_upward_import_for_type_checking_only_is_found():
 def test_no_import_cycle():
     graph = nx.DiGraph()
     for name in MODULES:
-        graph.add_edges_from((name, t) for t in imported_modules(name) if not lazy_handle(name, t))
+        graph.add_edges_from((name, t) for t in imported_modules(name))
     cycles = list(nx.simple_cycles(graph))
     assert not cycles, f"import cycles: {cycles[:5]}"
 

@@ -24,7 +24,7 @@ def test_with_one_model_ifcas_test_accuracy_is_that_models_accuracy_on_every_rot
     simulate_job("configs/ifca_rotated_mnist_test_split.yaml", run, *sets)
     cfg = load_config(run / "config.yaml")
     (arrays,) = load_checkpoint(run).models
-    model = build_model(cfg, 10, load_weights=False)
+    model = build_model(cfg.architecture, load_weights=False)
     load_arrays(model, arrays)
     _, _, images, labels = cfg.data.pools(cfg.seed)  # the 2,000 held-out test images, uint8
     mean, std = cfg.data.source.stats

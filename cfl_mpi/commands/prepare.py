@@ -32,7 +32,7 @@ def prepare_weights(cfg: Config) -> None:
         from ..models.build import OwnModelError, check_model
 
         try:
-            check_model(cfg)
+            check_model(cfg.architecture)
         except OwnModelError as err:
             raise ConfigError(str(err)) from None
     if cfg.model.pretrained is False:
@@ -40,7 +40,7 @@ def prepare_weights(cfg: Config) -> None:
     from ..models.build import WeightsError, build_model
 
     try:
-        build_model(cfg, cfg.data.num_classes())
+        build_model(cfg.architecture)
     except WeightsError as err:
         raise ConfigError(str(err)) from None
     except Exception as err:  # missing file, unpicklable content, no network, ...

@@ -19,10 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config
 from .mlp import Mlp
 from .own import OwnModelError, check_fit, own_model
-from .params import TORCHVISION_MODELS
+from .params import TORCHVISION_MODELS, Architecture
 from .simple_cnn import SimpleCNN
 from .split_model import SplitModel
 from .torchvision_models import HEAD_PREFIX, default_weights, split, torchvision_network  # imports torchvision lazily
@@ -62,15 +61,14 @@ class WeightsError(ValueError):
     """A weights file that does not fit the model; the message is one `model.pretrained: ...` line."""
 
 
-def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> SplitModel:
+def build_model(arch: Architecture, *, load_weights: bool = True) -> SplitModel:
     """A fresh model (θ(0) and other seeded draws come from `seeded_states`).
 
     With `model.pretrained` set and `load_weights`, the embedding (and the head, when the file
     has one of the right shape) starts from those weights. Silos pass `load_weights=False`:
     they receive θ(0) from the server, the only rank that needs the weights.
     """
-    m = cfg.model
-    shape = cfg.sample_shape
+    m, shape, num_classes = arch
     with _DEFAULT_GENERATOR:
         if m.name == "simple_cnn":
             c1, c2 = m.channels
@@ -93,26 +91,26 @@ def build_model(cfg: Config, num_classes: int, *, load_weights: bool = True) -> 
     return model
 
 
-def check_model(cfg: Config) -> None:
+def check_model(arch: Architecture) -> None:
     """Before any work, on the rank that builds θ(0): a model of the user's own is importable,
     a SplitModel, and takes the data's examples to its declared embedding and the classes
     (OwnModelError, one line, otherwise). The built-in models are checked by the config."""
-    if cfg.model.own:
-        model = build_model(cfg, cfg.data.num_classes(), load_weights=False)
-        check_fit(model, cfg.model.name, cfg.sample_shape, cfg.data.num_classes(), cfg.model.embedding_dim)
+    if arch.model.own:
+        model = build_model(arch, load_weights=False)
+        check_fit(model, arch.model.name, arch.sample_shape, arch.classes, arch.model.embedding_dim)
 
 
-def seeded_states(cfg: Config, num_classes: int, seed: int, count: int) -> list[dict[str, np.ndarray]]:
+def seeded_states(arch: Architecture, seed: int, count: int) -> list[dict[str, np.ndarray]]:
     """`count` models drawn one after another after `torch.manual_seed(seed)`: θ(0) is the first."""
     with _DEFAULT_GENERATOR:
         torch.manual_seed(seed)
-        models = [build_model(cfg, num_classes) for _ in range(count)]
+        models = [build_model(arch) for _ in range(count)]
     return [state_arrays(m) for m in models]
 
 
-def initial_model(cfg: Config) -> dict[str, np.ndarray]:
+def initial_model(arch: Architecture, seed: int) -> dict[str, np.ndarray]:
     """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
-    return seeded_states(cfg, cfg.data.num_classes(), cfg.seed, 1)[0]
+    return seeded_states(arch, seed, 1)[0]
 
 
 def _torchvision_weights(name: str) -> dict[str, torch.Tensor]:
@@ -229,11 +227,11 @@ def own_weights(module: nn.Module) -> None:
         module.load_state_dict({k: v.clone() for k, v in module.state_dict().items()}, strict=True, assign=True)
 
 
-def skeleton_model(cfg: Config, num_classes: int) -> SplitModel:
+def skeleton_model(arch: Architecture) -> SplitModel:
     """A silo's model that shares its weights (`runtime.silo_models: shared`): until the server's
     model comes in by `share_arrays`, the architecture with its tensors on torch's meta device
     (no memory, no random draws)."""
-    return as_skeleton(lambda: build_model(cfg, num_classes, load_weights=False))
+    return as_skeleton(lambda: build_model(arch, load_weights=False))
 
 
 def as_skeleton(build: Callable[[], M]) -> M:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..settings import derived
 
@@ -150,3 +150,12 @@ class ModelConfig:
         if self.name == "simple_cnn" or shape[0] == 3:
             return []
         return [f"model.name: {self.name} takes 3-channel images, the data's examples are {size}"]
+
+
+class Architecture(NamedTuple):
+    """What a model is built from: its section, the shape of one input a silo holds
+    ((channels, height, width) or (features,)) and the number of classes."""
+
+    model: ModelConfig
+    sample_shape: tuple[int, ...]
+    classes: int

@@ -266,7 +266,7 @@ def check_resume_arrays(cfg: Config, out: Path) -> None:
 
     ckpt = load_checkpoint(out)
     index = out / CHECKPOINT / INDEX
-    theta0 = initial_model(cfg)
+    theta0 = initial_model(cfg.architecture, cfg.seed)
     for i, model in enumerate(ckpt.models):
         _check_like(model, theta0, index, f"model {i}")
     strategy = server_half(cfg)

@@ -18,7 +18,7 @@ def run_facts(cfg: Config) -> RunFacts:
     def initial_models(k: int) -> list[Model]:
         from ..models.build import seeded_states  # torch: only where a strategy asks for models
 
-        return seeded_states(cfg, cfg.data.num_classes(), cfg.seed, k)
+        return seeded_states(cfg.architecture, cfg.seed, k)
 
     truth = cfg.data.true_clusters(cfg.silos)
     late = tuple(sorted(((x.silo, x.round) for x in cfg.late_silos), key=lambda x: (x[1], x[0])))
@@ -38,7 +38,10 @@ def run_facts(cfg: Config) -> RunFacts:
 
 def halves(cfg: Config) -> Halves:
     """The halves of the config's strategy and the message kinds they add (its `HALVES`)."""
-    return REGISTRY[cfg.strategy.name].halves()
+    module = REGISTRY[cfg.strategy.name].halves
+    found = importlib.import_module(module).HALVES
+    assert isinstance(found, Halves), f"{module}.HALVES is not a Halves"
+    return found
 
 
 def server_half(cfg: Config) -> Strategy:

@@ -68,7 +68,7 @@ class Server:
         self.halves = halves(cfg)
         self.kinds = self.halves.all_kinds
         self.strategy = server_half(cfg)
-        self.theta0 = initial_model(cfg)
+        self.theta0 = initial_model(cfg.architecture, cfg.seed)
         mark("strategy")
         self.start_models: dict[int, Model] = {c: self.theta0 for c in range(cfg.silos)}  # what each trains from
         self.trained: set[int] = set()  # silos that have trained at least once

@@ -82,11 +82,9 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         mark("data")
         # weights come from the server (runtime.silo_models: shared, the received arrays
         # themselves); torch runs on the compute workers only (compute.py)
-        classes = cfg.data.num_classes()
+        arch = cfg.architecture
         shared = cfg.runtime.silo_models == "shared"
-        model = compute(
-            lambda: skeleton_model(cfg, classes) if shared else build_model(cfg, classes, load_weights=False).to(device)
-        )
+        model = compute(lambda: skeleton_model(arch) if shared else build_model(arch, load_weights=False).to(device))
         training_set = compute(SiloSet, data.train_images, data.y_train, device)
     except Exception as err:  # noqa: BLE001 - its data or model failed: with drop, it leaves
         if not leaving:
@@ -94,7 +92,7 @@ def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: Co
         compute.withdraw(silo)
         leave_at_start(channel, err)
         return
-    together = batches_silos(cfg, device)
+    together = batches_silos(cfg.runtime.silo_training, cfg.model.name, device)
     targets = cfg.data.backdoor_targets(cfg.silos)
 
     def evaluating(t: int, backdoor: bool) -> list[int]:

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from .base import Halves
+from typing import Any, NamedTuple
 
 # torch.manual_seed takes seeds below 2**64 (numpy's SeedSequence any non-negative integer).
 SEED_LIMIT = 2**64
@@ -83,9 +80,10 @@ class StrategySpec:
 
     params: type[StrategyParams]  # a frozen dataclass; its `name` default is the registry key
     label: str  # in tables, legends and titles, e.g. "EMD-CFL"
-    # Its server and silo halves and the message kinds they add: a function of the strategy's
-    # package that imports its halves.py when called, by the runtime only (they load torch).
-    halves: Callable[[], Halves]
+    # The module whose `HALVES` are its server and silo halves and the message kinds they add
+    # (its package's halves.py: f"{__name__}.halves"), imported by the runtime only: they load
+    # torch, which parsing a config or tabulating a comparison never needs.
+    halves: str
     clusters: bool = True  # False: it keeps every silo in one model, its ARI is shown as "-"
     default: bool = True  # run by compare and reproduce unless --methods names others
     pairwise: Mapping[str, Pairwise] = field(default_factory=dict)  # artifacts it leaves, by name

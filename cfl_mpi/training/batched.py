@@ -29,10 +29,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from ..config import Config, TrainConfig
 from ..models.build import hold_arrays, own_weights
 from ..models.params import BATCHABLE_MODELS
 from .local import Sgd, evaluate, train_local
+from .params import TrainConfig
 
 __all__ = [
     "Evaluation",
@@ -86,11 +86,11 @@ def batchable(model: nn.Module) -> bool:
     )
 
 
-def batches_silos(cfg: Config, device: torch.device) -> bool:
-    """Whether silos computing on `device` train batched (`runtime.silo_training`; auto: on a GPU)."""
-    setting = cfg.runtime.silo_training
+def batches_silos(setting: str, model: str, device: torch.device) -> bool:
+    """Whether silos computing on `device` train batched: `runtime.silo_training` (`setting`;
+    auto: on a GPU, for a model of BATCHABLE_MODELS) for the silos' `model.name`."""
     if setting == "auto":
-        return device.type == "cuda" and cfg.model.name in BATCHABLE_MODELS
+        return device.type == "cuda" and model in BATCHABLE_MODELS
     return setting == "batched"
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import TrainConfig
 from ..data.images import Images, as_floats
 from ..models.build import own_weights
+from .params import TrainConfig
 
 EVAL_BATCH = 512
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from jobs import PROJECT_ROOT, simulate_job
 
-from cfl_mpi.config import ConfigError, TrainConfig, load_config
+from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.models.mlp import Mlp
 from cfl_mpi.models.simple_cnn import SimpleCNN
 from cfl_mpi.training.batched import (
@@ -21,6 +21,7 @@ from cfl_mpi.training.batched import (
     train_together,
 )
 from cfl_mpi.training.local import evaluate, train_local
+from cfl_mpi.training.params import TrainConfig
 
 # Batched and one-by-one weights differ by float rounding (a batched product sums in another
 # order): ≤ 8e-8 here after 3 epochs, on weights of size ≤ 0.4, and a median of 1.5e-8 over
@@ -122,12 +123,16 @@ def test_auto_batches_silos_on_a_gpu_only(tmp_path):
     def config(*overrides):
         return load_config(PROJECT_ROOT / "configs/digits.yaml", [*overrides, f"out={tmp_path}"])
 
+    def setting(*overrides):
+        cfg = config(*overrides)
+        return cfg.runtime.silo_training, cfg.model.name
+
     cpu, cuda = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
-    assert not batches_silos(config(), cpu) and batches_silos(config(), cuda)
-    assert batches_silos(config("model.name=mlp"), cuda)
-    assert batches_silos(config("runtime.silo_training=batched"), cpu)
-    assert not batches_silos(config("runtime.silo_training=one_by_one"), cuda)
-    assert not batches_silos(config("model.name=resnet18", "model.embedding_dim=512"), cuda)
+    assert not batches_silos(*setting(), cpu) and batches_silos(*setting(), cuda)
+    assert batches_silos(*setting("model.name=mlp"), cuda)
+    assert batches_silos(*setting("runtime.silo_training=batched"), cpu)
+    assert not batches_silos(*setting("runtime.silo_training=one_by_one"), cuda)
+    assert not batches_silos(*setting("model.name=resnet18", "model.embedding_dim=512"), cuda)
     with pytest.raises(ConfigError, match="runtime.silo_training: batched needs a model without buffers"):
         config("model.name=resnet18", "model.embedding_dim=512", "runtime.silo_training=batched")
 

@@ -30,7 +30,7 @@ def test_embedding_size_head_and_split(tmp_path, name):
     cfg = config(tmp_path, name=name, input_size=32)  # tiny inputs; the paper's default is 224
     assert cfg.model.embedding_dim == EMBEDDING_DIMS[name]
     torch.manual_seed(0)
-    model = build_model(cfg, 10).eval()
+    model = build_model(cfg.architecture).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         z = model.embedding(x)
@@ -43,7 +43,7 @@ def test_embedding_size_head_and_split(tmp_path, name):
 def test_defaults_resize_to_224_and_check_sizes(tmp_path):
     cfg = config(tmp_path, name="resnet18")
     assert (cfg.model.input_size, cfg.data.image_size, cfg.model.pretrained) == (224, 32, False)
-    model = build_model(cfg, 10).eval()
+    model = build_model(cfg.architecture).eval()
     seen = []
     model.embedding.net.conv1.register_forward_hook(lambda m, i, o: seen.append(i[0].shape))
     with torch.no_grad():
@@ -63,7 +63,7 @@ def test_defaults_resize_to_224_and_check_sizes(tmp_path):
 
 def test_simple_cnn_takes_the_data_channels(tmp_path):
     cfg = config(tmp_path, data={"name": "backdoor_mnist", "root": "x"}, name="simple_cnn")
-    model = build_model(cfg, 10)
+    model = build_model(cfg.architecture)
     assert model(torch.randn(2, 3, 28, 28)).shape == (2, 10) and model.embedding(torch.randn(1, 3, 28, 28)).shape == (
         1,
         128,
@@ -78,23 +78,23 @@ def test_pretrained_path_loads_a_torchvision_weights_file(tmp_path):
     torch.save(reference.state_dict(), tmp_path / "resnet18.pth")
     cfg = config(tmp_path, name="resnet18", input_size=32, pretrained=str(tmp_path / "resnet18.pth"))
     torch.manual_seed(2)
-    model = build_model(cfg, 10)
+    model = build_model(cfg.architecture)
     for key, value in reference.state_dict().items():
         if not key.startswith("fc."):
             torch.testing.assert_close(model.embedding.net.state_dict()[key], value)
     assert model.head.weight.shape == (10, 512)  # a fresh head for 10 classes
     # Silos skip the file: θ(0) comes from the server.
-    fresh = build_model(cfg, 10, load_weights=False)
+    fresh = build_model(cfg.architecture, load_weights=False)
     assert not torch.equal(fresh.embedding.net.conv1.weight, reference.conv1.weight)
 
 
 def test_pretrained_path_loads_a_cfl_mpi_model_with_its_head(tmp_path):
     cfg = config(tmp_path, name="efficientnet_b3", input_size=32)
     torch.manual_seed(3)
-    trained = build_model(cfg, 10)
+    trained = build_model(cfg.architecture)
     torch.save(trained.state_dict(), tmp_path / "model.pt")
     loaded = build_model(
-        config(tmp_path, name="efficientnet_b3", input_size=32, pretrained=str(tmp_path / "model.pt")), 10
+        config(tmp_path, name="efficientnet_b3", input_size=32, pretrained=str(tmp_path / "model.pt")).architecture
     )
     for key, value in trained.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[key], value)
@@ -106,7 +106,7 @@ def test_weights_that_do_not_fit_are_one_config_error(tmp_path):
     torch.save(resnet50(weights=None).state_dict(), tmp_path / "resnet50.pth")
     cfg = config(tmp_path, name="resnet18", input_size=32, pretrained=str(tmp_path / "resnet50.pth"))
     with pytest.raises(WeightsError):
-        build_model(cfg, 10)
+        build_model(cfg.architecture)
     with pytest.raises(ConfigError) as err:
         prepare_weights(cfg)
     assert str(err.value).startswith(f"model.pretrained: {tmp_path / 'resnet50.pth'} does not fit resnet18's embedding")
@@ -127,7 +127,7 @@ def test_pretrained_true_reads_torchs_cache_without_network(tmp_path):
     before = torch.hub.get_dir()
     torch.hub.set_dir(str(hub))
     try:
-        model = build_model(config(tmp_path, name="resnet18", input_size=32, pretrained=True), 10)
+        model = build_model(config(tmp_path, name="resnet18", input_size=32, pretrained=True).architecture)
     finally:
         torch.hub.set_dir(before)
     torch.testing.assert_close(model.embedding.net.layer4[1].conv2.weight, reference.layer4[1].conv2.weight)
@@ -136,7 +136,7 @@ def test_pretrained_true_reads_torchs_cache_without_network(tmp_path):
 def test_the_server_imports_torchvision_only_for_torchvision_models():
     code = (
         "import sys; from cfl_mpi.config import Config; from cfl_mpi.models.build import initial_model; "
-        "initial_model(Config()); print('torchvision' in sys.modules)"
+        "c = Config(); initial_model(c.architecture, c.seed); print('torchvision' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -149,7 +149,7 @@ def test_batchnorm_state_round_trips_with_its_scalar_counter(tmp_path):
 
     from cfl_mpi.models.build import load_arrays, state_arrays
 
-    model = build_model(config(tmp_path, name="resnet18", input_size=32), 10)
+    model = build_model(config(tmp_path, name="resnet18", input_size=32).architecture)
     arrays = state_arrays(model)
     assert arrays["embedding.net.bn1.num_batches_tracked"].shape == ()
     arrays["embedding.net.bn1.num_batches_tracked"] = np.array(7)

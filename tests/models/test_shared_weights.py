@@ -9,11 +9,11 @@ import torch
 from jobs import simulate_job
 
 from cfl_mpi.channel.local import read_only
-from cfl_mpi.config import TrainConfig
 from cfl_mpi.models.build import as_skeleton, hold_arrays, load_arrays, state_arrays, state_template
 from cfl_mpi.models.simple_cnn import SimpleCNN
 from cfl_mpi.training.batched import LocalTraining, train_together
 from cfl_mpi.training.local import train_local
+from cfl_mpi.training.params import TrainConfig
 
 CPU = torch.device("cpu")
 CFG = TrainConfig(local_epochs=2, lr=0.05, batch_size=16, momentum=0.9, weight_decay=5e-4)

@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from cfl_mpi.config import TrainConfig
 from cfl_mpi.models.simple_cnn import SimpleCNN
 from cfl_mpi.training.local import Sgd, train_local
+from cfl_mpi.training.params import TrainConfig
 
 
 def reference_train(

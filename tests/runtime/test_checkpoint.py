@@ -86,7 +86,7 @@ def write_run(out, *overrides, round=1, theta=None, strategy_arrays=None):
         out,
         Checkpoint(
             round,
-            [theta or initial_model(cfg)],
+            [theta or initial_model(cfg.architecture, cfg.seed)],
             [0] * cfg.silos,
             strategy_arrays or arrays,
             run_meta,
@@ -201,7 +201,7 @@ def test_a_renamed_round_beyond_the_config_is_refused(tmp_path):
 
 def test_arrays_that_do_not_fit_theta0_or_the_strategy_are_refused(tmp_path):
     cfg = small_config(tmp_path / "a")
-    theta = initial_model(cfg)
+    theta = initial_model(cfg.architecture, cfg.seed)
     name = next(iter(theta))
     wrong = {**theta, name: np.zeros((1, *theta[name].shape[1:]), dtype=theta[name].dtype)}
     write_run(tmp_path / "a", theta=wrong)

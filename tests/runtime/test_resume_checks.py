@@ -47,7 +47,10 @@ def write_run(out, rounds: int) -> None:
         "first_counts": {"0": 10, "1": 12},
         "records": [{"round": r + 1} for r in range(rounds)],
     }
-    save_checkpoint(out, Checkpoint(rounds, [initial_model(cfg)], [0, 0], arrays, run_meta, config_digest(cfg)))
+    save_checkpoint(
+        out,
+        Checkpoint(rounds, [initial_model(cfg.architecture, cfg.seed)], [0, 0], arrays, run_meta, config_digest(cfg)),
+    )
 
 
 def resume_without_torch(folder, *sets: str) -> tuple[subprocess.CompletedProcess, float]:

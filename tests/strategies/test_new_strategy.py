@@ -75,7 +75,7 @@ HALVES = Halves(ToySoft, ToySoftSilo, (LOSS,))
 TOY = StrategySpec(
     ToySoftConfig,
     "Toy soft clustering",
-    lambda: HALVES,
+    __name__,  # the module holding its HALVES
     pairwise={"M": Pairwise("mixing weight of silo c' in c's model", similarity=True)},
 )
 

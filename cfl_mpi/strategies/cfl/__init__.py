@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..spec import SEED_LIMIT, ConfigFacts, Pairwise, StrategyParams, StrategySpec
-
-if TYPE_CHECKING:
-    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -52,16 +49,9 @@ class CflConfig(StrategyParams):
             yield f"strategy.transform_seed: must be an integer in [0, 2**64) or null, got {self.transform_seed}"
 
 
-def halves() -> Halves:
-    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
-    from .halves import HALVES
-
-    return HALVES
-
-
 SPEC = StrategySpec(
     CflConfig,
     "CFL",
-    halves,
+    f"{__name__}.halves",
     pairwise={"S": Pairwise("cosine similarity of the silos' weight updates", similarity=True)},
 )

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ...clustering.defaults import CLEAR_GAP, EPSILON, NOISE_MULTIPLE
 from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
-
-if TYPE_CHECKING:
-    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -188,17 +185,10 @@ def w_view(artifacts: Mapping[str, Any], strategy: Any) -> PairwiseView:
     return PairwiseView(noise_or_one(noise), Cut(multiple, f"cut {multiple:g}"), label)
 
 
-def halves() -> Halves:
-    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
-    from .halves import HALVES
-
-    return HALVES
-
-
 SPEC = StrategySpec(
     EmdCflConfig,
     "EMD-CFL",
-    halves,
+    f"{__name__}.halves",
     pairwise={"W": Pairwise(W_LABEL, directed=True, view=w_view)},
     validation=True,
 )

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..spec import ConfigFacts, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
-
-if TYPE_CHECKING:
-    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -67,17 +64,10 @@ def d_view(artifacts: Mapping[str, Any], strategy: Any) -> PairwiseView:
     return PairwiseView(None, None, f"W{p} distance between the silos' {space}\n(FedWaD estimate)")
 
 
-def halves() -> Halves:
-    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
-    from .halves import HALVES
-
-    return HALVES
-
-
 SPEC = StrategySpec(
     FedWaDClusteringConfig,
     "FedWaD clustering",
-    halves,
+    f"{__name__}.halves",
     default=False,
     pairwise={"D": Pairwise("Wasserstein distance between the silos' data (FedWaD estimate)", view=d_view)},
 )

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..spec import ConfigFacts, StrategyParams, StrategySpec
-
-if TYPE_CHECKING:
-    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -40,11 +37,4 @@ class IfcaConfig(StrategyParams):
             )
 
 
-def halves() -> Halves:
-    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
-    from .halves import HALVES
-
-    return HALVES
-
-
-SPEC = StrategySpec(IfcaConfig, "IFCA", halves)
+SPEC = StrategySpec(IfcaConfig, "IFCA", f"{__name__}.halves")

@@ -4,12 +4,9 @@ Its server and silo halves are in halves.py, beside it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..spec import StrategyParams, StrategySpec
-
-if TYPE_CHECKING:
-    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -19,11 +16,4 @@ class OracleConfig(StrategyParams):
     name: Literal["oracle"] = "oracle"
 
 
-def halves() -> Halves:
-    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
-    from .halves import HALVES
-
-    return HALVES
-
-
-SPEC = StrategySpec(OracleConfig, "Oracle", halves, sees_truth=True)
+SPEC = StrategySpec(OracleConfig, "Oracle", f"{__name__}.halves", sees_truth=True)

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
-
-if TYPE_CHECKING:
-    from ..base import Halves
 
 
 @dataclass(frozen=True)
@@ -46,13 +43,9 @@ def a_view(artifacts: Mapping[str, Any], strategy: Any) -> PairwiseView:
     return PairwiseView(None, Cut(beta, f"cut β = {beta:g}°"), f"{label}, cut at β = {beta:g}°")
 
 
-def halves() -> Halves:
-    """Its server and silo halves (halves.py), imported when the runtime asks: they load torch."""
-    from .halves import HALVES
-
-    return HALVES
-
-
 SPEC = StrategySpec(
-    PacflConfig, "PACFL", halves, pairwise={"A": Pairwise("sum of principal angles (degrees)", view=a_view)}
+    PacflConfig,
+    "PACFL",
+    f"{__name__}.halves",
+    pairwise={"A": Pairwise("sum of principal angles (degrees)", view=a_view)},
 )
