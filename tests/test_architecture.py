@@ -130,6 +130,14 @@ def test_the_front_hall_has_few_modules_and_folders_hold_the_rest():
         )
 
 
+def test_the_runtime_s_functions_fit_on_a_screen():
+    """The runtime's loops read as steps: no function or method in runtime/ over 60 lines."""
+    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in (PACKAGE / "runtime").glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 60]  # fmt: skip
+    assert long == []
+
+
 def test_every_module_has_a_layer():
     for name in MODULES:
         layer(name)

@@ -218,18 +218,22 @@ class Server:
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
+        self.say_round(t, record, phases)
+        return record
+
+    def say_round(self, t: int, record: dict, phases: dict[str, float]) -> None:
+        """Round t's line on the console, and with --verbose its slowest update and timed steps."""
         say(
             f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {_ari(record['ari'])}  "
             f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
             + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items())
         )
-        if slowest is not None:
+        if (slowest := record.get("slowest_update")) is not None:
             where = f" on {slowest['host']}" if "host" in slowest else ""
             detail(f"round {t}: the last update came from {slowest['from']}{where} after {slowest['seconds']:.2f}s")
         for whose, steps in (("the server's", record.get("server_steps")), ("the silos'", record.get("silo_steps"))):
             if steps:
                 detail(f"round {t}: {whose} steps " + ", ".join(f"{k} {_step(v)}" for k, v in steps.items()))
-        return record
 
     def announce(self, t: int, needs_model: set[int]) -> tuple[list[int], list[int], set[int]]:
         """Tell every silo what round t asks of it (train, evaluate or wait; whether a model

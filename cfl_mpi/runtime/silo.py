@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from .halves import halves, silo_half
 from .timeline import mark
 
 if TYPE_CHECKING:
+    import torch
+
     from ..training.local import SiloSet
 
 __all__ = ["run_silo"]
@@ -57,135 +59,173 @@ def run_silo(
 
 
 def _run_silo(cfg: Config, channel: Channel, device: Any, silo: int, compute: ComputePool, mates: set[int]) -> None:
-    import torch
-
-    from ..models.build import (
-        build_model,
-        hold_arrays,
-        load_arrays,
-        shares_weights,
-        skeleton_model,
-        state_arrays,
-        state_template,
-    )
-    from ..training.batched import LocalTraining, batches_silos, train_together
-    from ..training.local import SiloSet, train_local
-
     leaving = cfg.runtime.on_silo_failure == "drop"
     if leaving:  # the server may drop this silo, should a message of its break the protocol
         channel.notices[Dropped.KIND.name] = Notice(Dropped.expect(0), dropped)
     faults = SiloFaults(cfg.runtime.fault, silo)
-
     try:
-        faults.at_start_up()
-        data = cfg.data.build(silo, cfg.data_facts())
-        mark("data")
-        # weights come from the server (runtime.silo_models: shared, the received arrays
-        # themselves); torch runs on the compute workers only (compute.py)
-        arch = cfg.architecture
-        shared = cfg.runtime.silo_models == "shared"
-        model = compute(lambda: skeleton_model(arch) if shared else build_model(arch, load_weights=False).to(device))
-        training_set = compute(SiloSet, data.train_images, data.y_train, device)
+        own = start_silo(cfg, silo, device, compute, faults)
     except Exception as err:  # noqa: BLE001 - its data or model failed: with drop, it leaves
         if not leaving:
             raise
         compute.withdraw(silo)
         leave_at_start(channel, err)
         return
-    together = batches_silos(cfg.runtime.silo_training, cfg.model.name, device)
-    targets = cfg.data.backdoor_targets(cfg.silos)
+    SiloRounds(cfg, channel, device, silo, compute, mates, faults, own).run()
 
-    def evaluating(t: int, backdoor: bool) -> list[int]:
-        """The process's silos that evaluate in round t (on their backdoor test set: targets only)."""
-        return [c for c in present(cfg, t) if c in mates and (targets[c] or not backdoor)]
 
-    evaluation = SiloEvaluation(data, device, compute, silo, evaluating if together else None)
-    mark("model")
-    protocol = silo_half(cfg)
-    mark("strategy")
-    kinds = halves(cfg).all_kinds
-    template = state_template(model)
+class SiloStart(NamedTuple):
+    """What a silo starts from: its data, its model and its training set on its device."""
 
-    def train(t: int, generator: torch.Generator) -> None:
-        """Local training: alone, or with the process's silos that train in round t, as one
-        computation (`runtime.silo_training`, training/batched.py)."""
-        if together:
-            compute.together(
-                ("local_training", t),
-                lambda jobs: train_together(jobs, cfg.train, device),
-                LocalTraining(model, *training_set.tensors(), generator),
-                silo,
-                lambda: [c for c in participants(cfg, t) if c in mates],
-            )
-        else:
-            compute(lambda: train_local(model, *training_set.tensors(), cfg.train, generator, device))
+    data: SiloData
+    model: Any  # a SplitModel
+    training_set: SiloSet
 
-    def received_model(round: int) -> dict[str, np.ndarray]:
-        weights = StartModel.of(channel.recv(SERVER, StartModel.expect(round, like=template))).weights
-        return protocol.decode_model(weights, round)
 
-    def diverged(arrays: dict[str, np.ndarray]) -> bool:
-        return not all(all_finite(a) for a in arrays.values() if np.issubdtype(a.dtype, np.floating))
+def start_silo(cfg: Config, silo: int, device: Any, compute: ComputePool, faults: SiloFaults) -> SiloStart:
+    """Its data, model and training set. The weights come from the server (runtime.silo_models:
+    shared, the received arrays themselves); torch runs on the compute workers only (compute.py)."""
+    from ..models.build import build_model, skeleton_model
+    from ..training.local import SiloSet
 
-    def take_part(t: int, control: Control) -> dict[str, float]:
+    faults.at_start_up()
+    data = cfg.data.build(silo, cfg.data_facts())
+    mark("data")
+    arch = cfg.architecture
+    shared = cfg.runtime.silo_models == "shared"
+    model = compute(lambda: skeleton_model(arch) if shared else build_model(arch, load_weights=False).to(device))
+    return SiloStart(data, model, compute(SiloSet, data.train_images, data.y_train, device))
+
+
+class SiloRounds:
+    """A started silo's rounds, as the server's `Control` says each round: wait, train (with its
+    strategy's exchanges) and send its update, evaluate; until STOP, or until it leaves (drop)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        channel: Channel,
+        device: Any,
+        silo: int,
+        compute: ComputePool,
+        mates: set[int],
+        faults: SiloFaults,
+        own: SiloStart,
+    ) -> None:
+        from ..models.build import state_template
+        from ..training.batched import batches_silos
+
+        self.cfg, self.channel, self.device, self.silo = cfg, channel, device, silo
+        self.compute, self.mates, self.faults = compute, mates, faults
+        self.data, self.model, self.training_set = own
+        self.leaving = cfg.runtime.on_silo_failure == "drop"
+        self.together = batches_silos(cfg.runtime.silo_training, cfg.model.name, device)
+        self.targets = cfg.data.backdoor_targets(cfg.silos)
+        self.evaluation = SiloEvaluation(own.data, device, compute, silo, self.evaluating if self.together else None)
+        mark("model")
+        self.protocol = silo_half(cfg)
+        mark("strategy")
+        self.kinds = halves(cfg).all_kinds
+        self.template = state_template(own.model)
+        self.reported: Counter[str] = Counter()  # the bytes sent by kind, as of the last report
+
+    def run(self) -> None:
+        channel = self.channel
+        try:
+            t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
+            mark("hello")
+            while True:
+                control = Control.of(channel.recv(SERVER, Control.expect(t)))
+                if control.action == STOP:
+                    return
+                try:
+                    self.play(t, control)
+                except (ChannelClosed, PeerTimeout, ProtocolError, Expelled):
+                    raise  # the federation's trouble, not this silo's own
+                except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
+                    if not self.leaving:
+                        raise
+                    self.compute.withdraw(self.silo)
+                    leave(channel, t, err)
+                    return
+                t += 1
+        except Expelled:
+            return  # the server named it and why; the rank's other silos go on
+
+    def play(self, t: int, control: Control) -> None:
+        """Round t as `control` says: train (with the strategy's exchanges) and evaluate."""
+        from ..models.build import hold_arrays
+
+        action, channel = control.action, self.channel
+        if action == WAIT:
+            return
+        self.faults.at_round_start(t, channel)
+        if control.model:
+            self.compute(hold_arrays, self.model, self.received_model(t - 1), self.device)
+        steps = self.take_part(t, control) if action == TRAIN else {}
+        weights = self.received_model(t)  # held by the model as the evaluation's first step
+        sent = np.array([channel.sent_bytes[k.name] - self.reported[k.name] for k in self.kinds], dtype=np.int64)
+        self.reported.clear()
+        self.reported.update(channel.sent_bytes)
+        timings = np.array([steps.get(k, 0.0) for k in self.protocol.steps], dtype=np.float64)
+        waited = (channel.waits.wall_s, channel.waits.cpu_s)
+        channel.send(SERVER, self.evaluation.report(t, self.model, weights, sent, timings, *waited), t)
+
+    def take_part(self, t: int, control: Control) -> dict[str, float]:
         """Round t's training, update and strategy exchanges; the seconds of the strategy's steps.
         A model that shares its weights then holds those it started from again: the trained
         ones go once they have left."""
-        ctx = SiloRound(t, silo, channel, model, data, device, cfg.silos, first=bool(control.first), compute=compute)
-        protocol.before_training(ctx)
+        import torch
+
+        from ..models.build import load_arrays, shares_weights, state_arrays
+
+        cfg, model, silo, faults, compute = self.cfg, self.model, self.silo, self.faults, self.compute
+        first = bool(control.first)
+        ctx = SiloRound(t, silo, self.channel, model, self.data, self.device, cfg.silos, first=first, compute=compute)
+        self.protocol.before_training(ctx)
         start = model.state_dict() if shares_weights(model) else None  # the shared arrays it trains from
         seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
         faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
-        train(t, torch.Generator().manual_seed(seed))
-        trained, n_samples = faults.update(t, state_arrays(model), len(data.y_train))
-        if leaving and diverged(trained):
+        self.train(t, torch.Generator().manual_seed(seed))
+        trained, n_samples = faults.update(t, state_arrays(model), len(self.data.y_train))
+        if self.leaving and diverged(trained):
             raise FloatingPointError(f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)")
-        faults.send_update(channel, t, protocol.encode_update(trained, t), n_samples)
+        faults.send_update(self.channel, t, self.protocol.encode_update(trained, t), n_samples)
         faults.after_update(t)
-        protocol.after_training(ctx)
+        self.protocol.after_training(ctx)
         if start is not None:
             model.load_state_dict(start, assign=True)  # no computation: on the silo thread
         return ctx.step_seconds
 
-    reported: Counter[str] = Counter()
+    def train(self, t: int, generator: torch.Generator) -> None:
+        """Local training: alone, or with the process's silos that train in round t, as one
+        computation (`runtime.silo_training`, training/batched.py)."""
+        from ..training.batched import LocalTraining, train_together
+        from ..training.local import train_local
 
-    def play(t: int, control: Control) -> None:
-        """Round t as `control` says: train (with the strategy's exchanges) and evaluate."""
-        action = control.action
-        if action == WAIT:
-            return
-        faults.at_round_start(t, channel)
-        if control.model:
-            compute(hold_arrays, model, received_model(t - 1), device)
-        steps = take_part(t, control) if action == TRAIN else {}
-        weights = received_model(t)  # held by the model as the evaluation's first step
-        sent = np.array([channel.sent_bytes[k.name] - reported[k.name] for k in kinds], dtype=np.int64)
-        reported.clear()
-        reported.update(channel.sent_bytes)
-        timings = np.array([steps.get(k, 0.0) for k in protocol.steps], dtype=np.float64)
-        waited = (channel.waits.wall_s, channel.waits.cpu_s)
-        channel.send(SERVER, evaluation.report(t, model, weights, sent, timings, *waited), t)
+        cfg, device, tensors = self.cfg, self.device, self.training_set.tensors()
+        if self.together:
+            self.compute.together(
+                ("local_training", t),
+                lambda jobs: train_together(jobs, cfg.train, device),
+                LocalTraining(self.model, *tensors, generator),
+                self.silo,
+                lambda: [c for c in participants(cfg, t) if c in self.mates],
+            )
+        else:
+            self.compute(lambda: train_local(self.model, *tensors, cfg.train, generator, device))
 
-    try:
-        t = Hello.of(channel.recv(SERVER, Hello.expect(0))).next_round
-        mark("hello")
-        while True:
-            control = Control.of(channel.recv(SERVER, Control.expect(t)))
-            if control.action == STOP:
-                return
-            try:
-                play(t, control)
-            except (ChannelClosed, PeerTimeout, ProtocolError, Expelled):
-                raise  # the federation's trouble, not this silo's own
-            except Exception as err:  # noqa: BLE001 - its own computation failed: with drop, it leaves
-                if not leaving:
-                    raise
-                compute.withdraw(silo)
-                leave(channel, t, err)
-                return
-            t += 1
-    except Expelled:
-        return  # the server named it and why; the rank's other silos go on
+    def evaluating(self, t: int, backdoor: bool) -> list[int]:
+        """The process's silos that evaluate in round t (on their backdoor test set: targets only)."""
+        return [c for c in present(self.cfg, t) if c in self.mates and (self.targets[c] or not backdoor)]
+
+    def received_model(self, round: int) -> dict[str, np.ndarray]:
+        msg = self.channel.recv(SERVER, StartModel.expect(round, like=self.template))
+        return self.protocol.decode_model(StartModel.of(msg).weights, round)
+
+
+def diverged(arrays: dict[str, np.ndarray]) -> bool:
+    return not all(all_finite(a) for a in arrays.values() if np.issubdtype(a.dtype, np.floating))
 
 
 class Expelled(Exception):
