@@ -203,17 +203,9 @@ def heatmap_figure(
     distances, high `similarity`. Values are printed in the cells when there are at most 12
     silos; grey: not measured (NaN)."""
     plt = _pyplot()
-    import textwrap
-
-    from matplotlib import patheffects
-    from matplotlib.colors import ListedColormap, Normalize
-    from matplotlib.patches import Patch, Rectangle
-    from mpl_toolkits.axes_grid1 import make_axes_locatable
-
     W = np.asarray(W, dtype=float)
     known = truth is not None
     truth = np.asarray(truth if known else found)
-    word = "true cluster" if known else "cluster found"
     if directed:
         from ..clustering.extraction import symmetrised
 
@@ -226,64 +218,73 @@ def heatmap_figure(
     cut = Cut(*cut) if cut is not None else None
 
     fig, ax = plt.subplots(figsize=(8.0, 6.6))
+    cmap, norm = _heatmap_colours(plt, D, similarity, cut)
+    off = ~np.eye(size, dtype=bool) & np.isfinite(D)
+    im = ax.imshow(np.ma.masked_invalid(D), cmap=cmap, norm=norm, interpolation="nearest")
+    ax.set_facecolor("0.8")
+    n_found = _outline_clusters(ax, truth, order, found)
+    if size <= 12:  # the values themselves, where they fit
+        for i, j in zip(*np.nonzero(off)):
+            v = D[i, j]
+            dark = norm(v) > 0.45 if similarity else norm(v) < 0.55
+            text = f"{v:.0f}" if abs(v) >= 10 else f"{v:.2g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    cax, kinds = _cluster_strips(ax, truth, order, found, n_found, title, known)
+    _colour_bar(fig, im, cax, label, norm, cut)
+    _heatmap_notes(fig, D, kinds, known, found, n_found, cut)
+    fig.subplots_adjust(left=0.08, right=0.8, top=0.93, bottom=0.19)
+    return fig
+
+
+def _heatmap_colours(plt: Any, D: np.ndarray, similarity: bool, cut: Cut | None) -> tuple[Any, Any]:
+    """The colour map (dark: close; a step at the cut: blues below it, greens and yellows above;
+    grey: NaN) and the normalisation that puts the cut in the middle of the bar."""
+    from matplotlib.colors import ListedColormap, Normalize
+
     cmap = plt.get_cmap("viridis_r" if similarity else "viridis")  # dark: close
     if cut is not None:  # a step in colour at the cut: blues below it, greens and yellows above
         cmap = ListedColormap(
             np.vstack([cmap(np.linspace(0.0, 0.36, 128)), cmap(np.linspace(0.56, 1.0, 128))]), name=f"{cmap.name}_cut"
         )
     cmap = cmap.with_extremes(bad="0.8")
-    off = ~np.eye(size, dtype=bool) & np.isfinite(D)
+    off = ~np.eye(len(D), dtype=bool) & np.isfinite(D)
     values = D[off] if off.any() else np.array([0.0])
     lo, hi = float(values.min()), float(values.max())
     if cut is not None:
         vmin = min(lo, 0.0, cut.value - abs(cut.value))
-        norm = _cut_norm(vmin if vmin < cut.value else cut.value - 1.0, cut.value, max(hi, 2.0 * cut.value))
-    else:
-        norm = Normalize(lo, hi if hi > lo else lo + 1.0)
-    im = ax.imshow(np.ma.masked_invalid(D), cmap=cmap, norm=norm, interpolation="nearest")
-    ax.set_facecolor("0.8")
+        return cmap, _cut_norm(vmin if vmin < cut.value else cut.value - 1.0, cut.value, max(hi, 2.0 * cut.value))
+    return cmap, Normalize(lo, hi if hi > lo else lo + 1.0)
 
-    # found clusters: outlined blocks (white with a black rim, visible on every colour)
-    n_found = 0
-    if found is not None:
-        f = np.asarray(found)[order]
-        starts = [0, *(np.flatnonzero(np.diff(f)) + 1)]
-        n_found = len(np.unique(f))
-        halo = [patheffects.Stroke(linewidth=3.6, foreground="black"), patheffects.Normal()]
-        for a, b in zip(starts, [*starts[1:], size]):
-            ax.add_patch(
-                Rectangle(
-                    (a - 0.5, a - 0.5),
-                    b - a,
-                    b - a,
-                    fill=False,
-                    edgecolor="white",
-                    lw=2.0,
-                    path_effects=halo,
-                    clip_on=False,
-                    zorder=3,
-                    label="found cluster",
-                )
-            )
-    else:
+
+def _outline_clusters(ax: Any, truth: np.ndarray, order: np.ndarray, found: np.ndarray | None) -> int:
+    """The found clusters as outlined blocks (white with a black rim, visible on every colour),
+    or, without them, thin lines between the true clusters; the number of clusters found."""
+    from matplotlib import patheffects
+    from matplotlib.patches import Rectangle
+
+    if found is None:
         for b in np.flatnonzero(np.diff(truth[order])) + 0.5:
             ax.axhline(b, color="black", lw=0.8)
             ax.axvline(b, color="black", lw=0.8)
-    if size <= 12:  # the values themselves, where they fit
-        for i, j in zip(*np.nonzero(off)):
-            v = D[i, j]
-            dark = norm(v) > 0.45 if similarity else norm(v) < 0.55
-            ax.text(
-                j,
-                i,
-                f"{v:.0f}" if abs(v) >= 10 else f"{v:.2g}",
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="white" if dark else "black",
-            )
+        return 0
+    f = np.asarray(found)[order]
+    starts = [0, *(np.flatnonzero(np.diff(f)) + 1)]
+    halo = [patheffects.Stroke(linewidth=3.6, foreground="black"), patheffects.Normal()]
+    for a, b in zip(starts, [*starts[1:], len(order)]):
+        block = Rectangle((a - 0.5, a - 0.5), b - a, b - a, fill=False, edgecolor="white", lw=2.0)
+        block.set(path_effects=halo, clip_on=False, zorder=3, label="found cluster")
+        ax.add_patch(block)
+    return len(np.unique(f))
 
-    # true clusters: a colour strip along the top and the left
+
+def _cluster_strips(
+    ax: Any, truth: np.ndarray, order: np.ndarray, found: np.ndarray | None, n_found: int, title: str, known: bool
+) -> tuple[Any, list]:
+    """The true clusters as a colour strip along the top and the left (the title above), the
+    silos' ticks; the colour bar's axes and the clusters the strips show."""
+    from matplotlib.colors import ListedColormap
+    from mpl_toolkits.axes_grid1 import make_axes_locatable
+
     divider = make_axes_locatable(ax)
     top = divider.append_axes("top", size=0.16, pad=0.04)
     left = divider.append_axes("left", size=0.16, pad=0.04)
@@ -304,6 +305,7 @@ def heatmap_figure(
     left.set_ylabel("silo")
     ax.tick_params(left=False, labelleft=False)
     by = "found" if found is not None else "true"
+    size = len(order)
     if size <= 40:
         names = [str(s) for s in order]
         ax.set_xticks(np.arange(size), names, fontsize=8 if size > 16 else 9)
@@ -318,7 +320,11 @@ def heatmap_figure(
             blocks = list(dict.fromkeys(f.tolist()))
             ax.set_xticks([float(np.mean(np.flatnonzero(f == k))) for k in blocks], [str(k) for k in blocks])
             ax.set_xlabel(f"{size} silos, ordered by found cluster (ticks: found cluster)")
+    return cax, kinds
 
+
+def _colour_bar(fig: Any, im: Any, cax: Any, label: str, norm: Any, cut: Cut | None) -> None:
+    """The colour bar, with the cut marked (a white line with a black rim) and labelled."""
     bar = fig.colorbar(im, cax=cax)
     bar.set_label(label, fontsize=9)
     if cut is not None:
@@ -327,6 +333,15 @@ def heatmap_figure(
         bar.set_ticklabels([f"{t:g}" for t in ticks] + [cut.label])
         for lw, colour in ((4.0, "black"), (2.0, "white")):
             cax.axhline(cut.value, color=colour, lw=lw)
+
+
+def _heatmap_notes(
+    fig: Any, D: np.ndarray, kinds: list, known: bool, found: np.ndarray | None, n_found: int, cut: Cut | None
+) -> None:
+    """What the boxes, the strip, the cut and grey mean, under the map, with the clusters' legend."""
+    import textwrap
+
+    from matplotlib.patches import Patch
 
     notes = []
     if found is not None:
@@ -337,30 +352,15 @@ def heatmap_figure(
         notes.append("no known groups of silos: the strip repeats the clusters found")
     if cut is not None:
         notes.append("below the cut (line on the colour bar) silos may share a cluster")
-    if (~np.isfinite(D) & ~np.eye(size, dtype=bool)).any():
+    if (~np.isfinite(D) & ~np.eye(len(D), dtype=bool)).any():
         notes.append("grey: not measured")
     if len(kinds) <= 10:
         handles = [Patch(color=OKABE_ITO[i % len(OKABE_ITO)], label=str(k)) for i, k in enumerate(kinds)]
-        fig.legend(
-            handles=handles,
-            title=word,
-            loc="lower center",
-            ncol=len(kinds),
-            fontsize=8,
-            title_fontsize=8,
-            frameon=False,
-            bbox_to_anchor=(0.5, 0.0),
-        )
-    fig.text(
-        0.5,
-        0.065 if len(kinds) <= 10 else 0.01,
-        textwrap.fill(" · ".join(notes), 95),
-        ha="center",
-        va="bottom",
-        fontsize=8.5,
-    )
-    fig.subplots_adjust(left=0.08, right=0.8, top=0.93, bottom=0.19)
-    return fig
+        word = "true cluster" if known else "cluster found"
+        fig.legend(handles=handles, title=word, loc="lower center", ncol=len(kinds), fontsize=8, title_fontsize=8,
+                   frameon=False, bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+    y = 0.065 if len(kinds) <= 10 else 0.01
+    fig.text(0.5, y, textwrap.fill(" · ".join(notes), 95), ha="center", va="bottom", fontsize=8.5)
 
 
 def _round_axis(ax, rounds) -> None:
