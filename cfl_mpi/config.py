@@ -22,11 +22,11 @@ import yaml
 
 from .aggregation.rules import AggregationConfig
 from .data import REGISTRY as DATA_SETS
-from .data import DataFacts, DataParams, RotatedData
+from .data import DataConfig, DataFacts, RotatedData
 from .models.params import TORCHVISION_MODELS, Architecture, ModelConfig
 from .runtime.params import LateSilo, ParticipationConfig, RuntimeConfig, late_silo_problems, participant_count
 from .settings import ConfigError
-from .strategies import REGISTRY, ConfigFacts, StrategyParams
+from .strategies import REGISTRY, ConfigFacts, StrategyConfig
 from .strategies.emdcfl import EmdCflConfig
 from .strategies.spec import SEED_LIMIT
 from .training.params import TrainConfig
@@ -73,11 +73,11 @@ class Config:
     # Number of silos (federated clients); data says how they are grouped into true clusters.
     silos: int = 8
     # The data set, chosen by data.name; its other keys depend on that choice.
-    data: DataParams = field(default_factory=RotatedData)
+    data: DataConfig = field(default_factory=RotatedData)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # The federated method, chosen by strategy.name; its other keys depend on that choice.
-    strategy: StrategyParams = field(default_factory=EmdCflConfig)
+    strategy: StrategyConfig = field(default_factory=EmdCflConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
@@ -140,9 +140,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is Literal:
         if value in typing.get_args(tp):
             return value
-    elif tp is StrategyParams:  # the registry's class for strategy.name
+    elif tp is StrategyConfig:  # the registry's class for strategy.name
         return _strategy(value, where)
-    elif tp is DataParams:  # the data sets' registry's class for data.name
+    elif tp is DataConfig:  # the data sets' registry's class for data.name
         return _data_set(value, where)
     elif origin in (Union, types.UnionType):
         args = typing.get_args(tp)

@@ -188,7 +188,7 @@ def test_only_the_mpi_backend_imports_mpi4py():
 
 
 def test_the_data_section_is_read_through_what_it_declares():
-    """DataParams declares every key a caller reads of any data set; no caller probes a
+    """DataConfig declares every key a caller reads of any data set; no caller probes a
     section for a key it may lack (`getattr(cfg.data, "root", None)`)."""
     probe = re.compile(r"getattr\([\w.]*data, *[\"']")
     found = [f"{path.relative_to(PROJECT_ROOT)}:{n}" for path in PACKAGE.rglob("*.py")

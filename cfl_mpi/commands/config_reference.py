@@ -41,8 +41,8 @@ from typing import Any, Literal, Union
 
 from ..config import Config, yaml_hints
 from ..data import REGISTRY as DATA_SETS
-from ..data import DataParams
-from ..strategies import REGISTRY, StrategyParams
+from ..data import DataConfig
+from ..strategies import REGISTRY, StrategyConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_MD = PROJECT_ROOT / "docs" / "CONFIG.md"
@@ -181,7 +181,7 @@ def class_intro(cls: type) -> str:
 
 def _is_section(tp: Any) -> bool:
     """A nested mapping of keys: a dataclass, or the strategy's section (its class by name)."""
-    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, (StrategyParams, DataParams)))
+    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, (StrategyConfig, DataConfig)))
 
 
 def _args(tp: Any) -> tuple[Any, ...]:

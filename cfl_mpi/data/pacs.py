@@ -18,7 +18,7 @@ from ..settings import ConfigError
 from .images import IMAGENET_MEAN, IMAGENET_STD, Images, model_input, read_rgb, unit
 from .partition import dealt_shard, split_shard
 from .pools import PREPARE_HINT, give_root
-from .spec import DataFacts, DataParams, SiloData
+from .spec import DataConfig, DataFacts, SiloData
 
 DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
 
@@ -61,7 +61,7 @@ def read_images(paths: list[Path], size: int) -> np.ndarray:
 
 # PACS gives each domain its own silos (the EMD-CFL paper, §4.1): one group per domain.
 @dataclass(frozen=True)
-class PacsData(DataParams):
+class PacsData(DataConfig):
     name: Literal["pacs"] = "pacs"
     # Folder of PACS: `<root>/<domain>/<class>/*.jpg` (or .png); no download.
     root: str | None = None

@@ -36,7 +36,7 @@ from .images import (
     model_input,
 )
 from .partition import group_shard, holdout_split
-from .spec import DataFacts, DataParams, SiloData
+from .spec import DataConfig, DataFacts, SiloData
 
 PREPARE_HINT = "`python -m cfl_mpi.commands.prepare` with the same config and --set options"
 
@@ -91,7 +91,7 @@ CIFAR10 = Source(
 
 
 @dataclass(frozen=True)
-class PooledData(DataParams):
+class PooledData(DataConfig):
     """A recipe that copies a source's pool once per group of silos and cuts each copy into
     the group's silos' shards (the rotated and backdoor sets)."""
 

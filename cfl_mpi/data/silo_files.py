@@ -35,7 +35,7 @@ from .image_folders import read_tree
 from .images import model_layout, unit
 from .labels import class_indices
 from .manifest import Manifest, read_manifest
-from .spec import DataFacts, DataParams, SiloData
+from .spec import DataConfig, DataFacts, SiloData
 
 SPLITS = ("train", "val", "test", "backdoor")
 FINITE_CHUNK = 1 << 22  # values checked for NaN and inf at a time: a memory-mapped file is never read whole
@@ -43,7 +43,7 @@ LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2, PIL's c
 
 
 @dataclass(frozen=True)
-class SiloFiles(DataParams):
+class SiloFiles(DataConfig):
     """Every silo reads its own files, named per silo: give `files` or `manifest`."""
 
     per_silo_files: ClassVar[bool] = True

@@ -1,7 +1,7 @@
 """What the rest of cfl_mpi knows about a data set: its parameters (the config's `data:`
 section), the facts of the run it is built for, and one silo's arrays.
 
-A data set is one module with a frozen dataclass subclassing `DataParams`, registered by
+A data set is one module with a frozen dataclass subclassing `DataConfig`, registered by
 name in `data/__init__.py`; its methods answer what the config check, the server and each
 silo need, and nothing reaches it but its own section and `DataFacts` (never the whole
 config).
@@ -68,7 +68,7 @@ class SiloData:
         return None if self.backdoor_images is None else as_floats(self.backdoor_images)
 
 
-class DataParams:
+class DataConfig:
     """Base of a data set's frozen parameters (its `data:` section of the config)."""
 
     name: str
@@ -150,7 +150,7 @@ class DataParams:
         """`build`, for a silo's report in the agreement before the first round (`per_silo_files`)."""
         return self.build(silo, facts)
 
-    def agreed(self, shape: tuple[int, ...], classes: int) -> DataParams:
+    def agreed(self, shape: tuple[int, ...], classes: int) -> DataConfig:
         """These parameters with what the silos agreed on filled in (`per_silo_files`)."""
         raise NotImplementedError
 

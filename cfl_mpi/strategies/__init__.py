@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import cfl, emdcfl, fedavg, fedwad, ifca, oracle, pacfl
-from .spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec
+from .spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyConfig, StrategySpec
 
 REGISTRY: dict[str, StrategySpec] = {
     spec.name: spec for spec in (emdcfl.SPEC, pacfl.SPEC, cfl.SPEC, ifca.SPEC, fedavg.SPEC, oracle.SPEC, fedwad.SPEC)
@@ -49,7 +49,7 @@ __all__ = [
     "Cut",
     "Pairwise",
     "PairwiseView",
-    "StrategyParams",
+    "StrategyConfig",
     "StrategySpec",
     "defaults",
     "label",

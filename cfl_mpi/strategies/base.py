@@ -26,7 +26,7 @@ from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, LocalW
 from ..channel import Alternative, Channel
 from ..wire.messages import Expect, Kind, Message
 from ..wire.round import ROUND_KINDS
-from .spec import StrategyParams
+from .spec import StrategyConfig
 
 if TYPE_CHECKING:  # torch-side types; the server half never needs them
     from ..data import SiloData
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # torch-side types; the server half never needs them
 
 Model = dict[str, np.ndarray]
 T = TypeVar("T")
-P = TypeVar("P", bound=StrategyParams)
+P = TypeVar("P", bound=StrategyConfig)
 
 
 @dataclass(frozen=True)

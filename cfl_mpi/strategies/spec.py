@@ -44,7 +44,7 @@ class Pairwise(NamedTuple):
     view: ViewOf | None = None  # in its rule's units with the run's cut; None: as it is, no cut
 
 
-def setting(strategy: Any, params: type[StrategyParams], key: str) -> Any:
+def setting(strategy: Any, params: type[StrategyConfig], key: str) -> Any:
     """A strategy setting from its params object or from config.yaml's dict (the params'
     default where the dict lacks it)."""
     if isinstance(strategy, Mapping):
@@ -64,7 +64,7 @@ class ConfigFacts(NamedTuple):
     known_clusters: int | None = None
 
 
-class StrategyParams:
+class StrategyConfig:
     """Base of a strategy's frozen parameters (its `strategy:` section of the config)."""
 
     name: str
@@ -78,7 +78,7 @@ class StrategyParams:
 class StrategySpec:
     """One strategy: its parameters, its halves, and how tables and plots show it."""
 
-    params: type[StrategyParams]  # a frozen dataclass; its `name` default is the registry key
+    params: type[StrategyConfig]  # a frozen dataclass; its `name` default is the registry key
     label: str  # in tables, legends and titles, e.g. "EMD-CFL"
     # The module whose `HALVES` are its server and silo halves and the message kinds they add
     # (its package's halves.py: f"{__name__}.halves"), imported by the runtime only: they load

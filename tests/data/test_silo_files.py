@@ -19,7 +19,7 @@ from PIL import Image
 from cfl_mpi import data as data_sets
 from cfl_mpi.commands.export import export
 from cfl_mpi.config import ConfigError, load_config
-from cfl_mpi.data import DataFacts, DataParams, SiloData, SiloFiles
+from cfl_mpi.data import DataConfig, DataFacts, SiloData, SiloFiles
 from cfl_mpi.data.agreement import REPORT_BYTES, DataReport, frame, read_frames
 from cfl_mpi.data.images import to_model_input
 from cfl_mpi.runtime.agreement import agreed_in_process
@@ -249,7 +249,7 @@ def test_a_model_that_does_not_fit_the_agreed_shape_is_one_line(tmp_path):
 
 
 @dataclass(frozen=True)
-class Blobs(DataParams):
+class Blobs(DataConfig):
     """A toy data set: each silo's examples are Gaussian blobs around its group's centre."""
 
     name: Literal["blobs"] = "blobs"

@@ -16,7 +16,7 @@ from cfl_mpi import strategies
 from cfl_mpi.aggregation.rules import fedavg
 from cfl_mpi.channel import SERVER
 from cfl_mpi.experiments import compare
-from cfl_mpi.strategies import Pairwise, StrategyParams, StrategySpec
+from cfl_mpi.strategies import Pairwise, StrategyConfig, StrategySpec
 from cfl_mpi.strategies.base import Halves, Model, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
 from cfl_mpi.wire.messages import ArraySpec, Expect, ProtocolError, message_kind
 
@@ -24,7 +24,7 @@ LOSS = message_kind("toy_loss")  # silo → server: its training loss under its 
 
 
 @dataclass(frozen=True)
-class ToySoftConfig(StrategyParams):
+class ToySoftConfig(StrategyConfig):
     name: Literal["toy_soft"] = "toy_soft"
     temperature: float = 0.5
 

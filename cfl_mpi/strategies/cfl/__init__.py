@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import SEED_LIMIT, ConfigFacts, Pairwise, StrategyParams, StrategySpec
+from ..spec import SEED_LIMIT, ConfigFacts, Pairwise, StrategyConfig, StrategySpec
 
 
 @dataclass(frozen=True)
-class CflConfig(StrategyParams):
+class CflConfig(StrategyConfig):
     """CFL (Sattler, Müller, Samek, IEEE TNNLS 2021, Algorithm 5): FedAvg, then recursive
     bipartitions of clusters."""
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...clustering.defaults import CLEAR_GAP, EPSILON, NOISE_MULTIPLE
-from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
+from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyConfig, StrategySpec, setting
 
 
 @dataclass(frozen=True)
-class EmdCflConfig(StrategyParams):
+class EmdCflConfig(StrategyConfig):
     """EMD-CFL (Zhang, Williams, Toni): one-shot clustering after round 1 on the W1 distances W
     between the silos' embeddings, measured through a secret random projection R per pair."""
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import StrategyParams, StrategySpec
+from ..spec import StrategyConfig, StrategySpec
 
 
 @dataclass(frozen=True)
-class FedAvgConfig(StrategyParams):
+class FedAvgConfig(StrategyConfig):
     """FedAvg (McMahan et al. 2017): every silo in one cluster, the baseline without clustering."""
 
     name: Literal["fedavg"] = "fedavg"

@@ -7,11 +7,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..spec import ConfigFacts, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
+from ..spec import ConfigFacts, Pairwise, PairwiseView, StrategyConfig, StrategySpec, setting
 
 
 @dataclass(frozen=True)
-class FedWaDClusteringConfig(StrategyParams):
+class FedWaDClusteringConfig(StrategyConfig):
     """FedWaD clustering (FedWaD paper, ICLR 2024, "Boosting FL methods", App. D.7): pairwise
     FedWaD distances between the silos' data, spectral clustering into K clusters, FedAvg inside."""
 

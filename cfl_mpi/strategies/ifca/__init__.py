@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import ConfigFacts, StrategyParams, StrategySpec
+from ..spec import ConfigFacts, StrategyConfig, StrategySpec
 
 
 @dataclass(frozen=True)
-class IfcaConfig(StrategyParams):
+class IfcaConfig(StrategyConfig):
     """IFCA (Ghosh et al. 2020): K cluster models; every silo joins the one of lowest loss."""
 
     name: Literal["ifca"] = "ifca"

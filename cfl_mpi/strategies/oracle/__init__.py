@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..spec import StrategyParams, StrategySpec
+from ..spec import StrategyConfig, StrategySpec
 
 
 @dataclass(frozen=True)
-class OracleConfig(StrategyParams):
+class OracleConfig(StrategyConfig):
     """Oracle: the true clusters of the data partition, the upper bound every method aims at."""
 
     name: Literal["oracle"] = "oracle"

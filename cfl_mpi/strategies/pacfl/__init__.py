@@ -7,11 +7,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyParams, StrategySpec, setting
+from ..spec import ConfigFacts, Cut, Pairwise, PairwiseView, StrategyConfig, StrategySpec, setting
 
 
 @dataclass(frozen=True)
-class PacflConfig(StrategyParams):
+class PacflConfig(StrategyConfig):
     """PACFL (Vahidian et al., AAAI 2023): one-shot clustering on principal angles between
     data subspaces."""
 
