@@ -49,13 +49,13 @@ class EmdCflConfig(StrategyParams):
     # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does
     # (with projection: gaussian; an orthonormal one is a rotation, which leaves τ as "none"),
     # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
-    # measured in (on small silos the projection makes much of W's spread: docs/SMALL_SILOS.md).
+    # measured in (on small silos the projection makes much of W's spread: docs/research/SMALL_SILOS.md).
     tau_projection: Literal["none", "full", "pair"] = "none"
     # "fedwad": W1 between two silos' embeddings by FedWaD (strategies/emdcfl/fedwad.py),
     # the server never receives an embedding; needs a Euclidean ground cost (below).
     # "energy": the energy distance instead of W1, the debiased limit of the Sinkhorn
     # divergence, dimension-free in its sample size (ot/energy.py); on silos of ~100 images
-    # it separates what W1 blurs (docs/SMALL_SILOS.md); no τ (it is unbiased), so no
+    # it separates what W1 blurs (docs/research/SMALL_SILOS.md); no τ (it is unbiased), so no
     # validation images needed; needs ground_cost chordal or euclidean.
     distance: Literal["exact", "sinkhorn", "fedwad", "energy"] = "exact"
     # Entropic regularisation of the Sinkhorn solver (distance: sinkhorn).
@@ -102,7 +102,7 @@ class EmdCflConfig(StrategyParams):
     # How a staged plan measures a silo against the representatives (and retest members) it
     # is placed by: "one_way", W[r][c] alone (its data under the member's model: the member's
     # ω fans out and the member embeds nothing, half the work), or "both_ways", as all-pairs
-    # (docs/PAIR_PLAN.md).
+    # (docs/research/PAIR_PLAN.md).
     placement: Literal["one_way", "both_ways"] = "one_way"
 
     @property
