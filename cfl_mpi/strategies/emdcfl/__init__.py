@@ -28,13 +28,13 @@ class EmdCflConfig(StrategyParams):
     # subspace, kept exactly), or "gaussian" entries with rows normalised, as the paper and the
     # authors' code. A near-square Gaussian R distorts the embedding differently for every pair
     # secret, so W and with it the clusters change from run to run with ephemeral keys; an
-    # orthonormal R holds them steady (beyond the paper: docs/METHODS.md, "The projection R").
+    # orthonormal R holds them steady (beyond the paper: docs/methods/emdcfl-projection.md, "The projection R").
     projection: Literal["orthonormal", "gaussian"] = "orthonormal"
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
     # "auto": the paper's 10 %, or as many as the validation set holds where that is more, so
     # that τ is measured at W's sizes and small sites are not judged on a dozen embeddings
-    # (docs/METHODS.md, "Sample sizes").
+    # (docs/methods/emdcfl.md, "Sample sizes").
     # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
     # too), so the server refuses a message of more rows, or a FedWaD support larger.
     sample_fraction: float | Literal["auto"] = "auto"
@@ -75,7 +75,7 @@ class EmdCflConfig(StrategyParams):
     # The robust rule over all pairs keeps a split only where its clusters join at least
     # clear_gap times farther apart than the last merge that formed them (in noise units, that
     # merge floored at 1), else it joins them: silos skewed by label or size differ by a
-    # continuum, not by groups (docs/METHODS.md, "A clear gap"; 3 is what the federation suite
+    # continuum, not by groups (docs/methods/emdcfl.md, "A clear gap"; 3 is what the federation suite
     # supports); null: the noise cut alone.
     clear_gap: float | None = CLEAR_GAP
     # Random halvings of the validation sample used to measure a silo's noise (the RMS of n

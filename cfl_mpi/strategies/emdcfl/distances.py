@@ -56,7 +56,7 @@ def sample_size(fraction: float | str, cap: int, n_train: int, n_val: int) -> in
     bias in W[c][c'] (line 16) only where the clouds are of one size: a sample four times the
     validation set's leaves τ too large and same-group silos several noise units below 0,
     which merges groups. On silos of a few hundred examples the paper's 10 % is a dozen
-    embeddings, and the validation set then sets the sample (docs/METHODS.md, "Sample sizes")."""
+    embeddings, and the validation set then sets the sample (docs/methods/emdcfl.md, "Sample sizes")."""
     n = math.ceil((0.1 if fraction == "auto" else float(fraction)) * n_train)
     if fraction == "auto":
         n = max(n, n_val)
