@@ -1,5 +1,5 @@
 """The docs hold together: every user page is short enough to read, every relative link in
-the README and the docs reaches a file (and, with `#anchor`, a heading of that page), and the
+the READMEs and the docs reaches a file (and, with `#anchor`, a heading of that page), and the
 docs' index links every page under docs/."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ MAX_USER_PAGE = 15 * 1024  # bytes
 # Pages that are not user pages: the generated reference, research notes, dated reproductions.
 NOT_USER_PAGES = {DOCS / "CONFIG.md"}
 NOT_USER_FOLDERS = (DOCS / "research", DOCS / "reproduction")
+
+READMES = [PROJECT_ROOT / name for name in ("README.md", "slurm/README.md", "benchmarks/README.md")]
 
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", flags=re.S | re.M)
@@ -93,7 +95,7 @@ def test_every_user_page_is_short_enough_to_read(page):
 
 @pytest.mark.parametrize(
     "page",
-    [PROJECT_ROOT / "README.md", *doc_pages()],
+    [*READMES, *doc_pages()],
     ids=lambda p: p.relative_to(PROJECT_ROOT).as_posix(),
 )
 def test_every_relative_link_reaches_a_file_and_its_heading(page):
