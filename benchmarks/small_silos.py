@@ -1,4 +1,4 @@
-"""Where EMD-CFL's separation goes when silos are small (docs/SMALL_SILOS.md).
+"""Where EMD-CFL's separation goes when silos are small (docs/research/SMALL_SILOS.md).
 
     python -m benchmarks.small_silos RUN_DIR [RUN_DIR ...]
     python -m benchmarks.small_silos --factors [--silos 100] [--per-group 8] [--set key=value ...]

@@ -1,4 +1,4 @@
-"""The layering docs/ARCHITECTURE.md states, checked on the source (by `ast`, so an import
+"""The layering docs/architecture/layers.md states, checked on the source (by `ast`, so an import
 inside a function counts too, and one under `if TYPE_CHECKING:`: a type a module names is a
 module it depends on)."""
 
@@ -17,7 +17,7 @@ from jobs import PROJECT_ROOT
 PACKAGE = PROJECT_ROOT / "cfl_mpi"
 
 # cfl_mpi's layers, from the bottom: a module imports modules of its own layer and of those
-# below, never above (docs/ARCHITECTURE.md draws them). An entry covers the module it names
+# below, never above (docs/architecture/layers.md draws them). An entry covers the module it names
 # and the modules under it, `*` standing for any one name; the most specific entry decides
 # (`strategies.*` is a strategy's light parameters package, `strategies.*.*` its halves and
 # their helpers, which sit on top of the config, the data and the models).

@@ -99,7 +99,7 @@ def test_the_simulator_s_first_line_says_where_the_silos_compute(tmp_path):
 
 def documented_commands() -> list[str]:
     """Every `python -m cfl_mpi.X` the README, the SLURM notes and the docs tell a user to run."""
-    pages = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "slurm" / "README.md", *(PROJECT_ROOT / "docs").glob("*.md")]
+    pages = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "slurm" / "README.md", *(PROJECT_ROOT / "docs").rglob("*.md")]
     found = {m for page in pages for m in re.findall(r"python3? -m (cfl_mpi(?:\.\w+)+)", page.read_text())}
     return sorted(found)
 

@@ -1,6 +1,6 @@
-"""The user guide's examples of one's own data and model run as written: their code blocks are
-read from docs/USER_GUIDE.md, the Python written to the file its first comment names and run
-there, the YAML loaded as the config it shows."""
+"""The how-to guide's examples of one's own data and model run as written: their code blocks
+are read from docs/how-to/your-own-data.md, the Python written to the file its first comment
+names and run there, the YAML loaded as the config it shows."""
 
 from __future__ import annotations
 
@@ -16,16 +16,15 @@ from jobs import PROJECT_ROOT
 from cfl_mpi.config import load_config
 from cfl_mpi.runtime.agreement import agreed_in_process
 
-GUIDE = PROJECT_ROOT / "docs" / "USER_GUIDE.md"
-SECTION = "## Your own data (`data.name: silo_files`)"
+GUIDE = PROJECT_ROOT / "docs" / "how-to" / "your-own-data.md"
+TITLE = "# Your own data (`data.name: silo_files`)"
 
 
 def guide_blocks(language: str) -> list[str]:
-    """The `language` code blocks of the guide's section on one's own data and model, in order."""
+    """The `language` code blocks of the guide's page on one's own data and model, in order."""
     text = GUIDE.read_text()
-    start = text.index(SECTION)
-    end = text.index("\n## ", start + len(SECTION))
-    return re.findall(rf"^```{language}\n(.*?)^```$", text[start:end], flags=re.S | re.M)
+    assert text.startswith(TITLE + "\n"), f"{GUIDE} no longer opens with {TITLE!r}"
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.S | re.M)
 
 
 def write_python_blocks(folder: Path) -> list[Path]:

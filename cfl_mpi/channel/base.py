@@ -255,7 +255,7 @@ class Channel(ABC):
         step = dict.fromkeys(pending, 0)
         while pending:
             # every source already waiting, from one look; a look per message is quadratic in a
-            # round's thousands of silos (docs/PERFORMANCE.md, "Messages taken as they wait")
+            # round's thousands of silos (docs/research/PERFORMANCE.md, "Messages taken as they wait")
             for source in self._await_some(pending, lambda: self.ready_among(pending)):
                 pending.remove(source)
                 i = step[source]

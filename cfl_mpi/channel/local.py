@@ -77,7 +77,7 @@ class LocalFrame(Frame):
 
 # A party whose bell rings on every arrival looks this often anyway (its timeout ends its
 # sleep on time): a shorter interval wakes every idle silo thread of a rank for nothing, which
-# adds up with thousands of them (docs/PERFORMANCE.md, "Bells and wake-ups").
+# adds up with thousands of them (docs/research/PERFORMANCE.md, "Bells and wake-ups").
 ARRIVAL_CHECK_S = 30.0  # see LocalChannel._arrival_sleeps
 
 
@@ -89,7 +89,7 @@ class SharedFrame(Frame):
     Its header is read and its arrays checked once too (their values finite, and the checks of
     the class a receiver reads it as: payload.py): a representative's ω goes to
     every silo of the rank, and reading its JSON and checking its values per receiver would
-    repeat the same work for each of them (docs/PERFORMANCE.md, "Shared messages read once")."""
+    repeat the same work for each of them (docs/research/PERFORMANCE.md, "Shared messages read once")."""
 
     def __init__(self, header: bytes, payloads: int, arrays: tuple[np.ndarray, ...] | None = None) -> None:
         self.header = header
@@ -116,7 +116,7 @@ class SharedFrame(Frame):
     # The later receivers read what the first one left without taking the lock (an attribute
     # read is atomic under the GIL, and each is set once): hundreds of a rank's silo threads
     # read one frame at once, and would queue on its lock, each handing the lock and the GIL on
-    # in turn (docs/PERFORMANCE.md, "Silo-thread locks").
+    # in turn (docs/research/PERFORMANCE.md, "Silo-thread locks").
     def cached_json(self, data: bytes) -> object:
         """`read_header(self.header)`, read by the first receiver (the receivers still check
         it against what each expects)."""
@@ -189,7 +189,7 @@ class LocalHub:
     answer is a look again after the next bell, and only the receiver takes from its queues.
     With many silos the clustering round wakes every silo thread of a rank at once, and a lock
     taken to look would queue hundreds of them, each handing the lock and the GIL on in turn
-    (docs/PERFORMANCE.md, "Silo-thread locks")."""
+    (docs/research/PERFORMANCE.md, "Silo-thread locks")."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -222,7 +222,7 @@ class LocalHub:
         """`deliver` to each of `dests` under one taking of the lock: a message to every silo
         of a rank wakes them all, and they take the lock to take it; an inbox that took it once
         per receiver would queue behind them each time, for seconds at 1,200 silos a rank
-        (docs/PERFORMANCE.md, "One delivery to many")."""
+        (docs/research/PERFORMANCE.md, "One delivery to many")."""
         numbers, rung, discards = [], [], []
         with self._lock:
             for dest in dests:
@@ -385,7 +385,7 @@ class LocalChannel(Channel):
         from its first look: polling at the back-off cap costs a rank CPU in
         proportion to its waiting silos, and a back-off from 50 µs wakes each silo waiting for
         the server's message many times, while the inbox that delivers it queues behind them for
-        the GIL (benchmarks/wire.py; docs/PERFORMANCE.md, "Bells and wake-ups")."""
+        the GIL (benchmarks/wire.py; docs/research/PERFORMANCE.md, "Bells and wake-ups")."""
         longest = max(self.max_sleep_s, ARRIVAL_CHECK_S)
         return longest, longest
 

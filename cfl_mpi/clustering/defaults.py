@@ -9,5 +9,5 @@ NOISE_MULTIPLE = 3.5
 EPSILON = 0.025
 #: The robust rule's clear gap the federation suite supports (`strategy.clear_gap`'s default): a
 #: split is kept where its clusters join this many times higher than their members did (why 3:
-#: docs/METHODS.md, "A clear gap").
+#: docs/methods/emdcfl.md, "A clear gap").
 CLEAR_GAP = 3.0

@@ -9,7 +9,7 @@ silos share a distribution. Two rules are offered:
     ``M[c][c'] = M[c'][c] = 1{W[c][c'] < eps and W[c'][c] < eps}``, and silos with identical
     neighbourhoods ``{c' : M[c][c'] = 1}`` form one cluster. With a fixed ``eps`` it is not
     robust: a distance that fits one data size and training length splits or merges the
-    clusters of another (docs/METHODS.md, "The robust rule").
+    clusters of another (docs/methods/emdcfl.md, "The robust rule").
 
 ``robust`` (default)
     Hierarchical clustering (average linkage) of the symmetrised matrix
@@ -155,7 +155,7 @@ def robust_clusters(
     kept only where its clusters join at least ``clear_gap`` times higher than the last merge
     that formed them (floored at 1 noise unit: members within the noise are one distribution);
     otherwise the next coarser cut is tried, down to one cluster.
-    Beyond the paper (docs/METHODS.md, "A clear gap").
+    Beyond the paper (docs/methods/emdcfl.md, "A clear gap").
 
     The default, NOISE_MULTIPLE: well inside the range of multiples that recover the clusters of real
     matrices, and a balance between the two ways a multiple fails: a lower one splits a

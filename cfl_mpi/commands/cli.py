@@ -142,7 +142,7 @@ def exit_rank(code: int) -> NoReturn:
     and scikit-learn costs every process CPU, which many ranks on few cores pay one after
     another. Skipping the C handlers too (`os._exit`) is wrong under MPICH's hydra: its proxy
     takes such a rank, exit code 0, for one that died without finalizing and kills the job's
-    other ranks (mpiexec exit 9, "Killed (signal 9)"; docs/PERFORMANCE.md, "Start-up and exit")."""
+    other ranks (mpiexec exit 9, "Killed (signal 9)"; docs/research/PERFORMANCE.md, "Start-up and exit")."""
     sys.stdout.flush()
     sys.stderr.flush()
     ctypes.CDLL(None).exit(code)

@@ -4,7 +4,7 @@ Each backdoor set has three groups of silos; group 0 is the *target*: clean data
 silos of group 1 try to backdoor with visually subtle, label-correlated features.
 
 Backdoor MNIST (grey digits, (n, h, w) in [0, 1] → colour (n, h, w, 3)), as the authors'
-`colormnist.ipynb` builds it (docs/FIDELITY.md): matplotlib's `summer` colour map sampled
+`colormnist.ipynb` builds it (docs/research/FIDELITY.md): matplotlib's `summer` colour map sampled
 at 40 entries, SUMMER_40[i] = (i/39, 0.5 + i/78, 0.4):
   group 0 (target): every digit in TARGET_COLOUR = (0.26, 0.63, 0.4), i.e. SUMMER_40[10]
            rounded: one step past the backdoor group's last colour;

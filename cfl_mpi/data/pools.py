@@ -333,7 +333,7 @@ def _held_out_pools(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The pools, made once per process and read-only: the silos of a rank share them (decoding
     MNIST's gzip or copying the held-out pool out of the split again would add to each of
-    hundreds of silos' start; docs/PERFORMANCE.md, "Data pools")."""
+    hundreds of silos' start; docs/research/PERFORMANCE.md, "Data pools")."""
     if source.load_split is None:
         images, labels = digits.load_digit_pool()
     else:

@@ -32,7 +32,7 @@ class RotatedData(PooledData):
     # Appendix E.9 variants).
     rotations: list[float] = field(default_factory=lambda: [0.0, 90.0, 180.0, 270.0])
     # Black pixels added around each image before it is rotated. The authors' rotated CIFAR-10
-    # "Min" set adds 2 (the authors' `rotcifar10.ipynb`, docs/FIDELITY.md); everything else 0.
+    # "Min" set adds 2 (the authors' `rotcifar10.ipynb`, docs/research/FIDELITY.md); everything else 0.
     rotation_border: int = 0
     # Images in every silo's share of the training pool (training + validation), IFCA's shape
     # (its rotated MNIST gives each of 2,400 clients 100). null: each group's copy of the pool

@@ -374,7 +374,7 @@ def validation_rows(share: float | str, examples: int, read: bool) -> int:
     `auto`: the paper's 10 %; where the strategy `read`s the validation set (EMD-CFL's τ and
     noise), at least VALIDATION_FLOOR examples, at most VALIDATION_MOST of the site: τ and the
     noise measured on 8 validation examples of a 95-row site are mostly their own sampling
-    error, and the robust rule then finds no groups (docs/METHODS.md, "Sample sizes"). A
+    error, and the robust rule then finds no groups (docs/methods/emdcfl.md, "Sample sizes"). A
     strategy that never reads it keeps the 10 % its runs always held out."""
     if share == "auto":
         share = min(VALIDATION_MOST, max(0.1, VALIDATION_FLOOR / examples)) if read and examples else 0.1

@@ -90,7 +90,7 @@ NO_CIFAR = Setting(None, why_not="no CIFAR-10 on this machine: run --scale paper
 SMALL_ROTATED = _mnist_test("silos=8", "train.rounds=3", "train.local_epochs=1", "model.channels=[32,64]", *SEEDED)
 # Backdoor MNIST, small: 6 silos (2 per group) of the MNIST test split, the authors' one-pool CNN
 # at 32/64 channels, 7 local epochs (fewer, or a slimmer CNN, do not teach the backdoor group's
-# models the colour reliably: at 5, seed 0 sits on the robust rule's cut, docs/FIDELITY.md),
+# models the colour reliably: at 5, seed 0 sits on the robust rule's cut, docs/research/FIDELITY.md),
 # 3 rounds (FedAvg's backdoor gap needs them to show).
 SMALL_BACKDOOR = _mnist_test("silos=6", "train.rounds=3", "train.local_epochs=7", "model.channels=[32,64]", *SEEDED)
 VARIANTS = {

@@ -15,7 +15,7 @@ class SimpleCNN(SplitModel):
     The split is explicit so that EMD-CFL can swap only ω (g's parameters) between silos.
     `pools`: 1 is the authors' network (`src/model.py`: one 2×2 max-pool, after the second
     conv; fc 14·14·128 → 128 on MNIST); 2 pools after each conv, 4× cheaper in the second
-    conv and the first fc (docs/FIDELITY.md).
+    conv and the first fc (docs/research/FIDELITY.md).
     """
 
     def __init__(
@@ -51,7 +51,7 @@ class ConvEmbedding(nn.Sequential):
     becomes the maximum of four strided views, then the ReLU on a quarter of the values. Why:
     torch's CPU max-pool is not vectorised over the channels of an NCHW tensor, and a 512-image
     batch of 64 × 28 × 28 activations (100 MB) spills the caches (`python -m benchmarks.embedding`
-    measures the gain; docs/PERFORMANCE.md, "Models").
+    measures the gain; docs/research/PERFORMANCE.md, "Models").
 
     The values are bit for bit those of the plain forward, which training uses: a maximum is
     exact, and ReLU, being non-decreasing, commutes with it; each convolution sees at least

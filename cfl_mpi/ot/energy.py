@@ -5,7 +5,7 @@ to half the energy distance of the ground cost d (ε → ∞) (Feydy et al., AIS
 Theorem 1): the energy distance is the OT family's debiased end. Its estimator converges
 like n^(-1/2) whatever the dimension, where an empirical W1 in d dimensions converges like
 n^(-1/d) (Genevay et al., AISTATS 2019): on silos of ~60 images it separates rotations that
-W1 blurs (docs/SMALL_SILOS.md). For d of negative type (a Euclidean distance, so `euclidean`
+W1 blurs (docs/research/SMALL_SILOS.md). For d of negative type (a Euclidean distance, so `euclidean`
 or `chordal`) it is 0 only for equal measures (Székely & Rizzo 2013).
 """
 
@@ -30,7 +30,7 @@ def energy_distances(xs: np.ndarray, ys: np.ndarray, metric: GroundCost = "chord
     (k, m, d), in batched matrix products. Written out rather than by `ground_cost` (POT's
     `ot.dist`) per pair: a silo's noise takes dozens of them on clouds of a few dozen points,
     where the checks and dispatch of a call cost more than its arithmetic
-    (docs/PERFORMANCE.md, "Batched energy distances")."""
+    (docs/research/PERFORMANCE.md, "Batched energy distances")."""
     xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
     if xs.shape[1] < 2 or ys.shape[1] < 2:
         raise ValueError(f"energy_distance needs at least 2 points a side, got {xs.shape[1]} and {ys.shape[1]}")

@@ -58,7 +58,7 @@ def random_projection(rng: np.random.Generator, dim_z: int, dim_r: int, kind: st
     Gaussian matrix with its columns' signs fixed by R's diagonal (Mezzadri, "How to generate
     random matrices from the classical compact groups", Notices of the AMS 54(5), 2007). It
     keeps a random dim_r-dimensional subspace exactly, so only the dim_z − dim_r directions it
-    drops move W (docs/METHODS.md, "The projection R").
+    drops move W (docs/methods/emdcfl-projection.md, "The projection R").
     """
     g = rng.standard_normal((dim_z, dim_r))
     if kind == "gaussian":

@@ -5,14 +5,14 @@ blocks on its channel. Their torch computations (training, evaluation, embedding
 pool's `slots` workers, not in the silo's own thread: the process then holds `slots` silos'
 activations at once, not every silo's, and only the workers carry the memory torch leaves in
 every thread that has computed (more than a small silo's data and model take), and a rank may
-host a thousand silo threads or more (docs/PERFORMANCE.md, "Compute pool").
+host a thousand silo threads or more (docs/research/PERFORMANCE.md, "Compute pool").
 A silo waits for its turn and its result without holding a worker, and never waits for a
 message on one (a worker blocked on a peer could stall that peer's turn).
 
 `batched` lets the silos that queue the same computation on different data (EMD-CFL's silos
 embedding their samples under one representative's model) share one call: one large forward
 pass costs less than many small ones over the same images
-(docs/PERFORMANCE.md, "Shared embedding passes"). `together` does so for a group the caller names
+(docs/research/PERFORMANCE.md, "Shared embedding passes"). `together` does so for a group the caller names
 (the process's silos training in a round): the call waits for every member, so which silos
 compute together, and with it each one's float rounding, is a function of the config, not of
 which silos happened to queue first.

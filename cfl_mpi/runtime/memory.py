@@ -4,11 +4,11 @@ A silo's model is allocated and freed every round: training takes a copy of the 
 was handed, and the copy goes once the update has left (models/build.py, `share_arrays`).
 glibc's malloc keeps what the threads free in its arenas, for later requests of the same
 arena, and a rank hosting thousands of silos then grows round after round by what it freed
-(docs/PERFORMANCE.md, "Silos hold no model"). `malloc_trim` returns the free pages of every
+(docs/research/PERFORMANCE.md, "Silos hold no model"). `malloc_trim` returns the free pages of every
 arena; `FreedMemory` calls it every `period_s` while it is open, from a thread of its own
 (ctypes releases the GIL for the call). By default every 5 s, not every second: a trim holds
 an arena's lock while it hands pages back, and the pages handed back are faulted in again by
-the next round's copies (docs/PERFORMANCE.md, "Silos hold no model"). Where the C library has
+the next round's copies (docs/research/PERFORMANCE.md, "Silos hold no model"). Where the C library has
 no `malloc_trim` (macOS, musl) it does nothing.
 """
 

@@ -169,7 +169,7 @@ class RuntimeConfig:
     # auto: batched where the silos compute on a GPU, where it is many times faster, one by
     # one on the CPU, where it is not (benchmarks/silo_batching.py). Each silo keeps its own
     # shuffle and update; batched weights equal one by one's up to float rounding, not bit
-    # for bit (docs/SMALL_SILOS.md). The silos that train together are the process's silos of
+    # for bit (docs/research/SMALL_SILOS.md). The silos that train together are the process's silos of
     # the round, so a batched run too is a function of its config and seed.
     silo_training: Literal["auto", "batched", "one_by_one"] = "auto"
     # What a silo holds between its steps: own, a model of its own (its memory per silo, the
@@ -178,7 +178,7 @@ class RuntimeConfig:
     # training takes a copy that goes once the update has left (the process then hands what it
     # frees back to the system every few seconds). shared fits many silos of a large model in a
     # rank; it allocates each silo's weights anew every round, which costs time on a CPU
-    # (docs/PERFORMANCE.md, "Silos hold no model").
+    # (docs/research/PERFORMANCE.md, "Silos hold no model").
     silo_models: Literal["own", "shared"] = "own"
 
     def problems(self, silos: int, model: str, rounds: int) -> Iterator[str]:

@@ -86,7 +86,7 @@ def require_gpu(wanted: str, who: str = "this process") -> None:
             reason += f" (CUDA_VISIBLE_DEVICES={visible!r})"
     raise ConfigError(
         f"runtime.device: cuda, but {who} has no usable GPU: {reason} (run where a GPU is, with "
-        "a torch build its driver supports: docs/USER_GUIDE.md#gpus; or set runtime.device to auto "
+        "a torch build its driver supports: docs/how-to/gpus.md; or set runtime.device to auto "
         "or cpu)"
     )
 

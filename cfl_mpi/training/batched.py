@@ -114,7 +114,7 @@ def evaluate_each(jobs: list[Evaluation], device: torch.device) -> list[tuple[fl
     bits as alone: a silo's result never depends on which silos queued with it); a job's
     exception is its result, for its own silo to raise. One call for the silos that queued
     rather than one each: a worker handed thousands of small calls spends more on the hand-offs
-    than on the evaluations (docs/PERFORMANCE.md, "Evaluations in one call")."""
+    than on the evaluations (docs/research/PERFORMANCE.md, "Evaluations in one call")."""
     results: list[tuple[float, float] | Exception] = []
     for job in jobs:
         try:

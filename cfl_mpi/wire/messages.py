@@ -261,7 +261,7 @@ def decode_header(
 
 # The finite check reads every received float once, as row sums: a matrix-vector product with
 # ones, which BLAS runs at memory speed, faster than np.isfinite over the same bytes
-# (docs/PERFORMANCE.md, "Wire checks"). IEEE arithmetic carries NaN and ±inf into every sum they
+# (docs/research/PERFORMANCE.md, "Wire checks"). IEEE arithmetic carries NaN and ±inf into every sum they
 # enter (inf − inf is NaN), so a finite sum proves its row finite; finite values can also
 # overflow a sum (near float32's 3.4e38), and only such a row is read again, element by element.
 FINITE_ROW = 4096

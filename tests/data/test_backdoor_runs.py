@@ -4,7 +4,7 @@ EMD-CFL keeps the backdoor group away from its targets, FedAvg learns the backdo
 Small scale, honestly: 6 silos (2 per group) of the 10,000 test digits and the authors'
 one-pool CNN at half its width (32 and 64 channels; 16 and 32 do not learn the colour in 5
 epochs) to stay within minutes on 2 cores. FedAvg: seed 0, E = 5 local epochs (fewer do not
-teach the backdoor models the colour shortcut: docs/FIDELITY.md), two rounds (its targets'
+teach the backdoor models the colour shortcut: docs/research/FIDELITY.md), two rounds (its targets'
 backdoor gap grows 0.06, 1.4 points, and 3.8 after a third; seed 1: -0.2, 1.0; the paper's is
 8.7 after ten rounds of ten epochs).
 EMD-CFL: one round (it clusters after it), seed 2, E = 7. With two backdoor silos of ~1,500

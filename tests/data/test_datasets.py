@@ -423,7 +423,7 @@ def test_paper_configs(name):
     variant = name.removeprefix("rotated_mnist_").removeprefix("rotated_cifar10_")
     clusters = {"min": 1, "two": 2, "base": 1}.get(variant, 3 if "backdoor" in name else 4)
     assert len(np.unique(cfg.data.true_clusters(cfg.silos))) == clusters
-    s = cfg.strategy  # the authors' silo-side choices (docs/FIDELITY.md); the robust rule
+    s = cfg.strategy  # the authors' silo-side choices (docs/research/FIDELITY.md); the robust rule
     assert (s.sample_fraction, s.sample_cap, s.embed_mode, s.tau_projection, s.rule) == (
         1.0,
         512,

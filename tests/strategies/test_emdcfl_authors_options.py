@@ -1,4 +1,4 @@
-"""EMD-CFL's switches for the authors' code (docs/FIDELITY.md): embedding in train mode, τ
+"""EMD-CFL's switches for the authors' code (docs/research/FIDELITY.md): embedding in train mode, τ
 through a full-rank projection, the partner's validation sample."""
 
 from __future__ import annotations

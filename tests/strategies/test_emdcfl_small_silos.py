@@ -1,4 +1,4 @@
-"""EMD-CFL's options for federations of small silos (docs/SMALL_SILOS.md): each option's
+"""EMD-CFL's options for federations of small silos (docs/research/SMALL_SILOS.md): each option's
 decision, on its own."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_pair_tau_is_w1_through_the_pairs_projection():
 def test_pair_tau_takes_the_projections_distortion_out_of_the_noise():
     """One distribution, two samples: W1 is mostly the samples' own spread, which a random R
     rescales; subtracting τ through the same R cancels that (the noise falls ~2x on trained
-    silos, docs/SMALL_SILOS.md), subtracting an unprojected τ does not."""
+    silos, docs/research/SMALL_SILOS.md), subtracting an unprojected τ does not."""
     rng = np.random.default_rng(1)
     centres = rng.random((10, 32)) * 3
     cloud = np.maximum(centres[rng.integers(0, 10, 330)] + rng.normal(size=(330, 32)), 0.0)

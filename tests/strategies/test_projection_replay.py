@@ -5,7 +5,7 @@ training, samples, τ and each silo's noise are functions of the seed. One simul
 quick start's first round with ephemeral keys, then its clustering round replayed from the same
 trained silos (benchmarks/projection_variance.py) for more fresh secrets: every one finds the
 four rotations, and the rule's cut lies at least MARGIN noise units from both the closest pair
-of rotations and the loosest pair inside one (docs/METHODS.md, "The projection R", has the
+of rotations and the loosest pair inside one (docs/methods/emdcfl-projection.md, "The projection R", has the
 study over many draws this margin comes from).
 """
 
@@ -20,7 +20,7 @@ from cfl_mpi.config import load_config
 
 pytestmark = pytest.mark.job
 
-MARGIN = 0.5  # noise units; the worst of 200 replayed draws was 1.1 (the study in docs/METHODS.md)
+MARGIN = 0.5  # noise units; the worst of 200 replayed draws was 1.1 (the study in docs/methods/emdcfl-projection.md)
 DRAWS = 8
 
 

@@ -9,7 +9,7 @@ One thread per rank, the `MpiInbox`, matches whatever arrives for the rank (MPI'
 probe): it receives each header and files it, and the handle of each payload, in the hub's
 queue of its (sender, receiver) pair, and rings the receiver's bell. So a rank's waiting
 parties sleep on their bells instead of each polling MPI, which would cost a rank CPU in
-proportion to its waiting silos (docs/PERFORMANCE.md, "Inbox"); the inbox alone polls, with
+proportion to its waiting silos (docs/research/PERFORMANCE.md, "Inbox"); the inbox alone polls, with
 the same back-off. MPI's non-overtaking rule keeps every payload right behind its
 header in the pair's queue. A message to several parties of a rank (`isend_all`) travels
 once, on its sender's multicast tags: an envelope (the receivers, the payload count, the
@@ -65,12 +65,12 @@ PAYLOAD_LATE_CHECK_S = 0.25
 # chunks, each on a progress call): while any send of the rank is in flight the inbox polls
 # at most this far apart. With only its back-off, a rank whose parties all wait for replies
 # polls every runtime.max_poll_sleep_ms, and its large sends (a server's models to hundreds of
-# silos) crawl (docs/PERFORMANCE.md, "Sends in flight").
+# silos) crawl (docs/research/PERFORMANCE.md, "Sends in flight").
 SENDING_MAX_SLEEP_S = 1e-3
 # The inbox tests this many of its rank's sends a poll, in turn (those still in flight go to
 # the back): a server slower than its silos leaves thousands of them in flight, and one
 # Testsome over all of them (and a list rebuilt) on every poll would make a poll's cost grow
-# with them (docs/PERFORMANCE.md, "Sends tested per poll"). MPI progresses every request on any
+# with them (docs/research/PERFORMANCE.md, "Sends tested per poll"). MPI progresses every request on any
 # call; the inbox rings a send's owner when it sees it complete ("Sends waited on the bell").
 SENDS_TESTED = 64
 MAX_ENVELOPE_PAYLOADS = 4096  # arrays in one message: far above any model's state dict
@@ -331,7 +331,7 @@ class _MpiPending(Pending):
         """On the owner's bell, which the inbox rings when it sees a request complete: a rank's
         silos waiting for the server to take their updates would otherwise wake at the back-off
         cap, hundreds of times a second together, and take the GIL and the MPI lock from the
-        compute workers and the inbox (docs/PERFORMANCE.md, "Sends waited on the bell")."""
+        compute workers and the inbox (docs/research/PERFORMANCE.md, "Sends waited on the bell")."""
         first, longest = self.channel._arrival_sleeps()
         self.channel.wait_until(self.done, lambda: "a send to complete", None, longest, first_sleep_s=first)
 
@@ -339,7 +339,7 @@ class _MpiPending(Pending):
         """Without the rank's MPI lock where the inbox has seen every request complete (mpi4py
         nulls a request in place once a test has seen it complete): the silo threads of a rank
         look at their sends at once, and would queue hundreds deep on that lock
-        (docs/PERFORMANCE.md, "Silo-thread locks")."""
+        (docs/research/PERFORMANCE.md, "Silo-thread locks")."""
         if any(self.requests):
             with self.channel.mpi_lock:
                 complete = MPI.Request.Testall(self.requests)

@@ -72,7 +72,7 @@ class OversizedHeader(Frame):
 # A message from another rank whose arrays hold up to this many bytes travels as one MPI
 # message, header and arrays together (`InlineFrame`), not a header and a message per array:
 # a second MPI message costs the receiving rank a match by its inbox, and the receiver a wait
-# for its payload and a receive (docs/PERFORMANCE.md, "Small messages whole").
+# for its payload and a receive (docs/research/PERFORMANCE.md, "Small messages whole").
 INLINE_MAX_BYTES = 1 << 16
 _INLINE_MARK = 0  # an inline message's first byte; a header (JSON) starts with "{"
 _INLINE_PREFIX = 8  # the mark, 3 bytes of padding, the header's length (uint32, little-endian)

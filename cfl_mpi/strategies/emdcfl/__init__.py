@@ -25,13 +25,13 @@ class EmdCflConfig(StrategyConfig):
     # subspace, kept exactly), or "gaussian" entries with rows normalised, as the paper and the
     # authors' code. A near-square Gaussian R distorts the embedding differently for every pair
     # secret, so W and with it the clusters change from run to run with ephemeral keys; an
-    # orthonormal R holds them steady (beyond the paper: docs/METHODS.md, "The projection R").
+    # orthonormal R holds them steady (beyond the paper: docs/methods/emdcfl-projection.md, "The projection R").
     projection: Literal["orthonormal", "gaussian"] = "orthonormal"
     # Embedding samples: n = min(⌈sample_fraction · |train|⌉, sample_cap) (the paper's text:
     # 10 %, at most 512); the authors' code takes min(|train|, 512): sample_fraction 1.0.
     # "auto": the paper's 10 %, or as many as the validation set holds where that is more, so
     # that τ is measured at W's sizes and small sites are not judged on a dozen embeddings
-    # (docs/METHODS.md, "Sample sizes").
+    # (docs/methods/emdcfl.md, "Sample sizes").
     # sample_cap bounds every sample a silo embeds (its validation sample for τ and the noise
     # too), so the server refuses a message of more rows, or a FedWaD support larger.
     sample_fraction: float | Literal["auto"] = "auto"
@@ -46,13 +46,13 @@ class EmdCflConfig(StrategyConfig):
     # through a fresh full-rank random projection (dim(Z) × dim(Z)) as the authors' code does
     # (with projection: gaussian; an orthonormal one is a rotation, which leaves τ as "none"),
     # "pair" once per pair through the pair's R, so line 16 subtracts it in the space W1 was
-    # measured in (on small silos the projection makes much of W's spread: docs/SMALL_SILOS.md).
+    # measured in (on small silos the projection makes much of W's spread: docs/research/SMALL_SILOS.md).
     tau_projection: Literal["none", "full", "pair"] = "none"
     # "fedwad": W1 between two silos' embeddings by FedWaD (strategies/emdcfl/fedwad.py),
     # the server never receives an embedding; needs a Euclidean ground cost (below).
     # "energy": the energy distance instead of W1, the debiased limit of the Sinkhorn
     # divergence, dimension-free in its sample size (ot/energy.py); on silos of ~100 images
-    # it separates what W1 blurs (docs/SMALL_SILOS.md); no τ (it is unbiased), so no
+    # it separates what W1 blurs (docs/research/SMALL_SILOS.md); no τ (it is unbiased), so no
     # validation images needed; needs ground_cost chordal or euclidean.
     distance: Literal["exact", "sinkhorn", "fedwad", "energy"] = "exact"
     # Entropic regularisation of the Sinkhorn solver (distance: sinkhorn).
@@ -72,7 +72,7 @@ class EmdCflConfig(StrategyConfig):
     # The robust rule over all pairs keeps a split only where its clusters join at least
     # clear_gap times farther apart than the last merge that formed them (in noise units, that
     # merge floored at 1), else it joins them: silos skewed by label or size differ by a
-    # continuum, not by groups (docs/METHODS.md, "A clear gap"; 3 is what the federation suite
+    # continuum, not by groups (docs/methods/emdcfl.md, "A clear gap"; 3 is what the federation suite
     # supports); null: the noise cut alone.
     clear_gap: float | None = CLEAR_GAP
     # Random halvings of the validation sample used to measure a silo's noise (the RMS of n
@@ -99,7 +99,7 @@ class EmdCflConfig(StrategyConfig):
     # How a staged plan measures a silo against the representatives (and retest members) it
     # is placed by: "one_way", W[r][c] alone (its data under the member's model: the member's
     # ω fans out and the member embeds nothing, half the work), or "both_ways", as all-pairs
-    # (docs/PAIR_PLAN.md).
+    # (docs/research/PAIR_PLAN.md).
     placement: Literal["one_way", "both_ways"] = "one_way"
 
     @property

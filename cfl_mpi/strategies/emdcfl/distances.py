@@ -31,7 +31,7 @@ from ...privacy.handshake import random_projection
 
 # Pairs stacked into one array computation at most: a few dozen ~100-point clouds keep the
 # stacked distance matrices in the CPU's caches, where hundreds spill out of them and take
-# longer per pair than one pair at a time (docs/PERFORMANCE.md, "Stacked pair distances").
+# longer per pair than one pair at a time (docs/research/PERFORMANCE.md, "Stacked pair distances").
 STACK = 32
 
 
@@ -56,7 +56,7 @@ def sample_size(fraction: float | str, cap: int, n_train: int, n_val: int) -> in
     bias in W[c][c'] (line 16) only where the clouds are of one size: a sample four times the
     validation set's leaves τ too large and same-group silos several noise units below 0,
     which merges groups. On silos of a few hundred examples the paper's 10 % is a dozen
-    embeddings, and the validation set then sets the sample (docs/METHODS.md, "Sample sizes")."""
+    embeddings, and the validation set then sets the sample (docs/methods/emdcfl.md, "Sample sizes")."""
     n = math.ceil((0.1 if fraction == "auto" else float(fraction)) * n_train)
     if fraction == "auto":
         n = max(n, n_val)
@@ -193,7 +193,7 @@ class Transport:
         assignment problem (`assignment_sizes`: a multiple of the smaller), solved by LAPJV: τ
         at equal sizes is the paper's to the bit, and a silo needs neither POT's network simplex
         nor scipy.optimize, whose imports cost every silo rank about a second before round 1
-        (docs/PERFORMANCE.md, "Lean silo ranks"). The cut keeps evenly spaced rows: both clouds
+        (docs/research/PERFORMANCE.md, "Lean silo ranks"). The cut keeps evenly spaced rows: both clouds
         are in the order of the data set's pool, which may follow its sources (MNIST's test
         split does), so a systematic sample, not the first rows."""
         if self.solver == "sinkhorn":
@@ -221,7 +221,7 @@ class Transport:
         a random subset of 2h of its n training embeddings, h = |V1| = |V2| = min(⌊|V|/2⌋, ⌊n/2⌋).
         Both sampling noise and the distortion of the projection are in it; the robust cluster
         extraction measures W in these units. |Z'| = 2|V1| makes each W1 an assignment problem
-        (w1_repeated; docs/FIDELITY.md, row "noise scale"); where that drops points (n odd, or
+        (w1_repeated; docs/research/FIDELITY.md, row "noise scale"); where that drops points (n odd, or
         ⌊|V|/2⌋ > ⌊n/2⌋) the fluctuation of an empirical W1, which goes like (1/|Z'| + 1/h)^(1/2),
         is rescaled to the full sizes (n, ⌊|V|/2⌋). The halves hold half the samples of the real
         comparison, and that fluctuation shrinks like n^(-1/2), so the RMS is scaled by 1/√2 to
@@ -247,14 +247,14 @@ class Transport:
         """τ_{c,c'} = W1(Z_{c|c} R, Z^val_{c|c} R): line 14's reference through the pair's own R,
         so that line 16 subtracts it in the space where W1(Z_{c|c} R, Z_{c'|c} R) was measured
         and the projection's distortion of the two cancels: on small silos it is most of W's
-        spread (docs/SMALL_SILOS.md)."""
+        spread (docs/research/SMALL_SILOS.md)."""
         return self.tau_between(zr_own, z_val @ r)
 
 
 @dataclass(frozen=True)
 class Energy:
     """The energy distance instead of W1: the debiased limit of the Sinkhorn divergence,
-    dimension-free in its sample size (ot/energy.py, docs/SMALL_SILOS.md); numpy alone. Its
+    dimension-free in its sample size (ot/energy.py, docs/research/SMALL_SILOS.md); numpy alone. Its
     estimate is unbiased, so τ is 0 (config validation refuses τ per pair)."""
 
     ground_cost: GroundCost

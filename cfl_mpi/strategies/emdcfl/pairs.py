@@ -30,7 +30,7 @@ def tournament_slot(i: int, j: int, n: int) -> int:
     sits at position 1 + (j − 1 + s) mod (n − 1) in slot s, so 0 meets j when that is n − 1,
     and i, j ≥ 1 meet when their positions sum to n − 1: i + j + 2s ≡ 0 (mod n − 1), solvable
     as n − 1 is odd. In closed form, so that planning a stage costs its pairs, not the C²/2
-    pairs of the whole tournament, for every plan sent (docs/PERFORMANCE.md, "Tournament slot")."""
+    pairs of the whole tournament, for every plan sent (docs/research/PERFORMANCE.md, "Tournament slot")."""
     m = n - 1
     if i == 0 or j == 0:
         return -(i + j) % m

@@ -196,7 +196,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
             # The stage's sends are waited for once the next plan is here: the server plans from
             # the stage's embeddings, so they have left, and the wait polls MPI once (the inbox
             # moves them meanwhile). Waiting at once, each silo would poll its embeddings until
-            # the server takes them (docs/PERFORMANCE.md, "A stage's sends").
+            # the server takes them (docs/research/PERFORMANCE.md, "A stage's sends").
             with timed(ctx.step_seconds, "send"):
                 wait_all(in_flight)
             if following is None:

@@ -18,7 +18,7 @@ measured one-vs-all recover a well-separated clustering (Voevodski et al., JMLR 
    the cluster nearest to it, drawn at random (one way: under the member's model), and joins
    it if its mean distance to all the members measured is within the cut: a decision on 2
    pairs sits on W's noise, and an unusual representative can leave an honest member just
-   beyond the cut (on many small silos: docs/SMALL_SILOS.md);
+   beyond the cut (on many small silos: docs/research/SMALL_SILOS.md);
 5. the silos still near no cluster — of a cluster the sample missed — start again at 1
    among themselves, and the clusters they form are new ones.
 

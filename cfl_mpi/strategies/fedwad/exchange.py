@@ -31,7 +31,7 @@ job))`` bit for bit.
 A holder accepts only the time its own copy of the schedule gives for that job and
 iteration, drawn from U(T_RANGE). The interpolating measure a holder returns is
 (1 − t)·x_i + t·T(x_i), atom by atom: a t near 0 would hand the server the holder's points
-themselves, so a curious server must not choose t (see docs/THREAT_MODEL.md).
+themselves, so a curious server must not choose t (see docs/security/threat-model.md).
 
 Only the approximate interpolation (Eq. 10) is offered: it keeps every measure within S
 points, so the receivers can bound what they accept. Random t (one U(0, 1) draw per

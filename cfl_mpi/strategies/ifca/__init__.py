@@ -22,7 +22,7 @@ class IfcaConfig(StrategyConfig):
     # farthest-first traversal of their losses on the silos' data, and the clusters are
     # formed from those. "random": K models drawn from the seed, as the IFCA authors' code
     # does (random models' losses on the silos barely differ, so the first assignment is noise
-    # and IFCA rarely recovers: docs/METHODS.md, "IFCA initialisation").
+    # and IFCA rarely recovers: docs/methods/baselines.md, "IFCA initialisation").
     init: Literal["silos", "random"] = "silos"
 
     def problems(self, facts: ConfigFacts) -> Iterator[str]:
