@@ -7,7 +7,7 @@ import importlib
 
 import numpy as np
 
-from cfl_mpi.data.agreement import DataReport
+from cfl_mpi.data.report import DataReport
 from cfl_mpi.strategies import REGISTRY
 from cfl_mpi.strategies.emdcfl.messages import EmbeddingModel, Embeddings, Handshake, PartnerLeft, Plan, ReferenceReport
 from cfl_mpi.strategies.fedwad.exchange import FedWaDDistance, FedWaDMeasure, FedWaDRequest

@@ -104,7 +104,7 @@ def limit_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def agree(backend: Backend, error: str | None) -> None:
+def exit_if_any_failed(backend: Backend, error: str | None) -> None:
     """Every process learns whether any failed, and exits 2 if one did; the lowest failing
     process prints its message."""
     said = backend.all_gather(b"" if error is None else b"!" + error.encode())
@@ -137,11 +137,11 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
             kept = kept_silos(cfg, args)
     except ConfigError as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     absent = Absent(told_kept(backend, cfg, kept) if args.resume else frozenset())
     mark("config")
     if cfg.data.per_silo_files:
-        cfg, absent = agreed(backend, parties, cfg, absent.kept)
+        cfg, absent = agree_on_data(backend, parties, cfg, absent.kept)
         mark("agreement")
     silos = [p for p in parties[backend.index] if p != SERVER]
     placement = backend.place(len(silos))
@@ -155,7 +155,7 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
             device = select_device(placement, cfg.runtime.device)
     except ConfigError as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     mark("device")
     devices = gathered_devices(backend, parties, device)
     mark("devices_gathered")
@@ -166,14 +166,14 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
             cfg.data.prepare(cfg.data_facts())  # data files, once per job
     except ConfigError as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     try:
         if first:
             prepare_weights(cfg)  # pretrained weights, once per job
             prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
     except ConfigError as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     return Started(cfg, parties, placement, device, [d.label for d in devices], absent)
 
 
@@ -221,11 +221,13 @@ def told_kept(backend: Backend, cfg: Config, kept: str) -> frozenset[int]:
         silos = parse_silo_list(said.decode(errors="replace"), cfg.silos, "the resumed run's dropped silos")
     except ConfigError as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     return silos
 
 
-def agreed(backend: Backend, parties: list[list[int]], cfg: Config, kept: frozenset[int]) -> tuple[Config, Absent]:
+def agree_on_data(
+    backend: Backend, parties: list[list[int]], cfg: Config, kept: frozenset[int]
+) -> tuple[Config, Absent]:
     """The agreement before the first round (runtime/agreement.py): each process reads its own
     silos' files (but those `kept` out), every process gathers every report (fixed-width frames)
     and checks them the same way, so all reach the same config and the same silos out, or the
@@ -239,7 +241,7 @@ def agreed(backend: Backend, parties: list[list[int]], cfg: Config, kept: frozen
         mine = local_reports(cfg, here)
     except ConfigError as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     frames = b"".join(backend.all_gather(b"".join(report_frame(s, mine[s]) for s in here)))
     absent = Absent(kept)
     try:
@@ -247,7 +249,7 @@ def agreed(backend: Backend, parties: list[list[int]], cfg: Config, kept: frozen
         cfg, absent = settled(cfg, read_reports(frames, order, cfg.runtime.on_silo_failure == "drop"), kept)
     except (ConfigError, ProtocolError) as err:
         error = str(err)
-    agree(backend, error)
+    exit_if_any_failed(backend, error)
     return cfg, absent
 
 

@@ -33,7 +33,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .images import IMAGENET_MEAN, IMAGENET_STD, Images, Stats, model_input, resize, unit
+from .images import IMAGENET_MEAN, IMAGENET_STD, Images, Stats, kept_images, resize, unit
 from .pools import CIFAR10, MNIST, PooledData, Source
 from .spec import DataFacts
 
@@ -212,4 +212,4 @@ class BackdoorData(PooledData):
     ) -> tuple[Images, np.ndarray]:
         """The same test images, the feature set to another label's value, with the true labels."""
         poisoned = self.variant.backdoor_test(unit(images), labels)
-        return model_input(resize(poisoned, self.image_size), mean, std, channels), labels
+        return kept_images(resize(poisoned, self.image_size), mean, std, channels), labels

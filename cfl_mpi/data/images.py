@@ -2,7 +2,7 @@
 
 Batches are (n, h, w) for grey images and (n, h, w, 3) for colour images, floats in [0, 1],
 until `to_model_input` turns them into the model's normalised float32 NCHW arrays. A silo keeps
-its images as `model_input` gives them: as the source's bytes where every pixel still is one
+its images as `kept_images` gives them: as the source's bytes where every pixel still is one
 (`PixelCodes`), the floats otherwise.
 """
 
@@ -115,7 +115,7 @@ def _level_values(mean: Stats, std: Stats, channels_in: int, channels: int | Non
 Images = np.ndarray | PixelCodes  # a silo's images: the model's input, or its pixels' codes
 
 
-def model_input(
+def kept_images(
     images01: np.ndarray, mean: Stats = MNIST_MEAN, std: Stats = MNIST_STD, channels: int | None = None
 ) -> Images:
     """What a silo keeps of a batch in [0, 1]: its bytes where `unit` of them gives these very

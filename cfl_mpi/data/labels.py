@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..settings import ConfigError
-from .agreement import MAX_CLASSES
+from .report import MAX_CLASSES
 
 
 def class_indices(y: np.ndarray, key: str, class_names: list[str] | None, classes: int | None) -> np.ndarray:

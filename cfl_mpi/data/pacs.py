@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 
 from ..settings import ConfigError
-from .images import IMAGENET_MEAN, IMAGENET_STD, Images, model_input, read_rgb, unit
+from .images import IMAGENET_MEAN, IMAGENET_STD, Images, kept_images, read_rgb, unit
 from .partition import dealt_shard, split_shard
 from .pools import PREPARE_HINT, give_root
 from .spec import DataConfig, DataFacts, SiloData
@@ -159,7 +159,7 @@ class PacsData(DataConfig):
 
         def load(idx: np.ndarray) -> Images:
             images = unit(read_images([paths[i] for i in idx], self.image_size))
-            return model_input(images, IMAGENET_MEAN, IMAGENET_STD, 3)
+            return kept_images(images, IMAGENET_MEAN, IMAGENET_STD, 3)
 
         return SiloData(
             group,

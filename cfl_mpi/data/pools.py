@@ -33,7 +33,7 @@ from .images import (
     MNIST_STD,
     Images,
     Stats,
-    model_input,
+    kept_images,
 )
 from .partition import group_shard, holdout_split
 from .spec import DataConfig, DataFacts, SiloData
@@ -254,7 +254,7 @@ class PooledData(DataConfig):
         channels = self.sample_shape(facts.imagenet)[0]
 
         def prepare(x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> Images:
-            return model_input(self.look(group, x[idx], y[idx]), mean, std, channels)
+            return kept_images(self.look(group, x[idx], y[idx]), mean, std, channels)
 
         backdoor = None
         if self.backdoor_targets(facts.silos)[silo]:

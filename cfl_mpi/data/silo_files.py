@@ -14,7 +14,7 @@ A split a silo lacks is cut from what it has, seeded by the run's seed and the s
 (`data.test_fraction` of the examples for testing, `data.val_fraction` of the rest for
 validation). Errors name the user's own arrays and rows, never the splits cut from them. The
 server learns of a silo's data only what the agreement before the first round reports
-(data/agreement.py): the shape of one example, its labels' range and its example counts.
+(data/report.py): the shape of one example, its labels' range and its example counts.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import numpy as np
 
 from ..settings import ConfigError
 from ..wire.messages import all_finite
-from .agreement import shape_text
 from .image_folders import read_tree
 from .images import model_layout, unit
 from .labels import class_indices
 from .manifest import Manifest, read_manifest
+from .report import shape_text
 from .spec import DataConfig, DataFacts, SiloData
 
 SPLITS = ("train", "val", "test", "backdoor")

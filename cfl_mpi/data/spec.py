@@ -74,7 +74,7 @@ class DataConfig:
     name: str
     # Whether each silo reads files of its own that only its rank sees: the server then learns
     # what it needs of them (shapes, classes, counts) in the agreement before the first round
-    # (data/agreement.py) instead of from the parameters.
+    # (data/report.py) instead of from the parameters.
     per_silo_files: ClassVar[bool] = False
     # The fields that agreement fills in where the config leaves them null.
     agreed_fields: ClassVar[tuple[str, ...]] = ()

@@ -1,5 +1,5 @@
 """The agreement before the first round, for data sets whose silos read files of their own:
-the silos' reports (data/agreement.py) checked against each other and the model, the same way
+the silos' reports (data/report.py) checked against each other and the model, the same way
 by every party, and the shape and classes they agree on filled into the config, which every
 party then builds its model from.
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..config import Config
-from ..data.agreement import REPORT_BYTES, DataReport, frame, read_frames, shape_fix, shape_text
+from ..data.report import REPORT_BYTES, DataReport, frame, read_frames, shape_fix, shape_text
 from ..settings import ConfigError
 from ..wire.messages import Message, ProtocolError, check_payload, decode_header, encode_header
 from ..wire.round import MAX_WHY, Leave

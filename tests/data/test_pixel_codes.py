@@ -22,7 +22,7 @@ from cfl_mpi.data.images import (
     MNIST_MEAN,
     MNIST_STD,
     PixelCodes,
-    model_input,
+    kept_images,
     to_model_input,
     unit,
 )
@@ -50,7 +50,7 @@ def test_codes_read_as_the_floats_to_the_bit(data, case, n, edge):
     colours, mean, std, channels = case
     shape = (n, edge, edge) if colours == 1 else (n, edge, edge, colours)
     codes = data.draw(arrays(np.uint8, shape))
-    kept = model_input(unit(codes), mean, std, channels)
+    kept = kept_images(unit(codes), mean, std, channels)
     assert isinstance(kept, PixelCodes) and len(kept) == n
     assert kept.codes.dtype == np.uint8 and kept.codes.nbytes == codes.nbytes  # one byte a pixel
     assert_same_floats(kept.floats(), to_model_input(unit(codes), mean, std, channels))
@@ -65,14 +65,14 @@ def test_codes_read_as_the_floats_to_the_bit(data, case, n, edge):
 def test_floats_that_are_not_levels_are_kept_as_floats(pixel):
     batch = unit(np.arange(2 * 4 * 4, dtype=np.uint8).reshape(2, 4, 4))
     batch[1, 2, 3] = np.float32(pixel)
-    kept = model_input(batch, MNIST_MEAN, MNIST_STD, 1)
+    kept = kept_images(batch, MNIST_MEAN, MNIST_STD, 1)
     assert isinstance(kept, np.ndarray)
     assert_same_floats(kept, to_model_input(batch, MNIST_MEAN, MNIST_STD, 1))
 
 
 def test_float64_images_are_kept_as_floats():
     batch = np.arange(16, dtype=np.uint8).reshape(1, 4, 4) / 255.0
-    assert isinstance(model_input(batch, 0.0, 1.0, 1), np.ndarray)
+    assert isinstance(kept_images(batch, 0.0, 1.0, 1), np.ndarray)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from cfl_mpi import data as data_sets
 from cfl_mpi.commands.export import export
 from cfl_mpi.config import ConfigError, load_config
 from cfl_mpi.data import DataConfig, DataFacts, SiloData, SiloFiles
-from cfl_mpi.data.agreement import REPORT_BYTES, DataReport, frame, read_frames
 from cfl_mpi.data.images import to_model_input
+from cfl_mpi.data.report import REPORT_BYTES, DataReport, frame, read_frames
 from cfl_mpi.runtime.agreement import agreed_in_process
 from cfl_mpi.wire.messages import ProtocolError
 

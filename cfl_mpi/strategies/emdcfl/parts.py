@@ -42,35 +42,50 @@ class Parts:
         return AllPairs(self.rule, run) if self.staging is None else StagedPairs(self.staging, run, placed)
 
 
-def parts(s: EmdCflConfig, run: RunFacts) -> Parts:
-    """The parts `s` names, for a run of `run`'s embedding size and seed."""
-    dim_r = projected_dim(s.proj_ratio, run.embedding_dim)
-    distance = distance_of(s)
-    measurement: Measurement = Direct(distance, dim_r, s.max_rows)
-    if s.distance == "fedwad":
-        normalised = s.ground_cost == "chordal"
-        p = FEDWAD_P[s.ground_cost]
-        measurement = FedWaD(dim_r, s.max_rows, s.fedwad_iterations, s.fedwad_support, p, normalised, run.seed)
-    match s.rule:
+def parts(emdcfl: EmdCflConfig, run: RunFacts) -> Parts:
+    """The parts the settings name, for a run of `run`'s embedding size and seed."""
+    dim_r = projected_dim(emdcfl.proj_ratio, run.embedding_dim)
+    distance = distance_of(emdcfl)
+    measurement: Measurement = Direct(distance, dim_r, emdcfl.max_rows)
+    if emdcfl.distance == "fedwad":
+        normalised = emdcfl.ground_cost == "chordal"
+        p = FEDWAD_P[emdcfl.ground_cost]
+        measurement = FedWaD(
+            dim_r, emdcfl.max_rows, emdcfl.fedwad_iterations, emdcfl.fedwad_support, p, normalised, run.seed
+        )
+    match emdcfl.rule:
         case "neighbourhoods":
-            rule: ClusterRule = Neighbourhoods(s.epsilon)
+            rule: ClusterRule = Neighbourhoods(emdcfl.epsilon)
         case "robust":
-            rule = Robust(s.noise_multiple, s.clear_gap)
+            rule = Robust(emdcfl.noise_multiple, emdcfl.clear_gap)
     staging = None
-    if s.pairs == "staged":
-        staging = Staging(s.pair_sample, s.representatives, s.retest, s.placement == "one_way", s.noise_multiple)
+    if emdcfl.pairs == "staged":
+        staging = Staging(
+            emdcfl.pair_sample,
+            emdcfl.representatives,
+            emdcfl.retest,
+            emdcfl.placement == "one_way",
+            emdcfl.noise_multiple,
+        )
     return Parts(dim_r, distance, measurement, rule, staging)
 
 
-def distance_of(s: EmdCflConfig) -> PairDistance:
-    """The pair distance `s` names, with its τ space and noise draws."""
-    match s.distance:
+def distance_of(emdcfl: EmdCflConfig) -> PairDistance:
+    """The pair distance the settings name, with its τ space and noise draws."""
+    match emdcfl.distance:
         case "energy":
-            return Energy(s.ground_cost, s.projection, s.noise_splits)
+            return Energy(emdcfl.ground_cost, emdcfl.projection, emdcfl.noise_splits)
         case "sinkhorn":
             return Transport(
-                "sinkhorn", s.ground_cost, s.projection, s.noise_splits, TAU_SPACES[s.tau_projection], s.sinkhorn_reg
+                "sinkhorn",
+                emdcfl.ground_cost,
+                emdcfl.projection,
+                emdcfl.noise_splits,
+                TAU_SPACES[emdcfl.tau_projection],
+                emdcfl.sinkhorn_reg,
             )
         case "exact" | "fedwad":  # FedWaD mode's τ and noise: exact W1 on the silo
-            return Transport("exact", s.ground_cost, s.projection, s.noise_splits, TAU_SPACES[s.tau_projection])
-    raise AssertionError(f"no pair distance {s.distance!r}")  # the config's Literal allows no other
+            return Transport(
+                "exact", emdcfl.ground_cost, emdcfl.projection, emdcfl.noise_splits, TAU_SPACES[emdcfl.tau_projection]
+            )
+    raise AssertionError(f"no pair distance {emdcfl.distance!r}")  # the config's Literal allows no other

@@ -104,7 +104,7 @@ class OmegaSwaps:
         self.awaiting = [p for p, role in partners if role & MEASURE]  # their ω not taken yet
         self.expect = EmbeddingModel.expect(waits.round, like=omega)
 
-    def here(self) -> bool:
+    def ready(self) -> bool:
         """Whether a partner's ω is here for `take`, which then does not wait."""
         return bool(self.awaiting) and self.channel.ready(self.awaiting) is not None
 
@@ -315,7 +315,7 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         for p in [p for p, role in roles.items() if role == SERVE and p in seeds]:
             yield projected(p, None)
         while True:
-            if not swaps.here():
+            if not swaps.ready():
                 yield SEND_READY
             with timed(ctx.step_seconds, "swap"):
                 swapped = swaps.take()
