@@ -28,7 +28,7 @@ from cfl_mpi.config import load_config
 from cfl_mpi.ot.fedwad import client_step, gaussian_measure, uniform_measure
 from cfl_mpi.privacy.handshake import random_projection
 from cfl_mpi.strategies.emdcfl.distances import projected_dim, sample_size
-from cfl_mpi.strategies.fedwad.exchange import T_RANGE
+from cfl_mpi.strategies.shared.fedwad_exchange import T_RANGE
 
 ROOT = Path(__file__).resolve().parents[1]
 

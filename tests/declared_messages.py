@@ -10,9 +10,9 @@ import numpy as np
 from cfl_mpi.data.report import DataReport
 from cfl_mpi.strategies import REGISTRY
 from cfl_mpi.strategies.emdcfl.messages import EmbeddingModel, Embeddings, Handshake, PartnerLeft, Plan, ReferenceReport
-from cfl_mpi.strategies.fedwad.exchange import FedWaDDistance, FedWaDMeasure, FedWaDRequest
 from cfl_mpi.strategies.ifca.halves import CandidateLoss, ClusterModel, Losses
 from cfl_mpi.strategies.pacfl.halves import PrincipalVectors
+from cfl_mpi.strategies.shared.fedwad_exchange import FedWaDDistance, FedWaDMeasure, FedWaDRequest
 from cfl_mpi.wire.messages import Expect
 from cfl_mpi.wire.payload import Payload, StateField
 from cfl_mpi.wire.round import BackdoorEvaluation, Control, Dropped, Evaluation, Hello, Leave, StartModel, Update

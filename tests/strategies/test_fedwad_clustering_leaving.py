@@ -15,8 +15,8 @@ from cfl_mpi.channel import SERVER, Alternative, LocalChannel, LocalHub
 from cfl_mpi.ot.fedwad import client_step, fedwad, uniform_measure
 from cfl_mpi.runtime.halves import run_facts
 from cfl_mpi.strategies.base import ServerRound, SiloRound
-from cfl_mpi.strategies.fedwad.exchange import ABANDON, FedWaDMeasure, FedWaDRequest, Job, job_rng, job_times
 from cfl_mpi.strategies.fedwad.halves import FedWaDClustering, FedWaDClusteringSilo, fedwad_params
+from cfl_mpi.strategies.shared.fedwad_exchange import ABANDON, FedWaDMeasure, FedWaDRequest, Job, job_rng, job_times
 from cfl_mpi.wire.round import Leave
 
 SILOS, DIM, K, POINTS = 5, 3, 6, 12

@@ -1,4 +1,4 @@
-"""FedWaD between silos (cfl_mpi.strategies.fedwad.exchange) over in-process channels, the
+"""FedWaD between silos (cfl_mpi.strategies.shared.fedwad_exchange) over in-process channels, the
 server and two silos in threads: the distributed jobs equal the local `fedwad()` bit for bit,
 and malformed messages on either side are refused with the sender, the kind and the round
 named. (The MPI path of the same code runs in the backend-equality job tests.)"""
@@ -9,7 +9,7 @@ from threads import in_threads
 
 from cfl_mpi.channel import SERVER, LocalChannel, LocalHub
 from cfl_mpi.ot.fedwad import fedwad, uniform_measure
-from cfl_mpi.strategies.fedwad.exchange import (
+from cfl_mpi.strategies.shared.fedwad_exchange import (
     T_RANGE,
     FedWaDParams,
     FedWaDRequest,

@@ -9,7 +9,7 @@ from threads import in_threads
 
 from cfl_mpi.channel import SERVER, Alternative, LocalChannel, LocalHub
 from cfl_mpi.ot.fedwad import client_step, fedwad, uniform_measure
-from cfl_mpi.strategies.fedwad.exchange import (
+from cfl_mpi.strategies.shared.fedwad_exchange import (
     FedWaDMeasure,
     FedWaDParams,
     FedWaDRequest,

@@ -3,7 +3,7 @@
 The direct mode sends the server Z_{c|c}R and Z_{c|c'}R. Here every silo keeps them: for the
 pair (c, c'), W[c][c'] = W1(Z_{c|c}R, Z_{c'|c}R) − τ_c (EMD-CFL paper, Algorithm 1, line 16) is
 the FedWaD job "c>c'" with μ = Z_{c|c}R on silo c and ν = Z_{c'|c}R on silo c' (FedWaD paper,
-Algorithm 1; :mod:`cfl_mpi.strategies.fedwad.exchange`). A silo first sends the server its
+Algorithm 1; :mod:`cfl_mpi.strategies.shared.fedwad_exchange`). A silo first sends the server its
 τ_c, its noise scale and its sample size (``reference``, no arrays), then serves FedWaD requests.
 
 Ground cost: FedWaD interpolates along straight lines, so the cost must be Euclidean.
@@ -26,8 +26,8 @@ from ...ot.fedwad import Measure, uniform_measure
 from ...ot.wasserstein import unit_rows
 from ...wire.messages import Message, ProtocolError
 from ..base import ServerRound, SiloRound
-from ..fedwad.exchange import FedWaDParams, Job, job_key, run_jobs, serve
 from ..fedwad.halves import FEDWAD_SOLVERS
+from ..shared.fedwad_exchange import FedWaDParams, Job, job_key, run_jobs, serve
 from .measurement import Record, Reference, SendReady
 from .messages import PartnerLeft, Projected, ReferenceReport
 from .pairs import MEASURE, SERVE

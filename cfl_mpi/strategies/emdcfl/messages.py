@@ -10,7 +10,7 @@ import numpy as np
 
 from ...privacy.handshake import PUBLIC_KEY_BYTES
 from ...wire.payload import Payload, array, scalar, state
-from ..fedwad.exchange import FEDWAD_KINDS
+from ..shared.fedwad_exchange import FEDWAD_KINDS
 from .pairs import MEASURE, SERVE
 
 ROLES = (SERVE, MEASURE, SERVE | MEASURE)

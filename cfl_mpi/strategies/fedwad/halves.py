@@ -3,7 +3,7 @@ Appendix D.7 of Rakotomamonjy, Nadjahi, Ralaivola, "Federated
 Wasserstein Distance", ICLR 2024), one shot before round 1's training.
 
 Every pair of silos (a, b) gets D[a][b] = Wp(μ_a, μ_b), the FedWaD estimate (Algorithm 1,
-:mod:`cfl_mpi.strategies.fedwad.exchange`) between samples of their local data, in input space or in
+:mod:`cfl_mpi.strategies.shared.fedwad_exchange`) between samples of their local data, in input space or in
 the embedding space of the common θ(0) (a fixed random feature map, like the paper's
 untrained autoencoder for CIFAR-10). The data never leave the silos. The server turns D into
 an affinity and runs scikit-learn's spectral clustering with K clusters (the paper's
@@ -25,8 +25,8 @@ import numpy as np
 from ...clustering.labels import relabel_by_first_appearance
 from ...ot.fedwad import uniform_measure
 from ..base import Halves, RunFacts, ServerRound, SiloProtocol, SiloRound, Strategy
+from ..shared.fedwad_exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 from . import FedWaDClusteringConfig
-from .exchange import FEDWAD_KINDS, FedWaDParams, Job, run_jobs, serve
 
 __all__ = ["FedWaDClustering", "FedWaDClusteringSilo", "clusters_of", "spectral_clusters"]
 
