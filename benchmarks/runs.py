@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cfl_mpi.commands.cli import find_mpirun
+from cfl_mpi.cli import find_mpirun
 
 ROOT = Path(__file__).resolve().parents[1]
 # The MNIST IDX files of the benchmarks on the MNIST test split: the folder $CFL_MPI_MNIST names,

@@ -140,7 +140,7 @@ def _worker(mode: str, repeats: int, parties: int) -> None:
     from cfl_mpi.channel import SERVER
     from cfl_mpi.channel.layout import RankLayout
     from cfl_mpi.channel.local import LocalHub
-    from cfl_mpi.runtime.params import RuntimeConfig
+    from cfl_mpi.config.runtime import RuntimeConfig
     from cfl_mpi.wire.messages import Expect, message_kind
 
     comm = MPI.COMM_WORLD

@@ -8,7 +8,7 @@ derived from the rank count). The MPI backend (backends/mpi/backend.py) runs the
 from __future__ import annotations
 
 from . import console
-from .commands.cli import run_arguments
+from .cli import run_arguments
 from .runtime.stop import defer_stop_signals
 from .runtime.timeline import mark
 

@@ -3,7 +3,7 @@
 #   CFL_PYTHON     the Python of the environment holding cfl_mpi (default: python)
 #   CFL_LAUNCHER   srun (default) or mpirun
 #   CFL_SRUN_MPI   srun's --mpi plugin (default: the one the MPI under mpi4py speaks, pmi2 for
-#                  MPICH such as the pip wheel, pmix for Open MPI: python -m cfl_mpi.commands.srun_mpi)
+#                  MPICH such as the pip wheel, pmix for Open MPI: python -m cfl_mpi.backends.mpi.srun)
 PYTHON=${CFL_PYTHON:-python}
 
 cfl_ranks() {  # ranks the config needs (1 server + silo ranks), honouring --set silos=... and runtime.silos_per_rank
@@ -27,8 +27,8 @@ cfl_srun_mpi() {  # cfl_srun_mpi RANKS SRUN_LAYOUT...: srun's --mpi plugin, once
     # abort every rank of the real job, or start RANKS worlds of one rank); else one line, exit 2
     local ranks=$1 mpi plugins
     shift
-    mpi=$("$PYTHON" -m cfl_mpi.commands.srun_mpi)
-    if ! srun --mpi="$mpi" "$@" --kill-on-bad-exit=1 "$PYTHON" -m cfl_mpi.commands.srun_mpi --check-world "$ranks" > /dev/null 2>&1; then
+    mpi=$("$PYTHON" -m cfl_mpi.backends.mpi.srun)
+    if ! srun --mpi="$mpi" "$@" --kill-on-bad-exit=1 "$PYTHON" -m cfl_mpi.backends.mpi.srun --check-world "$ranks" > /dev/null 2>&1; then
         plugins=$(srun --mpi=list 2>&1 | awk '/^\t/ {printf "%s%s", sep, $1; sep = ", "}')
         echo "cfl_mpi: srun --mpi=$mpi did not start one MPI world of $ranks ranks with this MPI: set CFL_SRUN_MPI to the plugin it speaks (this srun has: $plugins), or CFL_LAUNCHER=mpirun" >&2
         exit 2

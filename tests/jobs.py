@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cfl_mpi.commands.cli import find_mpirun
+from cfl_mpi.cli import find_mpirun
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The markers of the test being run (conftest sets them): a whole job needs one of SLOW, so that

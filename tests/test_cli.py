@@ -134,7 +134,7 @@ def test_the_console_script_runs_the_job_s_command():
 # A rank ends as cfl_mpi.main ends it: a barrier, MPI_Finalize, then cli.exit_rank.
 RANK_EXIT = (
     "from mpi4py import MPI; from cfl_mpi.backends.mpi.placement import wait_quietly; "
-    "from cfl_mpi.commands.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)"
+    "from cfl_mpi.cli import exit_rank; wait_quietly(MPI.COMM_WORLD.Ibarrier()); MPI.Finalize(); exit_rank(0)"
 )
 
 

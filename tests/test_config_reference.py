@@ -10,8 +10,8 @@ from conftest import PROJECT_ROOT
 from cfl_mpi.commands import config_reference
 from cfl_mpi.commands.config_reference import COMMAND, CONFIG_MD, render, sections
 from cfl_mpi.config import Config, load_config
+from cfl_mpi.config.runtime import FaultConfig, LateSilo, RuntimeConfig
 from cfl_mpi.data import REGISTRY as DATA_SETS
-from cfl_mpi.runtime.params import FaultConfig, LateSilo, RuntimeConfig
 from cfl_mpi.strategies import REGISTRY
 
 
@@ -36,13 +36,13 @@ def test_config_md_is_up_to_date():
         diff = "".join(
             list(difflib.unified_diff(have.splitlines(True), want.splitlines(True), "docs/CONFIG.md", "generated"))[:40]
         )
-        pytest.fail(f"docs/CONFIG.md is out of date with cfl_mpi/config.py: regenerate it with `{COMMAND}`\n{diff}")
+        pytest.fail(f"docs/CONFIG.md is out of date with cfl_mpi/config/: regenerate it with `{COMMAND}`\n{diff}")
 
 
 def test_every_key_and_section_is_explained():
     missing = config_reference.missing_explanations()
     assert not missing, (
-        f"no explanation in cfl_mpi/config.py for {', '.join(missing)}: add a comment above each "
+        f"no explanation in cfl_mpi/config/ for {', '.join(missing)}: add a comment above each "
         f"field (or a docstring for a section), then run `{COMMAND}`"
     )
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from jobs import PROJECT_ROOT
 
-from cfl_mpi.commands.srun_mpi import chosen_plugin, plugin_for
+from cfl_mpi.backends.mpi.srun import chosen_plugin, plugin_for
 
 SCRIPTS = sorted((PROJECT_ROOT / "slurm").glob("*.sbatch")) + sorted((PROJECT_ROOT / "slurm").glob("*.sh"))
 MPICH_WHEEL = (
@@ -22,7 +22,7 @@ def probe(ranks: int, layout: str, mpi: str = "pmi2") -> str:
     """The srun step that checks the PMI plugin before the run (common.sh's cfl_srun_mpi)."""
     return (
         f"srun --mpi={mpi} {layout} --kill-on-bad-exit=1 {sys.executable} "
-        f"-m cfl_mpi.commands.srun_mpi --check-world {ranks}"
+        f"-m cfl_mpi.backends.mpi.srun --check-world {ranks}"
     )
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..channel import SERVER, Channel, ChannelClosed, LocalHub, party_name
-from ..commands.cli import EXIT_CONFIG, announce, check_results_folder, load_run_config, prepare_results_folder
+from ..cli import EXIT_CONFIG, announce, check_results_folder, load_run_config, prepare_results_folder
 from ..config import Config, ConfigError
 from ..reporting.results import record_failure, write_nodes
 from ..runtime.absent import Absent
@@ -125,7 +125,7 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
     silo process without the GPU `runtime.device: cuda` asks for is a config error) and the
     job's first line; data preparation on process 0; then the weights and the rest of the
     folder's checks on process 0. Exit 2 on any error, on every process."""
-    from ..commands.prepare import prepare_weights
+    from ..models.build import prepare_weights
     from ..runtime.placement import select_device
 
     error, first, kept = None, backend.index == 0, ""
@@ -169,7 +169,7 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
     exit_if_any_failed(backend, error)
     try:
         if first:
-            prepare_weights(cfg)  # pretrained weights, once per job
+            prepare_weights(cfg.architecture)  # pretrained weights, once per job
             prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
     except ConfigError as err:
         error = str(err)

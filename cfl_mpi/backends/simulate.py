@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from .. import console
 from ..channel import SERVER, Channel, LocalChannel, LocalHub
-from ..commands.cli import exit_now, run_arguments
+from ..cli import exit_now, run_arguments
 from ..config import Config
 from ..runtime.placement import Placement, usable_cores
 from ..runtime.stop import StopRequest

@@ -30,9 +30,9 @@ import numpy as np
 from .. import console
 from ..channel import SERVER, Channel, LocalChannel, LocalHub, Pending, RankLayout
 from ..channel.local import Fetch, Frame, expected
-from ..commands.cli import exit_rank, run_arguments
+from ..cli import exit_rank, run_arguments
 from ..config import Config, check_world
-from ..runtime.params import RuntimeConfig
+from ..config.runtime import RuntimeConfig
 from ..runtime.placement import Placement, usable_cores
 from ..runtime.stop import defer_stop_signals
 from ..wire.messages import MAX_HEADER_BYTES, Expect, ProtocolError, decode_header, read_header

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..cli import config_error
 from ..config import Config, ConfigError, experiment_dict, load_config
-from .cli import config_error
 
 DESCRIPTION = "Write a federation's data as one file per silo, a manifest and a config that runs on them."
 

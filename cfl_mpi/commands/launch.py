@@ -14,9 +14,9 @@ import os
 import shlex
 import sys
 
+from ..backends.mpi.srun import chosen_plugin
+from ..cli import NO_MPIRUN, config_error, find_mpirun, run_arguments
 from ..config import Config, ConfigError, load_config
-from .cli import NO_MPIRUN, config_error, find_mpirun, run_arguments
-from .srun_mpi import chosen_plugin
 from .supervise import supervise
 
 DESCRIPTION = (

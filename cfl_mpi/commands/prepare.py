@@ -10,8 +10,8 @@ Exit code 2 with one line on any problem.
 
 from __future__ import annotations
 
+from ..cli import config_error, run_arguments
 from ..config import Config, ConfigError, load_config
-from .cli import config_error, run_arguments
 
 DESCRIPTION = "Get a job's data and pretrained weights ready (download what is missing) before it runs."
 
@@ -22,51 +22,9 @@ def prepare(cfg: Config) -> None:
     agreed on the shape of their examples."""
     cfg.data.prepare(cfg.data_facts())
     if not cfg.data.per_silo_files:
-        prepare_weights(cfg)
+        from ..models.build import prepare_weights  # torch: only where there are weights to check
 
-
-def prepare_weights(cfg: Config) -> None:
-    """Check a model of the user's own, then fetch (torchvision's) or check (a file's)
-    pretrained weights by building θ(0) once."""
-    if cfg.model.own:
-        from ..models.build import OwnModelError, check_model
-
-        try:
-            check_model(cfg.architecture)
-        except OwnModelError as err:
-            raise ConfigError(str(err)) from None
-    if cfg.model.pretrained is False:
-        return
-    from ..models.build import WeightsError, build_model
-
-    try:
-        build_model(cfg.architecture)
-    except WeightsError as err:
-        raise ConfigError(str(err)) from None
-    except Exception as err:  # missing file, unpicklable content, no network, ...
-        detail = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no detail'}"[:300]
-        if cfg.model.pretrained is True:
-            raise ConfigError(
-                f"model.pretrained: torchvision's {cfg.model.name} weights are not in torch's cache "
-                f"({_cache_file(cfg.model.name)}) and fetching them failed ({detail}) (run "
-                "python -m cfl_mpi.commands.prepare "
-                f"CONFIG where a network is reachable, copy the file there, or set model.pretrained to a "
-                f"weights file)"
-            ) from None
-        raise ConfigError(
-            f"model.pretrained: cannot load weights from {cfg.model.pretrained} ({detail}) "
-            f"(give a state dict saved with torch.save)"
-        ) from None
-
-
-def _cache_file(name: str) -> str:
-    import os
-
-    import torch
-
-    from ..models.torchvision_models import default_weights
-
-    return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(default_weights(name).url))
+        prepare_weights(cfg.architecture)
 
 
 def main(argv: list[str] | None = None) -> None:

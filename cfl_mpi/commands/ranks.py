@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from ..cli import config_error, run_arguments
 from ..config import ConfigError, load_config
-from .cli import config_error, run_arguments
 
 DESCRIPTION = "Print the number of MPI ranks a config's job needs."
 

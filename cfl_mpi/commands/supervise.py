@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from ..cli import EXIT_CONFIG
 from ..console import numbered
 from ..reporting.results import FAILURE, NODES, record_failure
 from ..runtime.checkpoint import resume_hint
 from ..runtime.stop import EXIT_INTERRUPTED
-from .cli import EXIT_CONFIG
 
 __all__ = ["LauncherWords", "ProxyWatch", "out_of", "supervise"]
 

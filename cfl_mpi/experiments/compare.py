@@ -37,7 +37,7 @@ import numpy as np
 import yaml
 
 from .. import console, strategies
-from ..commands.cli import NO_MPIRUN, config_error, find_mpirun, split_list
+from ..cli import NO_MPIRUN, config_error, find_mpirun, split_list
 from ..config import Config, ConfigError, load_config
 from ..console import count, say, warn
 from ..runtime.checkpoint import checkpoint_round

@@ -29,7 +29,7 @@ from typing import NoReturn
 import numpy as np
 
 from .. import strategies
-from ..commands.cli import config_error, split_list
+from ..cli import config_error, split_list
 from ..config import ConfigError
 from ..runtime.stop import EXIT_INTERRUPTED
 from . import compare

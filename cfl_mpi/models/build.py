@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..settings import ConfigError
 from .mlp import Mlp
 from .own import OwnModelError, check_fit, own_model
 from .params import TORCHVISION_MODELS, Architecture
@@ -111,6 +112,45 @@ def seeded_states(arch: Architecture, seed: int, count: int) -> list[dict[str, n
 def initial_model(arch: Architecture, seed: int) -> dict[str, np.ndarray]:
     """θ(0), the same for every silo (Alg. 1, line 2): a function of the seed only."""
     return seeded_states(arch, seed, 1)[0]
+
+
+def prepare_weights(arch: Architecture) -> None:
+    """Check a model of the user's own, then fetch (torchvision's) or check (a file's)
+    pretrained weights by building θ(0) once."""
+    model = arch.model
+    if model.own:
+        try:
+            check_model(arch)
+        except OwnModelError as err:
+            raise ConfigError(str(err)) from None
+    if model.pretrained is False:
+        return
+    try:
+        build_model(arch)
+    except WeightsError as err:
+        raise ConfigError(str(err)) from None
+    except Exception as err:  # missing file, unpicklable content, no network, ...
+        detail = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no detail'}"[:300]
+        if model.pretrained is True:
+            raise ConfigError(
+                f"model.pretrained: torchvision's {model.name} weights are not in torch's cache "
+                f"({_cache_file(model.name)}) and fetching them failed ({detail}) (run "
+                "python -m cfl_mpi.commands.prepare "
+                f"CONFIG where a network is reachable, copy the file there, or set model.pretrained to a "
+                f"weights file)"
+            ) from None
+        raise ConfigError(
+            f"model.pretrained: cannot load weights from {model.pretrained} ({detail}) "
+            f"(give a state dict saved with torch.save)"
+        ) from None
+
+
+def _cache_file(name: str) -> str:
+    import os
+
+    import torch
+
+    return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(default_weights(name).url))
 
 
 def _torchvision_weights(name: str) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import Config
-from .params import participant_count
+from ..config.runtime import participant_count
 
 
 def present(cfg: Config, round: int) -> list[int]:

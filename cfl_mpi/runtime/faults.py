@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..channel import SERVER, Channel
+from ..config.runtime import FaultConfig
 from ..wire.round import Update
-from .params import FaultConfig
 
 __all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
 

@@ -10,9 +10,8 @@ import pytest
 import torch
 from config_files import config_from
 
-from cfl_mpi.commands.prepare import prepare_weights
 from cfl_mpi.config import ConfigError
-from cfl_mpi.models.build import WeightsError, build_model
+from cfl_mpi.models.build import WeightsError, build_model, prepare_weights
 
 EMBEDDING_DIMS = {"resnet18": 512, "resnet50": 2048, "efficientnet_b3": 1536, "vit_b_16": 768, "convnext_base": 1024}
 
@@ -108,11 +107,13 @@ def test_weights_that_do_not_fit_are_one_config_error(tmp_path):
     with pytest.raises(WeightsError):
         build_model(cfg.architecture)
     with pytest.raises(ConfigError) as err:
-        prepare_weights(cfg)
+        prepare_weights(cfg.architecture)
     assert str(err.value).startswith(f"model.pretrained: {tmp_path / 'resnet50.pth'} does not fit resnet18's embedding")
     (tmp_path / "bad.pth").write_bytes(b"not a weights file")
     with pytest.raises(ConfigError, match=r"^model.pretrained: cannot load weights from .*bad.pth"):
-        prepare_weights(config(tmp_path, name="resnet18", input_size=32, pretrained=str(tmp_path / "bad.pth")))
+        prepare_weights(
+            config(tmp_path, name="resnet18", input_size=32, pretrained=str(tmp_path / "bad.pth")).architecture
+        )
 
 
 def test_pretrained_true_reads_torchs_cache_without_network(tmp_path):
@@ -171,7 +172,7 @@ def test_pretrained_true_without_cache_or_network_is_one_config_error(tmp_path, 
     torch.hub.set_dir(str(tmp_path / "empty_hub"))
     try:
         with pytest.raises(ConfigError) as err:
-            prepare_weights(config(tmp_path, name="resnet18", input_size=32, pretrained=True))
+            prepare_weights(config(tmp_path, name="resnet18", input_size=32, pretrained=True).architecture)
     finally:
         torch.hub.set_dir(before)
     message = str(err.value)

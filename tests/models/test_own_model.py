@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from cfl_mpi.commands.prepare import prepare_weights
 from cfl_mpi.config import ConfigError, load_config
+from cfl_mpi.models.build import prepare_weights
 from cfl_mpi.runtime.agreement import agreed_in_process
 
 SIGNALS = '''
@@ -89,7 +89,7 @@ def test_a_missing_module_or_a_bad_name_is_one_line_at_the_config_check(signals)
 def test_a_model_that_cannot_serve_is_one_line_before_any_work(signals, model, says):
     cfg = agreed_in_process(load_config(signals(model)))
     with pytest.raises(ConfigError, match=says):
-        prepare_weights(cfg)
+        prepare_weights(cfg.architecture)
 
 
 @pytest.mark.job
@@ -97,7 +97,7 @@ def test_your_own_model_trains_on_your_own_data(signals):
     from cfl_mpi.backends.simulate import simulate
 
     cfg = agreed_in_process(load_config(signals({"name": "my_signals:conv1d", "embedding_dim": 16})))
-    prepare_weights(cfg)
+    prepare_weights(cfg.architecture)
     assert cfg.sample_shape == (64,) and cfg.data.num_classes() == 2
     summary = simulate(cfg, agreed=True)
     assert summary["ari"] is None and summary["avg_acc"] > 0.6

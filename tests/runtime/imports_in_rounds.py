@@ -60,6 +60,6 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-    from cfl_mpi.commands.cli import exit_now
+    from cfl_mpi.cli import exit_now
 
     exit_now(0)  # as the simulator's command ends: the interpreter's teardown once aborted a finished run

@@ -13,11 +13,11 @@ from sklearn.metrics import adjusted_rand_score
 
 from cfl_mpi.clustering.extraction import place_newcomer, symmetrised
 from cfl_mpi.config import ConfigError
+from cfl_mpi.config.runtime import FaultConfig
 from cfl_mpi.runtime.checkpoint import check_resumable
 from cfl_mpi.runtime.control import participants, present
 from cfl_mpi.runtime.faults import SiloFaults
 from cfl_mpi.runtime.halves import server_half
-from cfl_mpi.runtime.params import FaultConfig
 from cfl_mpi.strategies.base import ServerRound
 from cfl_mpi.strategies.emdcfl.plans import extract
 

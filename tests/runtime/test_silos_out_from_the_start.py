@@ -81,7 +81,7 @@ def test_a_silo_may_report_why_its_data_cannot_be_read_only_under_drop():
 
 
 def test_readmit_needs_resume():
-    from cfl_mpi.commands.cli import load_run_config
+    from cfl_mpi.cli import load_run_config
 
     args = argparse.Namespace(config=str(DIGITS), out=None, resume=None, readmit="3", overrides=[])
     with pytest.raises(ConfigError, match="--readmit: needs --resume"):

@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...channel import SERVER, Channel, LocalHub, RankLayout
-from ...commands.cli import exit_rank
+from ...cli import exit_rank
 from ...config import Config, check_world
 from ...runtime.placement import Placement
 from ...runtime.timeline import mark

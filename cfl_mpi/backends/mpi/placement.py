@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...runtime.params import RuntimeConfig
+from ...config.runtime import RuntimeConfig
 from ...runtime.placement import Placement, select_device, usable_cores
 
 # Emulates K nodes on one machine (tests): consecutive blocks of ranks form the "nodes".

@@ -1,10 +1,10 @@
 """Which `srun --mpi=` plugin starts the MPI library mpi4py runs on, and a check that it did.
 
-`python -m cfl_mpi.commands.srun_mpi` prints the plugin: $CFL_SRUN_MPI if set, else the one the
+`python -m cfl_mpi.backends.mpi.srun` prints the plugin: $CFL_SRUN_MPI if set, else the one the
 library speaks. MPICH and its derivatives (the pip `mpich` wheel the README installs, Intel
 MPI, MVAPICH) speak PMI-2 unless built with PMIx, Open MPI speaks PMIx; `srun --mpi=pmix`
 makes every rank of the MPICH wheel abort ("unsupported PMI version PMIx").
-`srun ... python -m cfl_mpi.commands.srun_mpi --check-world N` exits 0 only if the ranks form one
+`srun ... python -m cfl_mpi.backends.mpi.srun --check-world N` exits 0 only if the ranks form one
 MPI world of N (a wrong plugin aborts every rank, or gives N worlds of one rank).
 """
 
@@ -56,7 +56,7 @@ def check_world(ranks: int, timeout_s: int = 60) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.commands.srun_mpi", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="python -m cfl_mpi.backends.mpi.srun", description=DESCRIPTION)
     parser.add_argument("--check-world", type=int, metavar="N", help="under srun: exit 0 iff one world of N ranks")
     args = parser.parse_args(argv)
     if args.check_world is not None:

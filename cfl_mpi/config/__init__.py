@@ -20,16 +20,16 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from .aggregation.rules import AggregationConfig
-from .data import REGISTRY as DATA_SETS
-from .data import DataConfig, DataFacts, RotatedData
-from .models.params import TORCHVISION_MODELS, Architecture, ModelConfig
-from .runtime.params import LateSilo, ParticipationConfig, RuntimeConfig, late_silo_problems, participant_count
-from .settings import ConfigError
-from .strategies import REGISTRY, ConfigFacts, StrategyConfig
-from .strategies.emdcfl import EmdCflConfig
-from .strategies.spec import SEED_LIMIT
-from .training.params import TrainConfig
+from ..aggregation.rules import AggregationConfig
+from ..data import REGISTRY as DATA_SETS
+from ..data import DataConfig, DataFacts, RotatedData
+from ..models.params import TORCHVISION_MODELS, Architecture, ModelConfig
+from ..settings import ConfigError
+from ..strategies import REGISTRY, ConfigFacts, StrategyConfig
+from ..strategies.emdcfl import EmdCflConfig
+from ..strategies.spec import SEED_LIMIT
+from ..training.params import TrainConfig
+from .runtime import LateSilo, ParticipationConfig, RuntimeConfig, late_silo_problems, participant_count
 
 
 class _Loader(yaml.SafeLoader):

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from ..config import Config, ConfigError, load_config
-from ..console import count, say
+from .config import Config, ConfigError, load_config
+from .console import count, say
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ def check_results_folder(cfg: Config, args: argparse.Namespace) -> None:
     """By the one process that writes results, right after `load_run_config` and before any
     heavy import: what `--resume`, `--out` and `--overwrite` ask of the folder, as far as its
     text files tell (runtime/checkpoint.py `check_results_folder`). ConfigError otherwise."""
-    from ..runtime.checkpoint import check_results_folder as check
+    from .runtime.checkpoint import check_results_folder as check
 
     check(cfg, bool(args.resume), args.overwrite)
 
@@ -99,8 +99,8 @@ def prepare_results_folder(cfg: Config, args: argparse.Namespace) -> None:
     """After data preparation, by the same process: `--resume` needs arrays that fit θ(0) and
     the strategy (built with torch); `--overwrite` removes the run only now, every check
     passed. ConfigError otherwise."""
-    from ..reporting.results import remove_run
-    from ..runtime.checkpoint import check_resume_arrays
+    from .reporting.results import remove_run
+    from .runtime.checkpoint import check_resume_arrays
 
     if args.resume:
         check_resume_arrays(cfg, cfg.results_dir())
