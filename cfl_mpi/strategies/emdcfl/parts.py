@@ -1,4 +1,6 @@
-"""EMD-CFL's parts, built once from its parameters: the only place that reads the modes.
+"""EMD-CFL's parts, built once from its parameters: the only place the halves learn the modes
+from. (The plots' view of W, `w_view` beside the parameters, reads the rule and its cut too:
+from the settings or a results folder's config.yaml, without loading the halves.)
 
 A clustering round is a pair plan (plans.py: which pairs, stage by stage), a pair distance
 (distances.py: what an entry of W is, with τ and the noise), a measurement (measurement.py:
