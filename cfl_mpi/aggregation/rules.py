@@ -8,10 +8,12 @@ against hostile or broken silos.
 | `median` | coordinate-wise median of the θ_c | Yin et al. 2018, Def. 1 |
 | `trimmed_mean` | coordinate-wise mean after cutting ⌊β·m⌋ values at each end | Yin et al. 2018, Def. 2 |
 | `norm_clip` | FedAvg of s_c + Δ_c · min(1, M / ‖Δ_c‖) | Sun et al. 2019, §4 "norm thresholding" |
+| `privacy.dp: central` | s̄ + (Σ_c clip(Δ_c, C) + N(0, (zC)²I)) / W, W: the cluster's size | McMahan et al. 2018 |
 
 Yin, Chen, Ramchandran, Bartlett: Byzantine-robust distributed learning: towards optimal
 statistical rates, ICML 2018. Sun, Kairouz, Suresh, McMahan: Can you really backdoor
-federated learning?, arXiv:1911.07963 (2019).
+federated learning?, arXiv:1911.07963 (2019). McMahan, Ramage, Talwar, Zhang: Learning
+differentially private recurrent language models, ICLR 2018.
 
 Δ_c = θ_c − s_c is silo c's update against the model s_c it started from (the server knows
 s_c: it sent it). `screen_updates` checks each member of a cluster against its own start and
@@ -25,10 +27,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
+from ..privacy.dp import PrivacyConfig
 from .weighted_sum import WeightedSum
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "trimmed_mean",
     "norm_clipped_mean",
     "clip_update",
+    "dp_fedavg",
     "update_norm",
     "Decision",
     "Screened",
@@ -197,6 +201,38 @@ def update_norm(model: Model, start: Model) -> float:
             )
         )
     )
+
+
+class DpNoise(NamedTuple):
+    """What `dp_fedavg` needs of one cluster's round: the section, the cluster's size W and
+    the generator of its noise."""
+
+    privacy: PrivacyConfig
+    size: int
+    rng: np.random.Generator
+
+
+def dp_fedavg(models: list[Model], starts: list[Model], all_starts: list[Model], noise: DpNoise) -> Model:
+    """DP-FedAvg's cluster model with the fixed denominator (McMahan et al. 2018, Alg. 1):
+    s̄ + (Σ_c clip(θ_c − s_c, C) + N(0, (z·C)² I)) / W over the `models` kept and their
+    `starts`, W the cluster's size (whether or not each update came: one silo more or less
+    moves the sum by at most C), s̄ the mean of every member's start (public: the server sent
+    it). Integer arrays are taken from the first member's start."""
+    clip, z = noise.privacy.clip, noise.privacy.noise_multiplier
+    clipped = [clip_update(model, start, clip) for model, start in zip(models, starts)]
+    out: Model = {}
+    for key, first in all_starts[0].items():
+        if not np.issubdtype(first.dtype, np.floating):
+            out[key] = first
+            continue
+        mean_start = np.mean([s[key].astype(np.float64) for s in all_starts], axis=0)
+        total = np.zeros(first.shape, dtype=np.float64)
+        for m, s in zip(clipped, starts):
+            total += m[key].astype(np.float64) - s[key]
+        size = noise.size
+        noise_values = noise.rng.normal(0.0, z * clip, size=first.shape)
+        out[key] = (mean_start + (total + noise_values) / size).astype(first.dtype)
+    return out
 
 
 def clip_update(model: Model, start: Model, max_norm: float) -> Model:
@@ -384,6 +420,7 @@ def aggregate(
     counts: list[int],
     first_counts: dict[int, int],
     work: LocalWork,
+    noise: DpNoise | None = None,
 ) -> tuple[Model, Screened]:
     """One cluster's new model under `cfg` (config `aggregation:`): screening (if on, at the
     local `work` the counts claim), then the rule. With `rule: fedavg` and nothing clipped or
@@ -412,7 +449,9 @@ def aggregate(
             [Decision(s, round, "accepted") for s in silos],
             {s: n for s, n in zip(silos, counts) if s not in first_counts},
         )
-    if cfg.rule == "fedavg":
+    if noise is not None:  # privacy.dp: the config allows fedavg only, counts unweighed
+        model = dp_fedavg(screened.models, screened.starts, list(starts), noise)
+    elif cfg.rule == "fedavg":
         model = fedavg(screened.models, screened.weights)
     elif cfg.rule == "median":
         model = coordinate_median(screened.models)
@@ -432,6 +471,8 @@ def cluster_averages(
     starts: dict[int, Model],
     first_counts: dict[int, int],
     work: LocalWork,
+    privacy: PrivacyConfig | None = None,
+    noise_generator: Callable[[int], np.random.Generator] | None = None,
 ) -> tuple[dict[int, Model], list[Decision]]:
     """What every silo continues from: each cluster's updates aggregated by `aggregate`
     (by default, screened weighted FedAvg: EMD-CFL Alg. 1, line 21), and the decisions taken.
@@ -439,11 +480,16 @@ def cluster_averages(
     Every member of a cluster with updates, trained this round or not, gets the cluster's
     model; a cluster without updates keeps its members' `starts`. Members go in silo order,
     so the result does not depend on the order updates arrived in. `first_counts` (the
-    count each silo reported first: the screening's bound) gains the newcomers' counts.
+    count each silo reported first: the screening's bound) gains the newcomers' counts. With
+    `privacy.dp` on, each cluster's model is `dp_fedavg`'s, its noise from `noise_generator(k)`.
     """
     models, decisions = {}, []
     for k in np.unique([clusters[c] for c in updates]):
         members = sorted(c for c in updates if clusters[c] == k)
+        noise = None
+        if privacy is not None and privacy.on:
+            assert noise_generator is not None
+            noise = DpNoise(privacy, int(np.sum(clusters == k)), noise_generator(int(k)))
         models[int(k)], screened = aggregate(
             cfg,
             round,
@@ -453,6 +499,7 @@ def cluster_averages(
             [counts[c] for c in members],
             first_counts,
             work,
+            noise,
         )
         first_counts.update(screened.first_counts)
         decisions += screened.decisions

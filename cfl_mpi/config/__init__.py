@@ -13,7 +13,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -24,6 +24,7 @@ from ..aggregation.rules import AggregationConfig
 from ..data import REGISTRY as DATA_SETS
 from ..data import DataConfig, DataFacts, RotatedData
 from ..models.params import TORCHVISION_MODELS, Architecture, ModelConfig
+from ..privacy.dp import PrivacyConfig
 from ..settings import ConfigError
 from ..strategies import REGISTRY, ConfigFacts, StrategyConfig
 from ..strategies.emdcfl import EmdCflConfig
@@ -79,6 +80,7 @@ class Config:
     # The federated method, chosen by strategy.name; its other keys depend on that choice.
     strategy: StrategyConfig = field(default_factory=EmdCflConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
     late_silos: list[LateSilo] = field(default_factory=list)
@@ -234,6 +236,25 @@ def _data_set(value: Any, where: str) -> Any:
     return _dataclass(cls, value, where)
 
 
+def _privacy_problems(cfg: Config) -> Iterator[str]:
+    """What `privacy.dp` covers: the FedAvg of every cluster whose members all train every round
+    (the accountant composes one unsampled Gaussian mechanism a round)."""
+    if not cfg.privacy.on:
+        return
+    if cfg.aggregation.rule != "fedavg":
+        yield (
+            f"privacy.dp: noises DP-FedAvg's clipped sum, not aggregation.rule {cfg.aggregation.rule} "
+            "(set aggregation.rule: fedavg)"
+        )
+    if REGISTRY[cfg.strategy.name].own_aggregation:
+        yield f"privacy.dp: {cfg.strategy.name} aggregates its own models, which DP-FedAvg does not cover"
+    if cfg.participation.fraction is not None or cfg.participation.count is not None:
+        yield (
+            "privacy.dp: its accountant composes one Gaussian mechanism per round for every silo, "
+            "not a sampled one (leave participation unset: every silo, every round)"
+        )
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -257,6 +278,8 @@ def _validate(cfg: Config) -> None:
     _check(0 <= cfg.train.momentum < 1, f"train.momentum: must lie in [0, 1), got {cfg.train.momentum}")
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
     for problem in cfg.aggregation.problems():
+        raise ConfigError(problem)
+    for problem in (*cfg.privacy.problems(), *_privacy_problems(cfg)):
         raise ConfigError(problem)
     federation = (
         *cfg.participation.problems(cfg.silos),

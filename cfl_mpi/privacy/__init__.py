@@ -1,1 +1,3 @@
-"""The keys silos agree without the server: X25519 pair handshakes and the seeds HKDF derives."""
+"""What keeps silos' data from others: the keys silos agree without the server (X25519 pair
+handshakes and the seeds HKDF derives), and client-level differential privacy of the cluster
+models with its accountant."""

@@ -33,6 +33,7 @@ def run_facts(cfg: Config) -> RunFacts:
         cfg.data.num_classes(),
         None if truth is None else len(np.unique(truth)),
         initial_models,
+        cfg.privacy,
     )
 
 

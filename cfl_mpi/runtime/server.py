@@ -175,7 +175,7 @@ class Server:
         phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
         with timed(phases, "clustering"):
             self.strategy.before_training(ctx)
-        if self.cfg.aggregation.streams and self.strategy.settled(ctx):
+        if self.cfg.aggregation.streams and not self.cfg.privacy.on and self.strategy.settled(ctx):
             ctx.sums = ClusterSums(self.cfg.aggregation, t, self.strategy.clusters, ctx.start_models)
         with timed(phases, "train"):
             slowest = self.receive_updates(ctx, self.strategy.ahead_of_update(ctx))
@@ -218,6 +218,8 @@ class Server:
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
+        if self.cfg.privacy.on:  # every cluster's model, each round a Gaussian mechanism: one ε
+            record["privacy"] = {"epsilon": self.cfg.privacy.epsilon(t), "delta": self.cfg.privacy.delta}
         self.say_round(t, record, phases)
         return record
 
@@ -227,6 +229,11 @@ class Server:
             f"round {t}/{self.cfg.train.rounds}  clusters {record['n_clusters']}  ARI {_ari(record['ari'])}  "
             f"acc avg {100 * record['avg_acc']:.2f} worst {100 * record['worst_acc']:.2f}  "
             + "  ".join(f"{k} {v:.1f}s" for k, v in phases.items())
+            + (
+                f"  DP ε {record['privacy']['epsilon']:.2f} (δ {record['privacy']['delta']:g})"
+                if "privacy" in record
+                else ""
+            )
         )
         if (slowest := record.get("slowest_update")) is not None:
             where = f" on {slowest['host']}" if "host" in slowest else ""
@@ -435,7 +442,7 @@ class Server:
             "bytes": {k: sum(r["bytes"][k] for r in self.records) for k in record["bytes"]},
             **self.strategy.report(),
             **({"dropped": {str(c): d for c, d in self.dropped.items()}} if self.dropped else {}),
-            **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc") if k in record},
+            **{k: record[k] for k in ("target_clean_acc", "target_backdoor_acc", "privacy") if k in record},
         }
         recorder.finish(summary, self.records, clusters, self.truth, self.strategy.artifacts)
         backdoor = (
@@ -448,9 +455,15 @@ class Server:
         )
         say(
             f"done: {cfg.strategy.name} ARI {_ari(summary['ari'])}, avg acc {100 * summary['avg_acc']:.2f}, "
-            f"worst {100 * summary['worst_acc']:.2f}{backdoor}, {summary['wall_s']:.1f} s; results in {self.out}"
+            f"worst {100 * summary['worst_acc']:.2f}{backdoor}{_privacy_spent(summary)}, {summary['wall_s']:.1f} s; "
+            f"results in {self.out}"
         )
         return summary
+
+
+def _privacy_spent(summary: dict) -> str:
+    spent = summary.get("privacy")
+    return "" if spent is None else f", DP ε {spent['epsilon']:.2f} at δ {spent['delta']:g} (each cluster's model)"
 
 
 def start_server(

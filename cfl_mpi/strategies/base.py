@@ -24,6 +24,7 @@ import numpy as np
 
 from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, LocalWork, cluster_averages
 from ..channel import Alternative, Channel
+from ..privacy.dp import PrivacyConfig
 from ..wire.messages import Expect, Kind, Message
 from ..wire.round import ROUND_KINDS
 from .spec import StrategyConfig
@@ -58,6 +59,8 @@ class RunFacts:
     # k models drawn one after another from the run's torch seed, the first θ(0) (torch: call
     # it only where a model is needed)
     initial_models: Callable[[int], list[Model]]
+    # client-level differential privacy of the cluster models `Strategy.aggregate` makes
+    privacy: PrivacyConfig = PrivacyConfig()
 
     def join_round(self, silo: int) -> int:
         """The first round `silo` takes part in (1 unless it is a late silo)."""
@@ -204,6 +207,8 @@ class Strategy(ABC, Generic[P]):
                 ctx.start_models,
                 ctx.first_counts,
                 self.run.local_work,
+                self.run.privacy,
+                lambda k: self.run.privacy.noise_generator(self.run.seed, ctx.round, k),
             )
         ctx.decisions += decisions
         return models

@@ -89,6 +89,8 @@ class StrategySpec:
     pairwise: Mapping[str, Pairwise] = field(default_factory=dict)  # artifacts it leaves, by name
     # Whether its server half is told the true clusters: the Oracle's, no other.
     sees_truth: bool = False
+    # Whether it aggregates its own models (IFCA's k), not through `Strategy.aggregate`'s rule.
+    own_aggregation: bool = False
     # Whether its silos read their validation sets (EMD-CFL's τ and noise): `data.val_fraction:
     # auto` then holds out what they need on small sites, else the usual 10 %.
     validation: bool = False

@@ -37,4 +37,4 @@ class IfcaConfig(StrategyConfig):
             )
 
 
-SPEC = StrategySpec(IfcaConfig, "IFCA", f"{__name__}.halves")
+SPEC = StrategySpec(IfcaConfig, "IFCA", f"{__name__}.halves", own_aggregation=True)
