@@ -24,7 +24,7 @@ from ..aggregation.rules import AggregationConfig
 from ..data import REGISTRY as DATA_SETS
 from ..data import DataConfig, DataFacts, RotatedData
 from ..models.params import TORCHVISION_MODELS, Architecture, ModelConfig
-from ..privacy.dp import PrivacyConfig
+from ..privacy.dp import PrivacyConfig, noise_multiplier_for
 from ..settings import ConfigError
 from ..strategies import REGISTRY, ConfigFacts, StrategyConfig
 from ..strategies.emdcfl import EmdCflConfig
@@ -252,6 +252,13 @@ def _privacy_problems(cfg: Config) -> Iterator[str]:
         yield (
             "privacy.dp: its accountant composes one Gaussian mechanism per round for every silo, "
             "not a sampled one (leave participation unset: every silo, every round)"
+        )
+    budget, rounds = cfg.privacy.epsilon, cfg.train.rounds
+    if budget is not None and (spent := cfg.privacy.spent(rounds)) > budget:
+        z = noise_multiplier_for(budget, rounds, cfg.privacy.delta)
+        yield (
+            f"privacy.epsilon: noise_multiplier {cfg.privacy.noise_multiplier:g} spends ε = {spent:.3g} in "
+            f"{rounds} rounds, over {budget:g} (set privacy.noise_multiplier to {z:g} or more)"
         )
 
 

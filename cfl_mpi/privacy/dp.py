@@ -18,6 +18,7 @@ and distances, PACFL's principal vectors, ...) are not covered.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -44,6 +45,9 @@ class PrivacyConfig:
     noise_multiplier: float = 1.0
     # δ of the (ε, δ) reported each round: below one over the number of silos.
     delta: float = 1e-5
+    # The ε the run may spend over train.rounds; null: no budget. A config whose
+    # noise_multiplier would spend more is refused before any work, with the z that fits.
+    epsilon: float | None = None
     # ephemeral: noise from the OS's entropy (deploy with this); seeded: from the run seed, so
     # that a run is repeatable, and anyone holding the config can remove the noise
     # (experiments only).
@@ -61,10 +65,12 @@ class PrivacyConfig:
             yield f"privacy.noise_multiplier: must be positive, got {self.noise_multiplier}"
         if not 0 < self.delta < 1:
             yield f"privacy.delta: must lie in (0, 1), got {self.delta}"
+        if self.epsilon is not None and self.epsilon <= 0:
+            yield f"privacy.epsilon: must be positive or null, got {self.epsilon}"
         if self.on and importlib.util.find_spec("dp_accounting") is None:
             yield "privacy.dp: its accountant needs Google's dp-accounting (pip install 'cfl_mpi[privacy]')"
 
-    def epsilon(self, rounds: int) -> float:
+    def spent(self, rounds: int) -> float:
         """ε at `delta` after `rounds` rounds (0 before the first)."""
         return epsilon_spent(self.noise_multiplier, rounds, self.delta)
 
@@ -73,6 +79,20 @@ class PrivacyConfig:
         if self.noise == "seeded":
             return np.random.default_rng([seed, round, cluster, NOISE_STREAM])
         return np.random.default_rng()
+
+
+def noise_multiplier_for(epsilon: float, rounds: int, delta: float) -> float:
+    """The smallest z, to 3 significant digits, whose `rounds` rounds spend at most `epsilon`
+    (ε falls as z grows: bisection)."""
+    low, high = 1e-3, 1e4
+    if epsilon_spent(high, rounds, delta) > epsilon:
+        raise ValueError(f"no noise multiplier up to {high:g} spends at most ε = {epsilon:g} in {rounds} rounds")
+    while high / low > 1 + 1e-6:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if epsilon_spent(middle, rounds, delta) <= epsilon else (middle, high)
+    digits = 2 - math.floor(math.log10(high))
+    z = math.ceil(high * 10**digits) / 10**digits
+    return z
 
 
 def epsilon_spent(noise_multiplier: float, rounds: int, delta: float) -> float:

@@ -219,7 +219,7 @@ class Server:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
         if self.cfg.privacy.on:  # every cluster's model, each round a Gaussian mechanism: one ε
-            record["privacy"] = {"epsilon": self.cfg.privacy.epsilon(t), "delta": self.cfg.privacy.delta}
+            record["privacy"] = {"epsilon": self.cfg.privacy.spent(t), "delta": self.cfg.privacy.delta}
         self.say_round(t, record, phases)
         return record
 

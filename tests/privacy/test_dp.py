@@ -13,7 +13,7 @@ from jobs import simulate_job
 
 from cfl_mpi.aggregation.rules import DpNoise, dp_fedavg
 from cfl_mpi.config import ConfigError
-from cfl_mpi.privacy.dp import PrivacyConfig, epsilon_spent
+from cfl_mpi.privacy.dp import PrivacyConfig, epsilon_spent, noise_multiplier_for
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="privacy.dp's accountant (pip install dp-accounting)")
 
@@ -25,11 +25,33 @@ def test_epsilon_is_the_rdp_accountant_s_and_within_the_classic_bound(z, rounds,
     over integer orders."""
     accountant = dp_accounting.rdp.RdpAccountant()
     accountant.compose(dp_accounting.GaussianDpEvent(z), rounds)
-    ours = PrivacyConfig(dp="central", noise_multiplier=z, delta=delta).epsilon(rounds)
+    ours = PrivacyConfig(dp="central", noise_multiplier=z, delta=delta).spent(rounds)
     assert ours == accountant.get_epsilon(delta)
     classic = min(rounds * a / (2 * z * z) + math.log(1 / delta) / (a - 1) for a in range(2, 2000))
     assert 0 < ours <= classic + 1e-9
     assert epsilon_spent(z, 0, delta) == 0.0
+
+
+@pytest.mark.parametrize(("epsilon", "rounds"), [(1.0, 5), (3.0, 10), (8.0, 50)])
+def test_the_noise_for_a_budget_is_the_smallest_that_fits_it(epsilon, rounds):
+    z = noise_multiplier_for(epsilon, rounds, 1e-5)
+    assert epsilon_spent(z, rounds, 1e-5) <= epsilon < epsilon_spent(z * 0.99, rounds, 1e-5)
+
+
+def test_a_budget_the_noise_would_exceed_is_refused_with_the_noise_that_fits(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        config_from(
+            tmp_path,
+            {"silos": 4, "data": {"name": "rotated_digits"}, "train": {"rounds": 5},
+             "privacy": {"dp": "central", "noise_multiplier": 1.0, "epsilon": 3}},
+        )  # fmt: skip
+    z = noise_multiplier_for(3, 5, 1e-5)
+    assert str(err.value) == (
+        f"privacy.epsilon: noise_multiplier 1 spends ε = {epsilon_spent(1.0, 5, 1e-5):.3g} in 5 rounds, over 3 "
+        f"(set privacy.noise_multiplier to {z:g} or more)"
+    )
+    fits = {"dp": "central", "noise_multiplier": z, "epsilon": 3}
+    config_from(tmp_path, {"silos": 4, "data": {"name": "rotated_digits"}, "train": {"rounds": 5}, "privacy": fits})
 
 
 def model(rng: np.random.Generator, size: int, scale: float = 1.0) -> dict[str, np.ndarray]:
