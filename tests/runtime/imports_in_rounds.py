@@ -41,7 +41,7 @@ def main(argv: list[str]) -> None:
     from cfl_mpi.config import load_config
     from cfl_mpi.runtime.halves import halves as halves_of
     from cfl_mpi.runtime.server import Server
-    from cfl_mpi.training.local import local as training
+    from cfl_mpi.training import local as training
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(argv[0], [*argv[1:], f"out={out}"])
