@@ -125,7 +125,6 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
     silo process without the GPU `runtime.device: cuda` asks for is a config error) and the
     job's first line; data preparation on process 0; then the weights and the rest of the
     folder's checks on process 0. Exit 2 on any error, on every process."""
-    from ..models.build import prepare_weights
     from ..runtime.placement import select_device
 
     error, first, kept = None, backend.index == 0, ""
@@ -168,8 +167,11 @@ def validated(backend: Backend, args: argparse.Namespace) -> Started:
         error = str(err)
     exit_if_any_failed(backend, error)
     try:
+        if first and cfg.model.has_weights_to_check:  # once per job; torch only then
+            from ..models.build import prepare_weights
+
+            prepare_weights(cfg.architecture)
         if first:
-            prepare_weights(cfg.architecture)  # pretrained weights, once per job
             prepare_results_folder(cfg, args)  # a resume's arrays against θ(0): after prepare
     except ConfigError as err:
         error = str(err)

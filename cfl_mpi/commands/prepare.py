@@ -21,7 +21,7 @@ def prepare(cfg: Config) -> None:
     Where the silos read files of their own, the weights are checked by the job, once the silos
     agreed on the shape of their examples."""
     cfg.data.prepare(cfg.data_facts())
-    if not cfg.data.per_silo_files:
+    if not cfg.data.per_silo_files and cfg.model.has_weights_to_check:
         from ..models.build import prepare_weights  # torch: only where there are weights to check
 
         prepare_weights(cfg.architecture)

@@ -62,6 +62,12 @@ class ModelConfig:
         """A model of the user's own, named by its factory ("package.module:factory")."""
         return ":" in self.name
 
+    @property
+    def has_weights_to_check(self) -> bool:
+        """Whether θ(0) is worth building before the job (`prepare_weights`): a model of the
+        user's own to import and fit, or pretrained weights to fetch or load."""
+        return self.own or self.pretrained is not False
+
     def __post_init__(self) -> None:
         if self.embedding_dim is None and not self.own:
             object.__setattr__(
