@@ -2,7 +2,7 @@
 the same job without DP, for each config; the noise multiplier of each budget is the smallest
 that fits it over the config's rounds (`noise_multiplier_for`).
 
-    python -m benchmarks.dp_accuracy [--configs digits,mnist16] [--epsilons 1,3,8] [--clip 0.05]
+    python -m benchmarks.dp_accuracy [--configs digits,mnist16] [--epsilons 1,3,8] [--clip 0.01]
 
 digits: the quick start (configs/digits.yaml: 8 silos in 4 clusters of 2). mnist16: 16 silos of
 the rotated MNIST test split (4 clusters of 4; MNIST's IDX files in $CFL_MPI_MNIST or data/mnist).
@@ -31,12 +31,15 @@ CONFIGS = {
 DELTA = 1e-5
 
 
-def run(config: str, sets: list[str], out: Path) -> dict:
-    """One job in the simulator; its summary."""
+def run(config: str, sets: list[str], out: Path) -> dict | str:
+    """One job in the simulator: its summary, or the line it failed with (a model the noise
+    drove to NaN, say)."""
     command = [sys.executable, "-m", "cfl_mpi.backends.simulate", config, "--out", str(out), "--overwrite", "--quiet"]
     for assignment in sets:
         command += ["--set", assignment]
-    subprocess.run(command, cwd=ROOT, check=True)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        return next((line for line in reversed(done.stderr.splitlines()) if "Error" in line), "failed")
     return json.loads((out / "summary.json").read_text())
 
 
@@ -44,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="digits,mnist16")
     parser.add_argument("--epsilons", default="1,3,8")
-    parser.add_argument("--clip", type=float, default=0.05)
+    parser.add_argument("--clip", type=float, default=0.01)
     parser.add_argument("--out", type=Path, default=Path("runs/dp_accuracy"))
     args = parser.parse_args()
     rows = []
@@ -64,9 +67,8 @@ def main() -> None:
             tag = "none" if budget is None else f"eps{budget:g}"
             summary = run(config, [*sets, *private], args.out / f"{name}_{tag}")
             seconds = time.perf_counter() - start
-            spent = summary.get("privacy", {}).get("epsilon")
-            rows.append((name, rounds, budget, z, spent, summary, seconds))
-            print(name, tag, z, spent, summary["ari"], summary["avg_acc"], summary["worst_acc"], f"{seconds:.0f} s")
+            rows.append((name, rounds, budget, z, summary, seconds))
+            print(name, tag, z, summary, f"{seconds:.0f} s", flush=True)
     lines = [
         "# Accuracy against the privacy budget (privacy.dp: central)",
         "",
@@ -81,11 +83,16 @@ def main() -> None:
         "| config | rounds | ε budget | z | ε spent | ARI | avg acc (%) | worst acc (%) | s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, rounds, budget, z, spent, summary, seconds in rows:
+    for name, rounds, budget, z, summary, seconds in rows:
+        shown = ("no DP", "-") if budget is None or z is None else (f"{budget:g}", f"{z:g}")
+        head = f"| {name} | {rounds} | {shown[0]} | {shown[1]} "
+        if isinstance(summary, str):
+            lines.append(head + f"| failed: {summary} | | | | {seconds:.0f} |")
+            continue
+        spent = summary.get("privacy", {}).get("epsilon")
+        accuracy = f"{100 * summary['avg_acc']:.1f} | {100 * summary['worst_acc']:.1f}"
         lines.append(
-            f"| {name} | {rounds} | {'no DP' if budget is None else f'{budget:g}'} | {'-' if z is None else f'{z:g}'} "
-            f"| {'-' if spent is None else f'{spent:.3f}'} | {summary['ari']:.2f} | {100 * summary['avg_acc']:.1f} "
-            f"| {100 * summary['worst_acc']:.1f} | {seconds:.0f} |"
+            head + f"| {'-' if spent is None else f'{spent:.3f}'} | {summary['ari']:.2f} | {accuracy} | {seconds:.0f} |"
         )
     out = ROOT / "benchmarks" / "results" / f"{time.strftime('%Y%m%d')}-dp-accuracy.md"
     out.write_text("\n".join(lines) + "\n")
