@@ -329,6 +329,18 @@ def test_sample_counts_are_bounded_by_the_first_report_and_the_cluster_median():
     assert screened.decisions[1].reason == "sample count 500 above its first report 120"
 
 
+def test_a_count_may_grow_by_the_validation_rows_lent_to_the_clustering_and_no_further():
+    silos, models, starts, _ = cluster([1.0, 1.0, 1.0], [0, 0, 0])
+    lent = replace(WORK, growth=32)
+    screened = screen_updates(
+        2, silos, models, starts, [132, 100, 133], {0: 100, 1: 100, 2: 100}, lent, outliers="reject", **BOUNDS
+    )
+    assert screened.weights == [132, 100, 132]
+    assert [d.action for d in screened.decisions] == ["accepted", "accepted", "clipped"]
+    reason = "sample count 133 above its first report 100 and the 32 validation rows it lent"
+    assert screened.decisions[2].reason == reason
+
+
 def test_two_members_cannot_be_told_apart_but_the_first_report_still_binds():
     silos, models, starts, _ = cluster([1.0, 1e6], [0, 0])
     screened = screen_updates(

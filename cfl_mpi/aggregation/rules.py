@@ -126,6 +126,9 @@ class LocalWork:
     epochs: int
     batch_size: int | None  # None: full-batch steps (train.batch_size: all)
     momentum: float
+    # the most a silo's training set grows after its first report: validation rows lent to the
+    # clustering rejoin it once the silo is clustered (data/spec.py, `LentRows`)
+    growth: int = 0
 
     def steps(self, n: int) -> int:
         """k = E·⌈n / B⌉, the local steps of a silo with n training examples."""
@@ -204,8 +207,8 @@ def update_norm(model: Model, start: Model) -> float:
 
 
 class DpNoise(NamedTuple):
-    """What `dp_fedavg` needs of one cluster's round: the section, the cluster's size W and
-    the generator of its noise."""
+    """What `dp_fedavg` needs of one cluster's round: the section, W (the cluster's members
+    drawn to train in the round) and the generator of its noise."""
 
     privacy: PrivacyConfig
     size: int
@@ -215,9 +218,10 @@ class DpNoise(NamedTuple):
 def dp_fedavg(models: list[Model], starts: list[Model], all_starts: list[Model], noise: DpNoise) -> Model:
     """DP-FedAvg's cluster model with the fixed denominator (McMahan et al. 2018, Alg. 1):
     s̄ + (Σ_c clip(θ_c − s_c, C) + N(0, (z·C)² I)) / W over the `models` kept and their
-    `starts`, W the cluster's size (whether or not each update came: one silo more or less
-    moves the sum by at most C), s̄ the mean of every member's start (public: the server sent
-    it). Integer arrays are taken from the first member's start."""
+    `starts`, W the cluster's members drawn to train in the round, whether or not each update
+    came (public, since the draw is a function of the run seed: one silo more or less moves the
+    sum by at most C), s̄ the mean of every member's start (public: the server sent it).
+    Integer arrays are taken from the first member's start."""
     clip, z = noise.privacy.clip, noise.privacy.noise_multiplier
     clipped = [clip_update(model, start, clip) for model, start in zip(models, starts)]
     out: Model = {}
@@ -310,9 +314,10 @@ def screen_updates(
 ) -> Screened:
     """Check every member's update against its own start and against the cluster.
 
-    - Sample count: at most what the silo reported in its first round (a silo's training set
-      does not grow during a run); with `count_ratio` set and at least 3 members, at most
-      `count_ratio` times the cluster's median count. A count above a bound is lowered to it.
+    - Sample count: at most what the silo reported in its first round, plus `work.growth` (a
+      silo's training set grows only by the validation rows it lent its clustering); with
+      `count_ratio` set and at least 3 members, at most `count_ratio` times the cluster's
+      median count. A count above a bound is lowered to it.
     - Update norm, at the local work its count claims: with at least 3 members, each norm
       ‖Δ_c‖ = ‖θ_c − s_c‖ is divided by the displacement d(n_c) of its local steps
       (`LocalWork`); r̃ is the cluster's median of these rates and ‖Δ‖~ its median norm. An
@@ -344,9 +349,10 @@ def screen_updates(
     bounded, count_reasons = [], []
     for silo, n in zip(silos, counts):
         reasons, b = [], n
-        if silo in first_counts and b > first_counts[silo]:
-            reasons.append(f"sample count {n} above its first report {first_counts[silo]}")
-            b = first_counts[silo]
+        if silo in first_counts and b > (most := first_counts[silo] + work.growth):
+            grown = f" and the {work.growth} validation rows it lent" if work.growth else ""
+            reasons.append(f"sample count {n} above its first report {first_counts[silo]}{grown}")
+            b = most
         if b > count_cap:
             assert count_ratio is not None
             reasons.append(f"sample count {n} above {count_ratio:g} x the cluster median {count_cap / count_ratio:g}")
@@ -471,8 +477,7 @@ def cluster_averages(
     starts: dict[int, Model],
     first_counts: dict[int, int],
     work: LocalWork,
-    privacy: PrivacyConfig | None = None,
-    noise_generator: Callable[[int], np.random.Generator] | None = None,
+    dp_noise: Callable[[int], DpNoise] | None = None,
 ) -> tuple[dict[int, Model], list[Decision]]:
     """What every silo continues from: each cluster's updates aggregated by `aggregate`
     (by default, screened weighted FedAvg: EMD-CFL Alg. 1, line 21), and the decisions taken.
@@ -481,15 +486,12 @@ def cluster_averages(
     model; a cluster without updates keeps its members' `starts`. Members go in silo order,
     so the result does not depend on the order updates arrived in. `first_counts` (the
     count each silo reported first: the screening's bound) gains the newcomers' counts. With
-    `privacy.dp` on, each cluster's model is `dp_fedavg`'s, its noise from `noise_generator(k)`.
+    `dp_noise` (`privacy.dp` on), cluster k's model is `dp_fedavg`'s with `dp_noise(k)`.
     """
     models, decisions = {}, []
     for k in np.unique([clusters[c] for c in updates]):
         members = sorted(c for c in updates if clusters[c] == k)
-        noise = None
-        if privacy is not None and privacy.on:
-            assert noise_generator is not None
-            noise = DpNoise(privacy, int(np.sum(clusters == k)), noise_generator(int(k)))
+        noise = None if dp_noise is None else dp_noise(int(k))
         models[int(k)], screened = aggregate(
             cfg,
             round,

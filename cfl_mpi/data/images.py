@@ -9,6 +9,7 @@ its images as `kept_images` gives them: as the source's bytes where every pixel 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,6 +180,14 @@ def read_image(path: Path, size: int | None = None, channels: int | None = None)
             decoded = decoded.resize((size, size), Image.Resampling.BILINEAR)
         pixels = np.asarray(decoded)
         return pixels[..., None] if pixels.ndim == 2 else pixels
+
+
+def rows_of(parts: Sequence[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """Rows `order` of the parts' rows taken one after another, in the layout the parts have
+    (`model_layout`'s for images of one channel: torch's kernels follow the strides)."""
+    if parts[0].ndim == 4 and parts[0].shape[1] == 1:
+        return model_layout(np.concatenate([p.transpose(0, 2, 3, 1) for p in parts])[order])
+    return np.concatenate(parts)[order]
 
 
 def model_layout(nhwc: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from .images import model_layout, unit
 from .labels import class_indices
 from .manifest import Manifest, read_manifest
 from .report import shape_text
-from .spec import DataConfig, DataFacts, SiloData
+from .spec import DataConfig, DataFacts, LentRows, SiloData
 
 SPLITS = ("train", "val", "test", "backdoor")
 FINITE_CHUNK = 1 << 22  # values checked for NaN and inf at a time: a memory-mapped file is never read whole
@@ -78,7 +78,8 @@ class SiloFiles(DataConfig):
     test_fraction: float = 0.2
     # A silo without its own validation split holds this fraction of its training examples out.
     # "auto": 10 %, and for a strategy that reads it (EMD-CFL's τ and noise) at least 32
-    # examples on a small site, at most 40 % of it.
+    # examples on a small site, at most 40 % of it; those beyond the 10 % train again once
+    # the silo is clustered.
     val_fraction: float | Literal["auto"] = "auto"
     # True cluster of each group of the manifest (groups numbered 0, 1, ... are their own
     # index; named groups are indexed in the order they first appear, silo 0's first); null:
@@ -172,6 +173,9 @@ class SiloFiles(DataConfig):
         manifest = Path(self.manifest)
         return manifest.parent / read_manifest(manifest).rows[silo].path
 
+    def lent_rows(self, facts: DataFacts) -> int:
+        return VALIDATION_FLOOR if self.val_fraction == "auto" and facts.validation else 0
+
     # ------------------------------------------------------------------ one silo's data
     def build(self, silo: int, facts: DataFacts) -> SiloData:
         """The silo's own data, checked (`problems_of` says what a silo's file may get wrong)."""
@@ -210,18 +214,12 @@ class SiloFiles(DataConfig):
         except Exception as err:  # noqa: BLE001 - a damaged file: whatever numpy or zipfile raise
             raise fail(_unreadable(err)) from None
         try:
-            splits = self._splits(arrays, layout, silo, facts)
+            splits, lent = self._splits(arrays, layout, silo, facts)
         except ConfigError as err:
             raise fail(str(err)) from None
         group = -1 if (groups := self.groups(facts.silos)) is None else int(groups[silo])
-        backdoor = splits.get("backdoor")
-        return SiloData(
-            group,
-            *splits["train"],
-            *splits["val"],
-            *splits["test"],
-            *(backdoor if backdoor is not None else (None, None)),
-        )
+        backdoor_images, y_backdoor = splits.get("backdoor", (None, None))
+        return SiloData(group, *splits["train"], *splits["val"], *splits["test"], backdoor_images, y_backdoor, lent)
 
     def _arrays(self, path: Path) -> tuple[dict[str, Any], str]:
         """The arrays by name (`x`, `y` or `x_<split>`, `y_<split>`), memory-mapped where the
@@ -242,8 +240,9 @@ class SiloFiles(DataConfig):
 
     def _splits(
         self, arrays: dict[str, Any], layout: str, silo: int, facts: DataFacts
-    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Model-ready (x, y) of every split, those the silo lacks cut from what it has."""
+    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], LentRows | None]:
+        """Model-ready (x, y) of every split, those the silo lacks cut from what it has, and
+        the validation rows lent to the clustering (`validation_rows`)."""
         given = {s: (f"x_{s}", f"y_{s}") for s in SPLITS if f"x_{s}" in arrays and f"y_{s}" in arrays}
         if "x" in arrays and "y" in arrays:
             if "train" in given:
@@ -272,10 +271,15 @@ class SiloFiles(DataConfig):
             test_idx, rest = np.sort(perm[:n_test]), np.sort(perm[n_test:])
         else:
             rest = np.arange(n)
+        lent = None
         if "val" not in given:
             perm = rng.permutation(len(rest))
             n_val = validation_rows(self.val_fraction, len(rest), facts.validation)
             val_idx, train_idx = rest[np.sort(perm[:n_val])], rest[np.sort(perm[n_val:])]
+            # the rows beyond the 10 % every other strategy holds out rejoin training once clustered
+            if (n_kept := validation_rows(self.val_fraction, len(rest), False)) < n_val:
+                kept = np.isin(val_idx, rest[perm[:n_kept]])
+                lent = LentRows(np.flatnonzero(~kept), np.argsort(np.concatenate([train_idx, val_idx[~kept]])))
         else:
             val_idx, train_idx = None, rest
         parts: dict[str, tuple[tuple[str, str], np.ndarray | None]] = {"train": (pool, train_idx)}
@@ -303,7 +307,7 @@ class SiloFiles(DataConfig):
                 f"its splits hold examples of different shapes ({said}; give them one, for image folders "
                 "with data.image_size)"
             )
-        return out
+        return out, lent
 
     def _examples(self, x: Any, idx: np.ndarray | None, key: str, layout: str, imagenet: bool) -> np.ndarray:
         """The examples `idx` (None: all) of the array `key` as float32, images NCHW with
@@ -374,8 +378,10 @@ def validation_rows(share: float | str, examples: int, read: bool) -> int:
     `auto`: the paper's 10 %; where the strategy `read`s the validation set (EMD-CFL's τ and
     noise), at least VALIDATION_FLOOR examples, at most VALIDATION_MOST of the site: τ and the
     noise measured on 8 validation examples of a 95-row site are mostly their own sampling
-    error, and the robust rule then finds no groups (docs/methods/emdcfl.md, "Sample sizes"). A
-    strategy that never reads it keeps the 10 % its runs always held out."""
+    error, and the robust rule then finds no groups (docs/methods/emdcfl.md, "Sample sizes"). The
+    rows beyond the 10 % are lent (`LentRows`): at most VALIDATION_FLOOR, they rejoin training
+    once the silo is clustered. A strategy that never reads it keeps the 10 % its runs always
+    held out."""
     if share == "auto":
         share = min(VALIDATION_MOST, max(0.1, VALIDATION_FLOOR / examples)) if read and examples else 0.1
     return int(round(float(share) * examples))

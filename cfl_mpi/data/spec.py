@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from .images import Images, as_floats
+from .images import Images, as_floats, rows_of
 
 
 class DataFacts(NamedTuple):
@@ -28,6 +28,17 @@ class DataFacts(NamedTuple):
     imagenet: bool = False
     # the strategy reads each silo's validation set (EMD-CFL's τ and noise: `validation_rows`)
     validation: bool = False
+
+
+class LentRows(NamedTuple):
+    """Validation rows a silo lends its strategy's clustering (EMD-CFL's τ and noise, on a
+    small site) and takes back into training once clustered: `rows`, indices into its
+    validation set; `order`, the rows of (its training set, then the lent rows) in the order
+    of the training set they make together, the one a strategy that reads no validation set
+    trains on."""
+
+    rows: np.ndarray
+    order: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,23 @@ class SiloData:
     y_test: np.ndarray
     backdoor_images: Images | None = None
     y_backdoor: np.ndarray | None = None
+    lent: LentRows | None = None
+
+    def clustered(self) -> SiloData:
+        """Its data once its clustering is done: the lent validation rows train, the others
+        still validate (rows no model of the run has trained on)."""
+        if self.lent is None:
+            return self
+        x_val, rows = self.x_val, self.lent.rows
+        kept = np.setdiff1d(np.arange(len(self.y_val)), rows)
+        return replace(
+            self,
+            train_images=rows_of([self.x_train, x_val[rows]], self.lent.order),
+            y_train=np.concatenate([self.y_train, self.y_val[rows]])[self.lent.order],
+            val_images=rows_of([x_val], kept),
+            y_val=self.y_val[kept],
+            lent=None,
+        )
 
     @property
     def x_train(self) -> np.ndarray:
@@ -127,6 +155,10 @@ class DataConfig:
     def backdoor_targets(self, silos: int) -> np.ndarray:
         """Which silos report accuracy on backdoored test images (none by default)."""
         return np.zeros(silos, dtype=bool)
+
+    def lent_rows(self, facts: DataFacts) -> int:
+        """The most examples a silo's training set gains once it is clustered (`LentRows`)."""
+        return 0
 
     def check(self, facts: DataFacts) -> None:
         """Before any work, on every rank: ConfigError when the data cannot be found (nor fetched)."""

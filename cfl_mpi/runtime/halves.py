@@ -3,6 +3,7 @@ one place that turns a `Config` into what a strategy half may know (`RunFacts`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from typing import TypeVar
@@ -27,7 +28,7 @@ def run_facts(cfg: Config) -> RunFacts:
         cfg.seed,
         late,
         cfg.aggregation,
-        cfg.train.work(),
+        dataclasses.replace(cfg.train.work(), growth=cfg.data.lent_rows(cfg.data_facts())),
         cfg.model.embedding_dim,
         math.prod(cfg.sample_shape),
         cfg.data.num_classes(),

@@ -178,9 +178,13 @@ class SiloRounds:
         import torch
 
         from ..models.build import load_arrays, shares_weights, state_arrays
+        from ..training.local import SiloSet
 
         cfg, model, silo, faults, compute = self.cfg, self.model, self.silo, self.faults, self.compute
         first = bool(control.first)
+        if not first and self.data.lent is not None:  # clustered: the lent validation rows train
+            self.data = self.data.clustered()
+            self.training_set = compute(SiloSet, self.data.train_images, self.data.y_train, self.device)
         ctx = SiloRound(t, silo, self.channel, model, self.data, self.device, cfg.silos, first=first, compute=compute)
         self.protocol.before_training(ctx)
         start = model.state_dict() if shares_weights(model) else None  # the shared arrays it trains from

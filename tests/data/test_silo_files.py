@@ -411,3 +411,31 @@ def test_under_mpirun_a_bad_silo_file_ends_the_job_in_seconds_with_one_line_and_
     ], result.stderr
     assert not out.exists(), "nothing is written before the agreement"
     print(f"bad silo file under mpirun -n 9: exit 2 after {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (3, 8, 8), (12,)])
+def test_validation_rows_lent_to_the_clustering_rejoin_training_as_every_other_strategy_splits(tmp_path, shape):
+    """A small site holds out at least 32 rows where the strategy reads validation (EMD-CFL's
+    τ and noise); once clustered it trains on exactly the rows, in the order and the memory
+    layout, that a strategy holding out the paper's 10 % trains on, and validates on the rest."""
+    write_silos(tmp_path, silos=1, n=120, shape=shape)
+    files = SiloFiles(files=str(tmp_path / "site{silo}.npz"))
+    lends = files.build(0, DataFacts(1, 0, validation=True))
+    plain = files.build(0, DataFacts(1, 0))
+    assert plain.lent is None and files.lent_rows(DataFacts(1, 0)) == 0
+    assert lends.lent is not None and 0 < len(lends.lent.rows) <= files.lent_rows(DataFacts(1, 0, validation=True))
+    assert len(lends.y_val) == 32 and len(plain.y_val) == 10  # 10 % of the 96 rows the test split leaves
+    clustered = lends.clustered()
+    for mine, theirs in ((clustered.x_train, plain.x_train), (clustered.x_val, plain.x_val)):
+        assert mine.strides == theirs.strides
+        np.testing.assert_array_equal(mine, theirs)
+    np.testing.assert_array_equal(clustered.y_train, plain.y_train)
+    np.testing.assert_array_equal(clustered.y_val, plain.y_val)
+    assert clustered.lent is None and clustered.clustered() is clustered
+
+
+def test_a_validation_share_given_lends_nothing(tmp_path):
+    write_silos(tmp_path, silos=1, n=120)
+    files = SiloFiles(files=str(tmp_path / "site{silo}.npz"), val_fraction=0.3)
+    assert files.build(0, DataFacts(1, 0, validation=True)).lent is None
+    assert files.lent_rows(DataFacts(1, 0, validation=True)) == 0
