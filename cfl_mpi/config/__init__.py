@@ -237,8 +237,8 @@ def _data_set(value: Any, where: str) -> Any:
 
 
 def _privacy_problems(cfg: Config) -> Iterator[str]:
-    """What `privacy.dp` covers: the FedAvg of every cluster whose members all train every round
-    (the accountant composes one unsampled Gaussian mechanism a round)."""
+    """What `privacy.dp` covers: DP-FedAvg of every cluster, within the budget a silo that
+    trains every round would spend."""
     if not cfg.privacy.on:
         return
     if cfg.aggregation.rule != "fedavg":
@@ -248,11 +248,6 @@ def _privacy_problems(cfg: Config) -> Iterator[str]:
         )
     if REGISTRY[cfg.strategy.name].own_aggregation:
         yield f"privacy.dp: {cfg.strategy.name} aggregates its own models, which DP-FedAvg does not cover"
-    if cfg.participation.fraction is not None or cfg.participation.count is not None:
-        yield (
-            "privacy.dp: its accountant composes one Gaussian mechanism per round for every silo, "
-            "not a sampled one (leave participation unset: every silo, every round)"
-        )
     budget, rounds = cfg.privacy.epsilon, cfg.train.rounds
     if budget is not None and (spent := cfg.privacy.spent(rounds)) > budget:
         z = noise_multiplier_for(budget, rounds, cfg.privacy.delta)

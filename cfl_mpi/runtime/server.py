@@ -7,7 +7,7 @@ and in the in-process simulator."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,6 +196,7 @@ class Server:
         record.update(
             {
                 "participants": training,
+                "samples": [ctx.n_samples.get(c) for c in range(self.cfg.silos)],  # the counts claimed
                 "ari": None if self.truth is None else adjusted_rand_index(self.truth[here], clusters[here]),
                 "n_clusters": int(len(np.unique(clusters[here]))),
                 "clusters": clusters.tolist(),
@@ -218,10 +219,19 @@ class Server:
         if ctx.step_seconds:
             record["server_steps"] = {k: round(v, 4) for k, v in ctx.step_seconds.items()}
         record.update(ctx.facts)
-        if self.cfg.privacy.on:  # every cluster's model, each round a Gaussian mechanism: one ε
-            record["privacy"] = {"epsilon": self.cfg.privacy.spent(t), "delta": self.cfg.privacy.delta}
+        if self.cfg.privacy.on:
+            record["privacy"] = self.privacy_spent(record)
         self.say_round(t, record, phases)
         return record
+
+    def privacy_spent(self, record: dict) -> dict:
+        """ε at δ of the silo whose update entered its cluster's noised sum in the most rounds
+        so far (each such round one Gaussian mechanism for it; a round it sat out, none). The
+        rounds' draws are a function of the run seed, known to whoever sees the models, so
+        sampling amplifies nothing: a silo's rounds are counted as they were."""
+        rounds = Counter(c for r in [*self.records, record] for c in updated(r))
+        most = max(rounds.values(), default=0)
+        return {"epsilon": self.cfg.privacy.spent(most), "delta": self.cfg.privacy.delta, "rounds": most}
 
     def say_round(self, t: int, record: dict, phases: dict[str, float]) -> None:
         """Round t's line on the console, and with --verbose its slowest update and timed steps."""
@@ -459,6 +469,14 @@ class Server:
             f"results in {self.out}"
         )
         return summary
+
+
+def updated(record: dict) -> list[int]:
+    """The silos whose updates came in a round's record (its participants, in a record of a
+    version that kept no `samples`)."""
+    if "samples" not in record:
+        return list(record["participants"])
+    return [c for c, n in enumerate(record["samples"]) if n is not None]
 
 
 def _privacy_spent(summary: dict) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, LocalWork, cluster_averages
+from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, DpNoise, LocalWork, cluster_averages
 from ..channel import Alternative, Channel
 from ..privacy.dp import PrivacyConfig
 from ..wire.messages import Expect, Kind, Message
@@ -207,11 +207,20 @@ class Strategy(ABC, Generic[P]):
                 ctx.start_models,
                 ctx.first_counts,
                 self.run.local_work,
-                self.run.privacy,
-                lambda k: self.run.privacy.noise_generator(self.run.seed, ctx.round, k),
+                self._dp_noise(ctx) if self.run.privacy.on else None,
             )
         ctx.decisions += decisions
         return models
+
+    def _dp_noise(self, ctx: ServerRound) -> Callable[[int], DpNoise]:
+        """Cluster k's DP noise of the round: W its members drawn to train (`dp_fedavg`)."""
+        drawn = self.clusters[ctx.participants]
+
+        def noise(k: int) -> DpNoise:
+            rng = self.run.privacy.noise_generator(self.run.seed, ctx.round, k)
+            return DpNoise(self.run.privacy, int(np.sum(drawn == k)), rng)
+
+        return noise
 
     def modules(self) -> tuple[str, ...]:
         """The modules this half calls into during its rounds beyond what every rank loads

@@ -5,6 +5,7 @@ settings it does not cover are config errors, and EMD-CFL's clusters do not move
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from jobs import simulate_job
 from cfl_mpi.aggregation.rules import DpNoise, dp_fedavg
 from cfl_mpi.config import ConfigError
 from cfl_mpi.privacy.dp import PrivacyConfig, epsilon_spent, noise_multiplier_for
+from cfl_mpi.runtime.halves import server_half
+from cfl_mpi.strategies.base import ServerRound
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="privacy.dp's accountant (pip install dp-accounting)")
 
@@ -106,7 +109,6 @@ def test_seeded_noise_repeats_and_ephemeral_noise_does_not():
             "privacy.dp: noises DP-FedAvg's clipped sum, not aggregation.rule median (set aggregation.rule: fedavg)",
         ),
         ({"privacy": {"dp": "central"}, "strategy": {"name": "ifca", "k": 2}}, "privacy.dp: ifca aggregates its own"),
-        ({"privacy": {"dp": "central"}, "participation": {"fraction": 0.5}}, "leave participation unset"),
     ],
 )
 def test_what_dp_does_not_cover_is_a_config_error(tmp_path, overrides, message):
@@ -125,6 +127,39 @@ def test_a_dp_run_reports_the_accountant_s_epsilon_and_keeps_emd_cfl_s_clusters(
     private = ["privacy.dp=central", "privacy.clip=0.05", "privacy.noise_multiplier=1.5", "privacy.noise=seeded"]
     summary, records = simulate_job("configs/digits.yaml", tmp_path / "dp", *common, *private)
     assert [r["privacy"]["epsilon"] for r in records] == [epsilon_spent(1.5, t, 1e-5) for t in (1, 2)]
-    assert summary["privacy"] == {"epsilon": epsilon_spent(1.5, 2, 1e-5), "delta": 1e-5}
+    assert summary["privacy"] == {"epsilon": epsilon_spent(1.5, 2, 1e-5), "delta": 1e-5, "rounds": 2}
     assert [r["clusters"] for r in records] == [r["clusters"] for r in plain_records]
     assert summary["ari"] == plain["ari"] == 1.0
+
+
+def test_the_fixed_denominator_is_the_cluster_s_members_drawn_to_train(tmp_path):
+    """Under sampled participation W counts the members drawn in the round (public: the draw
+    is a function of the seed), whether or not their updates come, not the cluster's size:
+    dividing by all members would shrink every update by the share drawn."""
+    cfg = config_from(
+        tmp_path,
+        {"silos": 8, "data": {"name": "rotated_digits"}, "strategy": {"name": "oracle"}, "privacy": {"dp": "central"}},
+    )
+    strategy = server_half(cfg)
+    truth = cfg.data.true_clusters(8)
+    drawn = [0, 1, 3, 6]
+    ctx = ServerRound(2, None, drawn, {}, {})  # type: ignore[arg-type]
+    noise = strategy._dp_noise(ctx)
+    for k in np.unique(truth):
+        assert noise(int(k)).size == sum(truth[c] == k for c in drawn)
+
+
+@pytest.mark.job
+def test_under_sampled_participation_epsilon_counts_the_rounds_each_silo_took_part_in(tmp_path):
+    """Half the silos a round: ε is the accountant's for the silo whose update entered the
+    most rounds (sampling amplifies nothing where the draw is known), never more than every
+    round's."""
+    private = ["privacy.dp=central", "privacy.clip=0.05", "privacy.noise_multiplier=2", "privacy.noise=seeded"]
+    sampled = ["train.rounds=4", "participation.fraction=0.5", "strategy.name=fedavg"]
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, *sampled, *private)
+    for t, record in enumerate(records, 1):
+        taken = Counter(c for r in records[:t] for c in r["participants"])
+        assert record["privacy"]["rounds"] == max(taken.values()) <= t
+        assert record["privacy"]["epsilon"] == epsilon_spent(2.0, max(taken.values()), 1e-5)
+    assert any(len(r["participants"]) < len(r["accuracy"]) for r in records)
+    assert summary["privacy"] == records[-1]["privacy"]
