@@ -46,6 +46,7 @@ LAYERS = (
         "data.*",
         "models.params",
         "aggregation.rules",  # each data set's silos, the model, training,
+        "aggregation.masked_sums",
         "training.params",
     ),  # aggregation sections
     ("models", "training.local", "training.batched"),  # the model and local training: their sections

@@ -88,6 +88,15 @@ class AggregationConfig:
     # a count is also lowered to count_ratio times the cluster's median count (a bound on any
     # one member's weight, which clips honest members that hold more data than their peers).
     count_ratio: float | None = None
+    # Secure aggregation inside each cluster: every silo masks its update with masks agreed
+    # with other members, which cancel in the cluster's sum, so that the server reads that sum
+    # and no single update (docs/how-to/secure-aggregation.md). The server then weighs as
+    # FedAvg only, unscreened: rule fedavg, or norm_clip at a fixed clip_norm, which each silo
+    # applies to its own update before masking.
+    secure: bool = False
+    # The members each silo masks with (even; SecAgg+'s neighbours); null: every other member
+    # of its cluster up to 9 members, 2⌈log₂ n⌉ beyond.
+    secure_neighbours: int | None = None
 
     @property
     def streams(self) -> bool:
@@ -109,6 +118,14 @@ class AggregationConfig:
             yield f"aggregation.claim_ratio: must be above 1 (the cluster median itself), got {self.claim_ratio}"
         if self.count_ratio is not None and self.count_ratio < 1:
             yield f"aggregation.count_ratio: must be at least 1 or null, got {self.count_ratio}"
+        if self.secure and not self.streams:
+            yield (
+                "aggregation.secure: the server reads the cluster's masked sum, never one update, so it can "
+                "neither screen nor take medians (set aggregation.screen: false, and rule fedavg, or norm_clip with "
+                "a clip_norm each silo applies itself)"
+            )
+        if self.secure_neighbours is not None and (self.secure_neighbours < 2 or self.secure_neighbours % 2):
+            yield f"aggregation.secure_neighbours: must be even and at least 2, or null, got {self.secure_neighbours}"
 
 
 @dataclass(frozen=True)

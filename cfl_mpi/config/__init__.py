@@ -257,6 +257,32 @@ def _privacy_problems(cfg: Config) -> Iterator[str]:
         )
 
 
+def _secure_problems(cfg: Config) -> Iterator[str]:
+    """What `aggregation.secure` covers: clusters whose server reads sums, each silo in every
+    round it is asked to train (a silo that leaves mid-round would leave its masks uncancelled,
+    and recovering them is not built)."""
+    if not cfg.aggregation.secure:
+        return
+    spec = REGISTRY[cfg.strategy.name]
+    if spec.reads_updates or spec.own_aggregation:
+        yield (
+            f"aggregation.secure: {cfg.strategy.name}'s server reads each silo's update (to cluster or pick its "
+            "models), which secure aggregation hides (choose emdcfl, pacfl, fedwad, fedavg or oracle)"
+        )
+    if cfg.privacy.on:
+        yield (
+            "aggregation.secure: privacy.dp central adds its noise to updates the server reads in the clear "
+            "(run one or the other)"
+        )
+    if cfg.runtime.on_silo_failure == "drop":
+        yield (
+            "aggregation.secure: runtime.on_silo_failure: drop would leave a lost silo's masks in its cluster's "
+            "sum (set runtime.on_silo_failure: abort)"
+        )
+    if cfg.runtime.fault is not None:
+        yield "aggregation.secure: runtime.fault injects faults into plain updates only (set runtime.fault: null)"
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -281,7 +307,7 @@ def _validate(cfg: Config) -> None:
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
     for problem in cfg.aggregation.problems():
         raise ConfigError(problem)
-    for problem in (*cfg.privacy.problems(), *_privacy_problems(cfg)):
+    for problem in (*cfg.privacy.problems(), *_privacy_problems(cfg), *_secure_problems(cfg)):
         raise ConfigError(problem)
     federation = (
         *cfg.participation.problems(cfg.silos),

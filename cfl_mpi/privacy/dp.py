@@ -7,8 +7,9 @@ Language Models*, ICLR 2018, Algorithm 1 with the fixed denominator): each membe
 σ²I)) / W, with σ = z·C and W the cluster's members drawn to train in the round. Adding or
 removing one silo moves the sum by at most C, so every round a silo's update enters is a
 Gaussian mechanism of noise multiplier z for it, and its rounds compose (a draw of
-participants known from the seed amplifies nothing: the rounds are counted as they were). The ε spent comes from the Rényi DP accountant (Mironov,
-*Rényi Differential Privacy*, CSF 2017) of Google's dp-accounting library.
+participants known from the seed amplifies nothing: the rounds are counted as they were).
+The ε spent comes from the Rényi DP accountant (Mironov, *Rényi Differential Privacy*, CSF
+2017) of Google's dp-accounting library.
 
 `dp: central` trusts the server: it receives each update in the clear and adds the noise.
 The noise protects the models it hands out (to the silos, and whoever they reach), not the

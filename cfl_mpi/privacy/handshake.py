@@ -32,11 +32,19 @@ def public_bytes(key: X25519PrivateKey) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8).copy()
 
 
-def pair_seed(own: X25519PrivateKey, peer_public: np.ndarray, silo_a: int, silo_b: int, context: bytes) -> bytes:
-    """The 32-byte secret both silos of the pair derive; symmetric in (a, b)."""
+def pair_seed(
+    own: X25519PrivateKey,
+    peer_public: np.ndarray,
+    silo_a: int,
+    silo_b: int,
+    context: bytes,
+    purpose: str = "projection",
+) -> bytes:
+    """The 32-byte secret both silos of the pair derive for `purpose` (EMD-CFL's projection,
+    secure aggregation's masks); symmetric in (a, b)."""
     shared = own.exchange(X25519PublicKey.from_public_bytes(peer_public.tobytes()))
     lo, hi = sorted((silo_a, silo_b))
-    info = b"cfl_mpi projection|" + context + f"|{lo}|{hi}".encode()
+    info = f"cfl_mpi {purpose}|".encode() + context + f"|{lo}|{hi}".encode()
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
 
 

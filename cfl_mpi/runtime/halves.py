@@ -13,6 +13,8 @@ import numpy as np
 from ..config import Config
 from ..strategies import REGISTRY
 from ..strategies.base import Halves, Model, RunFacts, SiloProtocol, Strategy
+from ..wire.messages import Kind
+from ..wire.secure import SECURE_KINDS
 
 
 def run_facts(cfg: Config) -> RunFacts:
@@ -44,6 +46,12 @@ def halves(cfg: Config) -> Halves:
     found = importlib.import_module(module).HALVES
     assert isinstance(found, Halves), f"{module}.HALVES is not a Halves"
     return found
+
+
+def message_kinds(cfg: Config) -> tuple[Kind, ...]:
+    """Every kind a run of the config sends, in the order metrics count them: the strategy's,
+    and secure aggregation's where it is on."""
+    return halves(cfg).all_kinds + (SECURE_KINDS if cfg.aggregation.secure else ())
 
 
 def server_half(cfg: Config) -> Strategy:

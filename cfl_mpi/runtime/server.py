@@ -39,7 +39,8 @@ from ..wire.round import (
 from .absent import Absent, too_many_gone
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import participants, present
-from .halves import halves, server_half
+from .halves import halves, message_kinds, server_half
+from .secure import receive_masked, send_setups
 from .stop import StopRequest
 from .timeline import mark
 
@@ -66,7 +67,7 @@ class Server:
         self.truth = cfg.data.true_clusters(cfg.silos)  # None: no known groups, no ARI
         self.targets = cfg.data.backdoor_targets(cfg.silos)
         self.halves = halves(cfg)
-        self.kinds = self.halves.all_kinds
+        self.kinds = message_kinds(cfg)
         self.strategy = server_half(cfg)
         self.theta0 = initial_model(cfg.architecture, cfg.seed)
         mark("strategy")
@@ -81,6 +82,7 @@ class Server:
         self.expelled: set[int] = set()  # those dropped for breaking the protocol: sent nothing more
         self.absent: frozenset[int] = frozenset()  # those out before the first round: not started, sent nothing
         self.farewells: list[Pending] = []  # the `Dropped` messages to them
+        self.lone: set[int] = set()  # clusters said to train with one member (aggregation.secure)
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self) -> None:
@@ -175,12 +177,7 @@ class Server:
         phases = dict.fromkeys(PHASES, 0.0)  # wall seconds; the strategy's hooks count as clustering
         with timed(phases, "clustering"):
             self.strategy.before_training(ctx)
-        if self.cfg.aggregation.streams and not self.cfg.privacy.on and self.strategy.settled(ctx):
-            ctx.sums = ClusterSums(self.cfg.aggregation, t, self.strategy.clusters, ctx.start_models)
-        with timed(phases, "train"):
-            slowest = self.receive_updates(ctx, self.strategy.ahead_of_update(ctx))
-        with timed(phases, "clustering"):
-            clusters = self.strategy.after_training(ctx)
+        clusters, slowest = self.updates_and_clusters(ctx, phases)
         here = [c for c in here if c not in self.dropped]  # a silo may leave in training or clustering
         with timed(phases, "aggregation"):
             self.start_models = self.strategy.aggregate(ctx)
@@ -208,6 +205,8 @@ class Server:
             record["slowest_update"] = slowest
         if ctx.sums is not None:
             record["summed_on_arrival"] = True  # no update was held: see aggregation.ClusterSums
+        if self.cfg.aggregation.secure:
+            record["masked"] = True  # the server read each cluster's sum of masked updates only
         left = [{"silo": c, **d} for c, d in self.dropped.items() if d["round"] == t]
         if self.cfg.runtime.on_silo_failure == "drop":
             record["dropped"] = left
@@ -223,6 +222,22 @@ class Server:
             record["privacy"] = self.privacy_spent(record)
         self.say_round(t, record, phases)
         return record
+
+    def updates_and_clusters(self, ctx: ServerRound, phases: dict[str, float]) -> tuple[np.ndarray, dict | None]:
+        """The round's updates, then its clusters (which the strategy may find from the
+        updates); under aggregation.secure the clusters first, as the masks are set up within
+        them. Returns the clusters and the slowest update."""
+        if self.cfg.aggregation.secure:
+            with timed(phases, "clustering"):
+                clusters = self.strategy.after_training(ctx)
+            with timed(phases, "train"):
+                return clusters, self.receive_masked(ctx, clusters)
+        if self.cfg.aggregation.streams and not self.cfg.privacy.on and self.strategy.settled(ctx):
+            ctx.sums = ClusterSums(self.cfg.aggregation, ctx.round, self.strategy.clusters, ctx.start_models)
+        with timed(phases, "train"):
+            slowest = self.receive_updates(ctx, self.strategy.ahead_of_update(ctx))
+        with timed(phases, "clustering"):
+            return self.strategy.after_training(ctx), slowest
 
     def privacy_spent(self, record: dict) -> dict:
         """ε at δ of the silo whose update entered its cluster's noised sum in the most rounds
@@ -299,7 +314,7 @@ class Server:
                 ahead.take(msg)
                 continue
             update, last = Update.of(msg), msg.sender
-            if ctx.sums is not None:
+            if isinstance(ctx.sums, ClusterSums):
                 ctx.sums.add(msg.sender, update.weights, update.n_samples)
                 ctx.n_samples[msg.sender] = update.n_samples
             else:
@@ -308,6 +323,29 @@ class Server:
             ctx.updates[c], ctx.n_samples[c] = arrived[c].weights, arrived[c].n_samples
         ctx.participants[:] = [c for c in ctx.participants if c not in self.dropped]  # its cluster trains without it
         self.trained |= set(ctx.participants)
+        return self.slowest(last, start)
+
+    def receive_masked(self, ctx: ServerRound, clusters: np.ndarray) -> dict | None:
+        """Secure aggregation's part of the round, once its clusters are known: each training
+        silo's setup out, and each cluster's sum of masked updates into `ctx.sums` (no update,
+        and no silo's sample count, is ever readable). Returns the slowest update, as
+        `receive_updates` does."""
+        t, start = ctx.round, time.monotonic()
+        sends, alone = send_setups(self.channel, self.cfg.aggregation, self.cfg.seed, t, clusters, ctx.participants)
+        if new := sorted(set(alone) - self.lone):
+            self.lone |= set(new)
+            warn(
+                f"round {t}: secure aggregation: clusters {new} train with one member, whose sum is that "
+                "member's update: the server reads it as it is"
+            )
+        ctx.sums, last = receive_masked(self.channel, t, ctx.participants, clusters, ctx.start_models, self.theta0)
+        wait_all(sends)
+        self.trained |= set(ctx.participants)
+        return self.slowest(last, start)
+
+    def slowest(self, last: int | None, start: float) -> dict | None:
+        """Which silo's update came last (None: no silo trained), where it runs and after how
+        many seconds from `start` (a slow node shows there)."""
         if last is None:
             return None
         host = self.channel.host_of(last)

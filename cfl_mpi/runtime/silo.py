@@ -33,7 +33,8 @@ from ..wire.round import (
 from .compute import ComputePool
 from .control import participants, present
 from .faults import SiloFaults
-from .halves import halves, silo_half
+from .halves import message_kinds, silo_half
+from .secure import SiloMasking
 from .timeline import mark
 
 if TYPE_CHECKING:
@@ -125,7 +126,8 @@ class SiloRounds:
         mark("model")
         self.protocol = silo_half(cfg)
         mark("strategy")
-        self.kinds = halves(cfg).all_kinds
+        self.kinds = message_kinds(cfg)
+        self.masking = SiloMasking(cfg.aggregation, cfg.seed, cfg.silos, silo) if cfg.aggregation.secure else None
         self.template = state_template(own.model)
         self.reported: Counter[str] = Counter()  # the bytes sent by kind, as of the last report
 
@@ -188,15 +190,21 @@ class SiloRounds:
         ctx = SiloRound(t, silo, self.channel, model, self.data, self.device, cfg.silos, first=first, compute=compute)
         self.protocol.before_training(ctx)
         start = model.state_dict() if shares_weights(model) else None  # the shared arrays it trains from
+        clips = self.masking is not None and self.masking.clip is not None
+        clip_from = {k: a.copy() for k, a in state_arrays(model).items()} if clips else None  # training moves them
         seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
         faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
         self.train(t, torch.Generator().manual_seed(seed))
         trained, n_samples = faults.update(t, state_arrays(model), len(self.data.y_train))
         if self.leaving and diverged(trained):
             raise FloatingPointError(f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)")
-        faults.send_update(self.channel, t, self.protocol.encode_update(trained, t), n_samples)
-        faults.after_update(t)
-        self.protocol.after_training(ctx)
+        if self.masking is None:
+            faults.send_update(self.channel, t, self.protocol.encode_update(trained, t), n_samples)
+            faults.after_update(t)
+            self.protocol.after_training(ctx)
+        else:  # the server sets up the masks once the round's clusters are known
+            self.protocol.after_training(ctx)
+            self.masking.send(self.channel, t, self.protocol.encode_update(trained, t), clip_from, n_samples)
         if start is not None:
             model.load_state_dict(start, assign=True)  # no computation: on the silo thread
         return ctx.step_seconds

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
+from ..aggregation.masked_sums import MaskedSums
 from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, DpNoise, LocalWork, cluster_averages
 from ..channel import Alternative, Channel
 from ..privacy.dp import PrivacyConfig
@@ -93,7 +94,7 @@ class ServerRound:
     decisions: list[Decision] = field(default_factory=list)
     # Where the strategy's clusters are `settled` and the rule `streams`: the updates summed
     # as they arrived, in place of `updates` (which then stays empty)
-    sums: ClusterSums | None = None
+    sums: ClusterSums | MaskedSums | None = None
     cores: int = 1  # cores the server's process may use for its own computations (e.g. W1 solves)
     step_seconds: dict[str, float] = field(default_factory=dict)  # the strategy's own breakdown, recorded
     facts: dict[str, Any] = field(

@@ -91,6 +91,9 @@ class StrategySpec:
     sees_truth: bool = False
     # Whether it aggregates its own models (IFCA's k), not through `Strategy.aggregate`'s rule.
     own_aggregation: bool = False
+    # Whether its server reads each silo's update besides aggregating it (CFL's cosine
+    # similarities): secure aggregation, which shows the server only sums, cannot run it.
+    reads_updates: bool = False
     # Whether its silos read their validation sets (EMD-CFL's τ and noise): `data.val_fraction:
     # auto` then holds out what they need on small sites, else the usual 10 %.
     validation: bool = False

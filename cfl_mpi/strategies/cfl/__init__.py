@@ -54,4 +54,5 @@ SPEC = StrategySpec(
     "CFL",
     f"{__name__}.halves",
     pairwise={"S": Pairwise("cosine similarity of the silos' weight updates", similarity=True)},
+    reads_updates=True,
 )
