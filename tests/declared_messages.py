@@ -8,6 +8,7 @@ import importlib
 import numpy as np
 
 from cfl_mpi.data.report import DataReport
+from cfl_mpi.privacy.key_shares import SEALED_BYTES, SHARE_BYTES
 from cfl_mpi.strategies import REGISTRY
 from cfl_mpi.strategies.emdcfl.messages import EmbeddingModel, Embeddings, Handshake, PartnerLeft, Plan, ReferenceReport
 from cfl_mpi.strategies.ifca.halves import CandidateLoss, ClusterModel, Losses
@@ -16,6 +17,15 @@ from cfl_mpi.strategies.shared.fedwad_exchange import FedWaDDistance, FedWaDMeas
 from cfl_mpi.wire.messages import Expect
 from cfl_mpi.wire.payload import Payload, StateField
 from cfl_mpi.wire.round import BackdoorEvaluation, Control, Dropped, Evaluation, Hello, Leave, StartModel, Update
+from cfl_mpi.wire.secure import (
+    ForwardedShares,
+    KeyShares,
+    MaskedUpdate,
+    MaskKey,
+    RevealedShares,
+    SecureSetup,
+    UnmaskRequest,
+)
 
 for _spec in REGISTRY.values():  # each strategy's halves declare its messages
     importlib.import_module(_spec.halves)
@@ -64,6 +74,13 @@ VALID: dict[type[Payload], Payload] = {
         Losses(np.array([0.5, 0.25, 2.0]), 1),
         CandidateLoss(np.array([0.75]), 2),
         DataReport(3, 1, 28, 28, 9, 10, 80, 9, 20),
+        MaskKey(np.arange(32, dtype=np.uint8)),
+        SecureSetup(2, 5, 2, np.array([1, 4], np.int64), _RNG.integers(0, 256, size=(2, 32), dtype=np.uint8)),
+        KeyShares(_RNG.integers(0, 256, size=(2, SEALED_BYTES), dtype=np.uint8)),
+        ForwardedShares(np.array([4], np.int64), _RNG.integers(0, 256, size=(1, SEALED_BYTES), dtype=np.uint8)),
+        MaskedUpdate(_RNG.integers(-(2**62), 2**62, size=9), _RNG.integers(0, 256, size=(1, 32), dtype=np.uint8)),
+        UnmaskRequest(np.array([4], np.int64)),
+        RevealedShares(_RNG.integers(0, 256, size=(1, SHARE_BYTES), dtype=np.uint8)),
     ]
     for cls in [type(example)]
 }

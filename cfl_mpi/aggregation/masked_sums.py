@@ -49,6 +49,11 @@ class MaskedSums:
             self.sums[k] = unsigned.copy()
         self.summed_into[silo] = k
 
+    def unmask(self, silo: int, words: np.ndarray) -> None:
+        """Take `words` (uint64), what silo `silo` added for a neighbour whose masked update never
+        came, out of its cluster's sum."""
+        self.sums[int(self.clusters[silo])] -= words
+
     def averages(self, clusters: np.ndarray, first_counts: dict[int, int]) -> tuple[dict[int, Model], list[Decision]]:
         """What every silo continues from: each cluster's Σ n_c θ_c / Σ n_c, its integer
         buffers (a batch counter: no mean) from its first member's start; a cluster without

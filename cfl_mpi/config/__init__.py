@@ -30,7 +30,14 @@ from ..strategies import REGISTRY, ConfigFacts, StrategyConfig
 from ..strategies.emdcfl import EmdCflConfig
 from ..strategies.spec import SEED_LIMIT
 from ..training.params import TrainConfig
-from .runtime import LateSilo, ParticipationConfig, RuntimeConfig, late_silo_problems, participant_count
+from .runtime import (
+    HOSTILE_UPDATES,
+    LateSilo,
+    ParticipationConfig,
+    RuntimeConfig,
+    late_silo_problems,
+    participant_count,
+)
 
 
 class _Loader(yaml.SafeLoader):
@@ -258,9 +265,7 @@ def _privacy_problems(cfg: Config) -> Iterator[str]:
 
 
 def _secure_problems(cfg: Config) -> Iterator[str]:
-    """What `aggregation.secure` covers: clusters whose server reads sums, each silo in every
-    round it is asked to train (a silo that leaves mid-round would leave its masks uncancelled,
-    and recovering them is not built)."""
+    """What `aggregation.secure` covers: clusters whose server reads sums, never one update."""
     if not cfg.aggregation.secure:
         return
     spec = REGISTRY[cfg.strategy.name]
@@ -274,13 +279,15 @@ def _secure_problems(cfg: Config) -> Iterator[str]:
             "aggregation.secure: privacy.dp central adds its noise to updates the server reads in the clear "
             "(run one or the other)"
         )
-    if cfg.runtime.on_silo_failure == "drop":
-        yield (
-            "aggregation.secure: runtime.on_silo_failure: drop would leave a lost silo's masks in its cluster's "
-            "sum (set runtime.on_silo_failure: abort)"
-        )
-    if cfg.runtime.fault is not None:
-        yield "aggregation.secure: runtime.fault injects faults into plain updates only (set runtime.fault: null)"
+    fault = cfg.runtime.fault
+    if fault is not None and (fault.kind in HOSTILE_UPDATES or fault.kind == "raise_after_update"):
+        yield f"runtime.fault.kind: {fault.kind} plays with a plain update, which aggregation.secure masks"
+
+
+def _fault_problems(cfg: Config) -> Iterator[str]:
+    fault = cfg.runtime.fault
+    if fault is not None and fault.kind == "raise_after_shares" and not cfg.aggregation.secure:
+        yield "runtime.fault.kind: raise_after_shares fails in a secure round (set aggregation.secure: true)"
 
 
 def _check(ok: bool, message: str) -> None:
@@ -307,7 +314,7 @@ def _validate(cfg: Config) -> None:
     _check(cfg.train.weight_decay >= 0, f"train.weight_decay: must be non-negative, got {cfg.train.weight_decay}")
     for problem in cfg.aggregation.problems():
         raise ConfigError(problem)
-    for problem in (*cfg.privacy.problems(), *_privacy_problems(cfg), *_secure_problems(cfg)):
+    for problem in (*cfg.privacy.problems(), *_privacy_problems(cfg), *_secure_problems(cfg), *_fault_problems(cfg)):
         raise ConfigError(problem)
     federation = (
         *cfg.participation.problems(cfg.silos),

@@ -70,6 +70,10 @@ def late_silo_problems(late_silos: list[LateSilo], silos: int, rounds: int) -> I
         yield "late_silos: at least one silo must be present in round 1 (remove one entry)"
 
 
+# The fault kinds that send a hostile update in place of the honest one.
+HOSTILE_UPDATES = ("scaled_update", "huge_weights", "duplicate_update", "header_only")
+
+
 @dataclass(frozen=True)
 class FaultConfig:
     """Failure injection, to test that a failing or hostile silo cannot wreck the job. At the
@@ -82,7 +86,9 @@ class FaultConfig:
     header whose payload never follows (`header_only`). `unreadable_data`: its data cannot be
     read when its process starts (a file gone or damaged), whatever `round` says.
     `raise_after_update`: it raises once its update of round `round` has left, where its
-    strategy's exchanges begin (an embedding pass out of memory, say). `slow`: from round
+    strategy's exchanges begin (an embedding pass out of memory, say). `raise_after_shares`:
+    under `aggregation.secure`, it raises once it has dealt its key shares, before its masked
+    update (the silo the others' shares recover from). `slow`: from round
     `round` on it starts each round `delay_s` late, as a straggler on a slow node would; its
     results stay the honest ones (a run that must last, without costing a core)."""
 
@@ -103,6 +109,7 @@ class FaultConfig:
         "header_only",
         "unreadable_data",
         "raise_after_update",
+        "raise_after_shares",
         "slow",
     ] = "raise"
     # `slow`: seconds the silo waits at the start of each round from `round` on.

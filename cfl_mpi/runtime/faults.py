@@ -11,13 +11,13 @@ from collections.abc import Callable
 import numpy as np
 
 from ..channel import SERVER, Channel
-from ..config.runtime import FaultConfig
+from ..config.runtime import HOSTILE_UPDATES, FaultConfig
 from ..wire.round import Update
 
-__all__ = ["HOSTILE_UPDATES", "InjectedExit", "InjectedFault", "SiloFaults"]
+__all__ = ["HOSTILE_UPDATES", "LATER_IN_THE_ROUND", "InjectedExit", "InjectedFault", "SiloFaults"]
 
-HOSTILE_UPDATES = ("scaled_update", "huge_weights", "duplicate_update", "header_only")
 LASTING = (*HOSTILE_UPDATES, "slow")  # kinds played from their round on, not in it alone
+LATER_IN_THE_ROUND = ("raise_after_update", "raise_after_shares")  # failures after training
 SCALE = 10.0  # `scaled_update`: -SCALE times the honest change ...
 CLAIMED_SAMPLES = 1 << 30  # ... claimed on a billion examples, to outweigh every honest member
 HUGE = 1e30  # `huge_weights`: finite in float32, ruinous in any average
@@ -57,7 +57,7 @@ class SiloFaults:
         """Raise, exit without a word, hang (alive but silent: the peers' timeout must catch it),
         or start late."""
         kind = self.kind(round)
-        if kind is None or kind in HOSTILE_UPDATES or kind in ("nan_loss", "unreadable_data", "raise_after_update"):
+        if kind is None or kind in HOSTILE_UPDATES or kind in ("nan_loss", "unreadable_data", *LATER_IN_THE_ROUND):
             return
         if kind == "out_of_memory":
             import torch
@@ -96,6 +96,11 @@ class SiloFaults:
         """`raise_after_update`: raise once the update has left, before the strategy's exchanges."""
         if self.kind(round) == "raise_after_update":
             raise InjectedFault(f"silo {self.silo} fails after its update of round {round} (runtime.fault)")
+
+    def after_shares(self, round: int) -> None:
+        """`raise_after_shares`: raise once the key shares of a secure round are dealt."""
+        if self.kind(round) == "raise_after_shares":
+            raise InjectedFault(f"silo {self.silo} fails after dealing its key shares of round {round} (runtime.fault)")
 
     def update(self, round: int, arrays: dict[str, np.ndarray], n_samples: int) -> tuple[dict[str, np.ndarray], int]:
         """The trained model and sample count, or what a hostile silo claims instead."""

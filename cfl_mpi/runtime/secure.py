@@ -1,99 +1,350 @@
-"""Secure aggregation's round (`aggregation.secure`): both parties' steps. The arithmetic is
-privacy/masking.py's, the server's sums aggregation/masked_sums.py's.
+"""Secure aggregation's round (`aggregation.secure`): both parties' steps. The masks' arithmetic
+is privacy/masking.py's, the key shares' privacy/key_shares.py's, the sums
+aggregation/masked_sums.py's.
 
 Once the round's clusters are known (after the strategy's clustering exchanges, which a
-secure silo therefore finishes before it sends its update), the server sends each training
-silo a `SecureSetup`: its cluster, and its neighbours in a Harary graph over the cluster's
-trainers. Neighbours swap fresh X25519 public keys directly; each pair derives its mask
-secret with HKDF, bound to the run, the round and the cluster; every silo sends the server
-its masked words. The server sums each cluster's words, and the masks cancel."""
+secure silo therefore finishes before its update), the round runs the semi-honest protocol of
+Bonawitz et al. (CCS 2017, Section 4) over SecAgg+'s graph (Bell et al., CCS 2020), every
+message through the server:
+
+1. each training silo sends a fresh X25519 public key (`MaskKey`);
+2. the server draws a Harary graph over each cluster's silos that sent one and sends each its
+   neighbours with their keys (`SecureSetup`);
+3. each silo splits its private key into shares, one sealed for each neighbour
+   (`KeyShares`), which the server forwards (`ForwardedShares`);
+4. each silo masks its update with every neighbour that dealt it a share (`MaskedUpdate`,
+   with a digest of each share it holds);
+5. for a silo that left after dealing its shares and before its masked update, the server
+   asks its neighbours for their shares (`UnmaskRequest`, `RevealedShares`), checks each
+   against its holder's digest, rebuilds the key, and takes that silo's masks out of its
+   neighbours' words.
+
+A silo that leaves (`runtime.on_silo_failure: drop`) in place of any of its messages is left
+out from there on. The server never rebuilds the key of a silo whose masked update it holds;
+a server that did could read that update (the papers' double masking, which prevents it, is
+not built: the server is trusted to follow the protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from ..aggregation.masked_sums import MaskedSums, weighted_words, word_count
 from ..aggregation.rules import AggregationConfig, Model, clip_update
-from ..channel import SERVER, Channel, Pending
-from ..privacy.handshake import new_private_key, pair_seed, public_bytes
-from ..privacy.masking import encode, masked, neighbour_count, neighbours
-from ..wire.messages import ProtocolError
-from ..wire.secure import MaskedUpdate, MaskKey, SecureSetup
+from ..channel import SERVER, Alternative, Channel, Pending, wait_all
+from ..privacy.handshake import PUBLIC_KEY_BYTES, new_private_key, pair_seed, public_bytes
+from ..privacy.key_shares import SEALED_BYTES, SHARE_BYTES, combine, commitment, seal, split, threshold_for, unseal
+from ..privacy.masking import encode, mask, masked, neighbour_count, neighbours
+from ..wire.messages import Expect, Message, ProtocolError
+from ..wire.secure import (
+    DIGEST_BYTES,
+    ForwardedShares,
+    KeyShares,
+    MaskedUpdate,
+    MaskKey,
+    RevealedShares,
+    SecureSetup,
+    UnmaskRequest,
+)
 
 # What the graph's draw mixes into the run seed, so that it shares no stream with other draws.
 GRAPH_STREAM = 0x5347
+Refused = Callable[[int, ProtocolError], None]
 
 
 def mask_context(seed: int, round: int, cluster: int) -> bytes:
-    """What HKDF binds a pair's mask secret to besides the pair."""
+    """What HKDF binds a pair's secrets to besides the pair."""
     return f"seed={seed}|round={round}|cluster={cluster}".encode()
 
 
-def send_setups(
-    channel: Channel, cfg: AggregationConfig, seed: int, round: int, clusters: np.ndarray, training: list[int]
-) -> tuple[list[Pending], list[int]]:
-    """Each training silo's `SecureSetup`; the sends, and the clusters with one member training
-    (whose sum is that member's update: nothing to hide it among)."""
-    sends, alone = [], []
-    for k in sorted({int(clusters[c]) for c in training}):
-        members = sorted(c for c in training if clusters[c] == k)
-        rng = np.random.default_rng([seed, round, k, GRAPH_STREAM])
-        graph = neighbours(members, neighbour_count(len(members), cfg.secure_neighbours), rng)
-        if len(members) == 1:
-            alone.append(k)
-        for c in members:
-            sends.append(channel.isend(c, SecureSetup(k, len(members), np.asarray(graph[c], dtype=np.int64)), round))
-    return sends, alone
+def share_context(context: bytes, dealer: int, holder: int) -> bytes:
+    """What a sealed share and its digest are bound to: the round's context and the pair."""
+    return context + f"|share {dealer}->{holder}".encode()
 
 
-def receive_masked(
-    channel: Channel, round: int, training: list[int], clusters: np.ndarray, starts: dict[int, Model], like: Model
-) -> tuple[MaskedSums, int | None]:
-    """The training silos' masked updates summed by cluster, taken as they come; and the silo
-    whose update came last (None where none trained)."""
-    sums, last = MaskedSums(round, clusters, starts), None
-    expect = MaskedUpdate.expect(round, words=word_count(like))
-    for _, msg in channel.recv_in_turn(training, [lambda _: expect]):
-        sums.add(msg.sender, MaskedUpdate.of(msg).words)
-        last = msg.sender
-    return sums, last
+def pair_secrets(
+    key: X25519PrivateKey, public: np.ndarray, own: int, other: int, context: bytes
+) -> tuple[bytes, bytes]:
+    """The pair's mask secret and its sealing key (HKDF of one X25519 exchange, two purposes);
+    ValueError where `public` is no key to agree with (RFC 7748, section 6.1)."""
+    return pair_seed(key, public, own, other, context, "mask"), pair_seed(key, public, own, other, context, "share")
+
+
+@dataclass
+class ClusterRound:
+    """What the server holds of one cluster's secure round."""
+
+    context: bytes
+    graph: dict[int, list[int]]
+    keys: dict[int, np.ndarray]  # each member's public key
+    dealt: dict[int, KeyShares] = field(default_factory=dict)
+    forwarded: dict[int, list[int]] = field(default_factory=dict)  # holder → the dealers it masks with
+    commitments: dict[int, dict[int, bytes]] = field(default_factory=dict)  # holder → dealer → digest
+
+
+class ServerMasking:
+    """The server's part of a secure round: keys in, setups out, shares relayed, masked updates
+    summed by cluster, and the masks of silos that left taken out."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        cfg: AggregationConfig,
+        seed: int,
+        round: int,
+        leaving: Alternative | None = None,
+        refused: Refused | None = None,
+    ) -> None:
+        self.channel, self.cfg, self.seed, self.round = channel, cfg, seed, round
+        self.leaving, self.refused = leaving, refused
+        self.lone: list[int] = []  # clusters with one member masking: its sum is its update
+
+    def run(
+        self, training: list[int], clusters: np.ndarray, starts: dict[int, Model], like: Model
+    ) -> tuple[MaskedSums, int | None]:
+        """Each cluster's sum of the training silos' masked updates, and the silo whose update
+        came last (None where none came)."""
+        key_expect = MaskKey.expect(self.round)
+        keys = self._gather(training, lambda _: key_expect)
+        rounds = self._setups(self._agreeable({c: MaskKey.of(m).public_key for c, m in keys.items()}), clusters)
+        expected = {
+            c: KeyShares.expect(self.round, neighbours=len(r.graph[c])) for r in rounds.values() for c in r.graph
+        }
+        for c, msg in self._gather(sorted(expected), lambda c: expected[c]).items():
+            rounds[int(clusters[c])].dealt[c] = KeyShares.of(msg)
+        self._forward(rounds)
+        holders = sorted(c for r in rounds.values() for c in r.forwarded)
+        sums, last = MaskedSums(self.round, clusters, starts), None
+        words = word_count(like)
+        for c, msg in self._gather(holders, lambda c: self._masked_expect(rounds, clusters, c, words)).items():
+            update = MaskedUpdate.of(msg)
+            sums.add(c, update.words)
+            rounds[int(clusters[c])].commitments[c] = dict(
+                zip(rounds[int(clusters[c])].forwarded[c], map(bytes, update.commitments))
+            )
+            last = c
+        self._unmask(rounds, sums)
+        return sums, last
+
+    def _gather(self, sources: list[int], expect: Callable[[int], Expect]) -> dict[int, Message]:
+        """One message from each source, by silo; a source that leaves or breaks the protocol
+        (under drop) is simply not among them."""
+        return {m.sender: m for m in self.channel.recv_each(sources, expect, self.leaving, self.refused)}
+
+    def _agreeable(self, keys: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """The keys a neighbour can agree a secret with: a low-order point gives none (RFC 7748,
+        section 6.1), and its sender is named before any neighbour is given it."""
+        probe, out = new_private_key(), {}
+        for c, public in keys.items():
+            try:
+                probe.exchange(X25519PublicKey.from_public_bytes(public.tobytes()))
+            except ValueError:
+                self._refuse(c, ProtocolError(f"silo {c} sent a mask_key in round {self.round} that is no X25519 key"))
+                continue
+            out[c] = public
+        return out
+
+    def _refuse(self, silo: int, err: ProtocolError) -> None:
+        """A silo that broke the protocol: dropped under drop (left out from here on), else the end."""
+        if self.refused is None:
+            raise err
+        self.refused(silo, err)
+
+    def _setups(self, keys: dict[int, np.ndarray], clusters: np.ndarray) -> dict[int, ClusterRound]:
+        """Each cluster's graph over the silos that sent keys, and their setups out."""
+        rounds, sends = {}, []
+        for k in sorted({int(clusters[c]) for c in keys}):
+            members = sorted(c for c in keys if clusters[c] == k)
+            rng = np.random.default_rng([self.seed, self.round, k, GRAPH_STREAM])
+            graph = neighbours(members, neighbour_count(len(members), self.cfg.secure_neighbours), rng)
+            rounds[k] = ClusterRound(mask_context(self.seed, self.round, k), graph, {c: keys[c] for c in members})
+            if len(members) == 1:
+                self.lone.append(k)
+            for c in members:
+                near = graph[c]
+                setup = SecureSetup(
+                    k,
+                    len(members),
+                    threshold_for(len(near)) if near else 1,
+                    np.asarray(near, dtype=np.int64),
+                    np.stack([keys[j] for j in near]) if near else np.zeros((0, PUBLIC_KEY_BYTES), np.uint8),
+                )
+                sends.append(self.channel.isend(c, setup, self.round))
+        wait_all(sends)
+        return rounds
+
+    def _forward(self, rounds: dict[int, ClusterRound]) -> None:
+        """To each silo that dealt its shares, the shares its neighbours that dealt theirs
+        sealed for it: those are the neighbours it masks with."""
+        sends: list[Pending] = []
+        for r in rounds.values():
+            for holder in sorted(r.dealt):
+                dealers = [d for d in r.graph[holder] if d in r.dealt]
+                rows = [r.dealt[d].sealed[r.graph[d].index(holder)] for d in dealers]
+                r.forwarded[holder] = dealers
+                sealed = np.stack(rows) if rows else np.zeros((0, SEALED_BYTES), np.uint8)
+                forwarded = ForwardedShares(np.asarray(dealers, np.int64), sealed)
+                sends.append(self.channel.isend(holder, forwarded, self.round))
+        wait_all(sends)
+
+    def _masked_expect(self, rounds: dict[int, ClusterRound], clusters: np.ndarray, c: int, words: int) -> Expect:
+        return MaskedUpdate.expect(self.round, words=words, dealers=len(rounds[int(clusters[c])].forwarded[c]))
+
+    def _unmask(self, rounds: dict[int, ClusterRound], sums: MaskedSums) -> None:
+        """For every silo that dealt its shares and sent no masked update: its neighbours'
+        shares of its key, checked against their digests; the key rebuilt and checked against
+        its public key; its masks taken out of the words of the neighbours that masked with it."""
+        requests: dict[int, list[int]] = {}
+        for r in rounds.values():
+            silent = set(r.dealt) - set(r.commitments)
+            for holder in sorted(r.commitments):
+                requests[holder] = [d for d in r.forwarded[holder] if d in silent]
+        wait_all(
+            [
+                self.channel.isend(c, UnmaskRequest(np.asarray(left, dtype=np.int64)), self.round)
+                for c, left in requests.items()
+            ]
+        )
+        asked = sorted(c for c, left in requests.items() if left)
+        expect = {c: RevealedShares.expect(self.round, left=len(requests[c])) for c in asked}
+        shares: dict[int, dict[int, bytes]] = {}  # the silo that left → holder → share
+        for holder, msg in self._gather(asked, lambda c: expect[c]).items():
+            for dealer, share in zip(requests[holder], RevealedShares.of(msg).shares):
+                shares.setdefault(dealer, {})[holder] = bytes(share)
+        for r in rounds.values():
+            for gone in sorted(set(r.dealt) - set(r.commitments)):
+                key = self._rebuilt(r, gone, shares.get(gone, {}))
+                for holder in (h for h in r.commitments if gone in r.forwarded[h]):
+                    secret, _ = pair_secrets(key, r.keys[holder], gone, holder, r.context)
+                    words = mask(secret, len(sums.sums[int(sums.clusters[holder])]))
+                    sums.unmask(holder, words if gone > holder else -words)  # what the holder added
+
+    def _rebuilt(self, r: ClusterRound, gone: int, shares: dict[int, bytes]) -> X25519PrivateKey:
+        """The key of silo `gone` from the shares revealed: each checked against the digest its
+        holder sent before anyone left (a holder that reveals another is named), then the key
+        against the public key `gone` sent."""
+        good = {}
+        for holder, share in sorted(shares.items()):
+            if commitment(share, share_context(r.context, gone, holder)) == r.commitments[holder][gone]:
+                good[holder] = share
+                continue
+            err = ProtocolError(
+                f"silo {holder} revealed a share of silo {gone}'s key in round {self.round} that is not the "
+                "one it was dealt (revealed_shares)"
+            )
+            self._refuse(holder, err)
+        threshold = threshold_for(len(r.graph[gone]))
+        if len(good) < threshold:
+            raise ProtocolError(
+                f"silo {gone} left round {self.round} after dealing its key, and {len(good)} of its neighbours "
+                f"revealed their shares, under the {threshold} that rebuild it: the cluster's sum cannot be unmasked"
+            )
+        key = X25519PrivateKey.from_private_bytes(combine(dict(list(good.items())[:threshold])))
+        if not np.array_equal(public_bytes(key), r.keys[gone]):
+            raise ProtocolError(
+                f"silo {gone} dealt shares of a key in round {self.round} that is not the one it sent "
+                "(key_shares): the cluster's sum cannot be unmasked"
+            )
+        return key
 
 
 class SiloMasking:
-    """A silo's part of a secure round: take its setup, agree a mask secret with each
-    neighbour, and send the server its update masked."""
+    """A silo's part of a secure round: its key out, its shares dealt, its update masked with
+    the neighbours that dealt theirs, and its shares of a silo that left revealed."""
 
     def __init__(self, cfg: AggregationConfig, seed: int, silos: int, silo: int) -> None:
         self.clip = cfg.clip_norm if cfg.rule == "norm_clip" else None
         self.seed, self.silos, self.silo = seed, silos, silo
 
-    def send(self, channel: Channel, round: int, trained: Model, start: Model | None, n_samples: int) -> None:
+    def send(
+        self,
+        channel: Channel,
+        round: int,
+        trained: Model,
+        start: Model | None,
+        n_samples: int,
+        before_masking: Callable[[], None] = lambda: None,
+    ) -> None:
         """`trained` (clipped to `aggregation.clip_norm` from `start` under norm_clip), weighted
-        by `n_samples`, masked and sent to the server."""
-        setup = SecureSetup.of(channel.recv(SERVER, SecureSetup.expect(round)))
-        partners = setup.neighbours.tolist()
-        if self.silo in partners or max(partners, default=0) >= self.silos:
-            raise ProtocolError(
-                f"the server's secure_setup of round {round} names silos {partners[:8]} as neighbours of "
-                f"silo {self.silo} (itself, or beyond the {self.silos} silos)"
-            )
+        by `n_samples`, masked and sent to the server; `before_masking` runs once the shares are
+        dealt (a fault to inject there)."""
         if self.clip is not None:
             assert start is not None, "norm_clip keeps the start it clips from"
             trained = clip_update(trained, start, self.clip)
         key = new_private_key()
-        sent = channel.isend_all(partners, MaskKey(public_bytes(key)), round) if partners else None
-        context, secrets, waiting = mask_context(self.seed, round, setup.cluster), {}, list(partners)
-        expect = MaskKey.expect(round)
-        while waiting:
-            msg = channel.recv_any(waiting, lambda _: expect)
-            waiting.remove(msg.sender)
+        channel.send(SERVER, MaskKey(public_bytes(key)), round)
+        setup = self._setup(channel, round)
+        context = mask_context(self.seed, round, setup.cluster)
+        near = setup.neighbours.tolist()
+        secrets = {}
+        for j, public in zip(near, setup.keys):
             try:
-                secrets[msg.sender] = pair_seed(key, MaskKey.of(msg).public_key, self.silo, msg.sender, context, "mask")
-            except ValueError as err:  # a low-order point: no shared secret (RFC 7748, section 6.1)
+                secrets[j] = pair_secrets(key, public, self.silo, j, context)
+            except ValueError as err:
                 raise ProtocolError(
-                    f"silo {msg.sender} sent a mask_key in round {round} that is no X25519 public key ({err})"
+                    f"the server's secure_setup of round {round} gives silo {j} a key that is no X25519 public key"
                 ) from err
-        words = masked(encode(weighted_words(trained, n_samples), setup.members), self.silo, secrets)
-        channel.send(SERVER, MaskedUpdate(words.view(np.int64)), round)
-        if sent is not None:
-            sent.wait()
+        raw = key.private_bytes_raw()
+        shares = split(raw, near, setup.threshold) if near else {}
+        sealed = [seal(secrets[j][1], shares[j], share_context(context, self.silo, j)) for j in near]
+        channel.send(SERVER, KeyShares(_rows(sealed, SEALED_BYTES)), round)
+        dealt = self._dealt(channel, round, near, secrets, context)
+        before_masking()
+        words = encode(weighted_words(trained, n_samples), setup.members)
+        words = masked(words, self.silo, {j: secrets[j][0] for j in dealt})
+        digests = [commitment(share, share_context(context, j, self.silo)) for j, share in dealt.items()]
+        channel.send(SERVER, MaskedUpdate(words.view(np.int64), _rows(digests, DIGEST_BYTES)), round)
+        self._reveal(channel, round, dealt)
+
+    def _setup(self, channel: Channel, round: int) -> SecureSetup:
+        setup = SecureSetup.of(channel.recv(SERVER, SecureSetup.expect(round)))
+        near = setup.neighbours.tolist()
+        if self.silo in near or max(near, default=0) >= self.silos:
+            raise ProtocolError(
+                f"the server's secure_setup of round {round} names silos {near[:8]} as neighbours of "
+                f"silo {self.silo} (itself, or beyond the {self.silos} silos)"
+            )
+        return setup
+
+    def _dealt(
+        self, channel: Channel, round: int, near: list[int], secrets: dict[int, tuple[bytes, bytes]], context: bytes
+    ) -> dict[int, bytes]:
+        """The shares the neighbours dealt this silo (dealer → share), unsealed."""
+        forwarded = ForwardedShares.of(channel.recv(SERVER, ForwardedShares.expect(round)))
+        dealers = forwarded.dealers.tolist()
+        if len(set(dealers)) != len(dealers) or not set(dealers) <= set(near):
+            raise ProtocolError(
+                f"the server's forwarded_shares of round {round} come from silos {dealers[:8]}, not all "
+                f"neighbours of silo {self.silo}"
+            )
+        out = {}
+        for j, sealed in zip(dealers, forwarded.sealed):
+            try:
+                out[j] = unseal(secrets[j][1], bytes(sealed), share_context(context, j, self.silo))
+            except InvalidTag as err:
+                raise ProtocolError(
+                    f"silo {j} dealt silo {self.silo} a key share in round {round} that is not sealed for it "
+                    "(key_shares)"
+                ) from err
+        return out
+
+    def _reveal(self, channel: Channel, round: int, dealt: dict[int, bytes]) -> None:
+        """The shares of the silos that left, as the server asks; only of silos that dealt this
+        one a share."""
+        left = UnmaskRequest.of(channel.recv(SERVER, UnmaskRequest.expect(round))).left.tolist()
+        if not set(left) <= set(dealt) or len(set(left)) != len(left):
+            raise ProtocolError(
+                f"the server's unmask_request of round {round} asks for the shares of silos {left[:8]}, "
+                f"not all of which dealt silo {self.silo} one"
+            )
+        if left:
+            channel.send(SERVER, RevealedShares(_rows([dealt[j] for j in left], SHARE_BYTES)), round)
+
+
+def _rows(items: list[bytes], width: int) -> np.ndarray:
+    """Byte strings of one width as the rows of a uint8 array (none: an empty one)."""
+    return np.frombuffer(b"".join(items), dtype=np.uint8).reshape(len(items), width).copy()

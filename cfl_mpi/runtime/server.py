@@ -40,7 +40,7 @@ from .absent import Absent, too_many_gone
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import participants, present
 from .halves import halves, message_kinds, server_half
-from .secure import receive_masked, send_setups
+from .secure import ServerMasking
 from .stop import StopRequest
 from .timeline import mark
 
@@ -331,15 +331,15 @@ class Server:
         and no silo's sample count, is ever readable). Returns the slowest update, as
         `receive_updates` does."""
         t, start = ctx.round, time.monotonic()
-        sends, alone = send_setups(self.channel, self.cfg.aggregation, self.cfg.seed, t, clusters, ctx.participants)
-        if new := sorted(set(alone) - self.lone):
+        masking = ServerMasking(self.channel, self.cfg.aggregation, self.cfg.seed, t, ctx.leaving, self._refused(t))
+        ctx.sums, last = masking.run(list(ctx.participants), clusters, ctx.start_models, self.theta0)
+        if new := sorted(set(masking.lone) - self.lone):
             self.lone |= set(new)
             warn(
                 f"round {t}: secure aggregation: clusters {new} train with one member, whose sum is that "
                 "member's update: the server reads it as it is"
             )
-        ctx.sums, last = receive_masked(self.channel, t, ctx.participants, clusters, ctx.start_models, self.theta0)
-        wait_all(sends)
+        ctx.participants[:] = [c for c in ctx.participants if c not in self.dropped]
         self.trained |= set(ctx.participants)
         return self.slowest(last, start)
 

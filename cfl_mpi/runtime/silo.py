@@ -204,7 +204,8 @@ class SiloRounds:
             self.protocol.after_training(ctx)
         else:  # the server sets up the masks once the round's clusters are known
             self.protocol.after_training(ctx)
-            self.masking.send(self.channel, t, self.protocol.encode_update(trained, t), clip_from, n_samples)
+            update = self.protocol.encode_update(trained, t)
+            self.masking.send(self.channel, t, update, clip_from, n_samples, lambda: faults.after_shares(t))
         if start is not None:
             model.load_state_dict(start, assign=True)  # no computation: on the silo thread
         return ctx.step_seconds

@@ -11,13 +11,15 @@ from jobs import run_job, simulate_job
 from threads import in_threads
 
 import cfl_mpi.runtime.secure as secure_round
-from cfl_mpi.aggregation.masked_sums import MaskedSums
+from cfl_mpi.aggregation.masked_sums import MaskedSums, weighted_words
 from cfl_mpi.aggregation.rules import AggregationConfig
-from cfl_mpi.channel import SERVER, LocalChannel, LocalHub, wait_all
+from cfl_mpi.channel import SERVER, Alternative, LocalChannel, LocalHub
 from cfl_mpi.config import ConfigError
+from cfl_mpi.privacy.masking import encode
 from cfl_mpi.runtime.checkpoint import load_checkpoint
-from cfl_mpi.runtime.secure import SiloMasking, receive_masked, send_setups
+from cfl_mpi.runtime.secure import ServerMasking, SiloMasking
 from cfl_mpi.wire.messages import ProtocolError
+from cfl_mpi.wire.round import Leave
 from cfl_mpi.wire.secure import MaskKey, SecureSetup
 
 SECURE = ["aggregation.screen=false", "aggregation.secure=true"]
@@ -33,7 +35,10 @@ SHORT = ["train.rounds=2", "train.local_epochs=1", "strategy.pair_keys=seeded"]
         ({"strategy": {"name": "cfl"}}, "aggregation.secure: cfl's server reads each silo's update"),
         ({"strategy": {"name": "ifca", "k": 2}}, "aggregation.secure: ifca's server reads each silo's update"),
         ({"privacy": {"dp": "central"}}, "aggregation.secure: privacy.dp central adds its noise"),
-        ({"runtime": {"on_silo_failure": "drop"}}, "set runtime.on_silo_failure: abort"),
+        (
+            {"runtime": {"fault": {"silo": 1, "round": 1, "kind": "scaled_update"}}},
+            "runtime.fault.kind: scaled_update plays with a plain update, which aggregation.secure masks",
+        ),
     ],
 )
 def test_what_secure_aggregation_cannot_cover_is_a_config_error(tmp_path, overrides, message):
@@ -41,6 +46,12 @@ def test_what_secure_aggregation_cannot_cover_is_a_config_error(tmp_path, overri
     with pytest.raises(ConfigError) as err:
         config_from(tmp_path, {"silos": 4, "data": {"name": "rotated_digits"}, **section, **overrides})
     assert message in str(err.value)
+
+
+def test_a_fault_after_the_shares_needs_a_secure_round(tmp_path):
+    with pytest.raises(ConfigError, match="raise_after_shares fails in a secure round"):
+        fault = {"silo": 1, "round": 1, "kind": "raise_after_shares"}
+        config_from(tmp_path, {"silos": 4, "data": {"name": "rotated_digits"}, "runtime": {"fault": fault}})
 
 
 def models_of(out) -> list[dict[str, np.ndarray]]:
@@ -103,63 +114,150 @@ def test_the_server_reads_masked_words_alone_uncorrelated_with_any_update_and_th
             np.testing.assert_allclose(secure_model[name], a, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.job
+def test_a_silo_that_leaves_mid_round_leaves_the_model_of_the_others(tmp_path):
+    """Silo 3 fails in round 2 once its key shares are dealt (drop): the round completes, and
+    the models are those of the run in the clear where silo 3 fails as round 2 starts, the
+    others' FedAvg. Measured: they differ by 2.8e-6 at most (the fixed point's rounding of
+    round 1, grown by a round of training), against 3.6e-3 had silo 3's update stayed in."""
+    run = [*SHORT[:2], "strategy.name=fedavg", "runtime.on_silo_failure=drop"]
+    fault = ["runtime.fault.silo=3", "runtime.fault.round=2"]
+    summary, records = simulate_job(
+        "configs/digits.yaml", tmp_path / "secure", *run, *SECURE, *fault, "runtime.fault.kind=raise_after_shares"
+    )
+    simulate_job("configs/digits.yaml", tmp_path / "plain", *run, SECURE[0], *fault, "runtime.fault.kind=raise")
+    assert [d["silo"] for d in records[1]["dropped"]] == [3] and "key shares of round 2" in records[1]["dropped"][0][
+        "why"
+    ]
+    assert records[1]["participants"] == [0, 1, 2, 4, 5, 6, 7] and summary["avg_acc"] > 0
+    for secure_model, plain_model in zip(models_of(tmp_path / "secure"), models_of(tmp_path / "plain")):
+        for name, a in plain_model.items():
+            np.testing.assert_allclose(secure_model[name], a, rtol=0, atol=1e-4)
+
+
 @pytest.mark.mpi
 def test_a_secure_mpi_job_finds_the_four_rotations(tmp_path):
-    """The same exchange across real ranks: setups, mask keys between silo ranks, masked updates."""
+    """The same exchange across real ranks: keys, setups, shares and masked updates through rank 0."""
     proc, summary, records = run_job("configs/digits.yaml", tmp_path, *SHORT, *SECURE)
     assert summary["ari"] == 1.0 and all(r["masked"] for r in records)
     assert all(r["bytes"]["mask_key"] > 0 and r["bytes"]["update"] == 0 for r in records)
 
 
-def channels(silos: int):
+def channels(silos: int, timeout_s: float = 5.0):
     hub = LocalHub()
-    return LocalChannel(SERVER, hub, 5.0, 0.01), [LocalChannel(c, hub, 5.0, 0.01) for c in range(silos)]
+    return LocalChannel(SERVER, hub, timeout_s, 0.01), [LocalChannel(c, hub, timeout_s, 0.01) for c in range(silos)]
+
+
+class Federation:
+    """A secure round over in-process channels: the server and each silo as threads, random
+    models, and whichever silos leave after dealing their shares (sending `Leave` in place of
+    their masked update, as `runtime.on_silo_failure: drop` has them do)."""
+
+    def __init__(self, silos: int, clusters: list[int], words: int = 40, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.cfg = AggregationConfig(screen=False, secure=True)
+        self.like = {"w": np.zeros(words, np.float32)}
+        self.models = {c: {"w": rng.normal(size=words).astype(np.float32)} for c in range(silos)}
+        self.counts = rng.integers(5, 500, size=silos).tolist()
+        self.clusters = np.asarray(clusters)
+        self.server, self.silos = channels(silos)
+        self.left: list[int] = []
+
+    def serve(self, masking_class=None):
+        leaving = Alternative(Leave.KIND, lambda _: Leave.expect(1), lambda msg: self.left.append(msg.sender))
+        masking = ServerMasking(self.server, self.cfg, 0, 1, leaving)
+        silos = list(range(len(self.silos)))
+        return masking.run(silos, self.clusters, dict.fromkeys(silos, self.like), self.like)[0]
+
+    def silo(self, c: int, leaves: bool = False, masking_class=SiloMasking):
+        def fail():
+            raise RuntimeError("out of memory")
+
+        def body():
+            try:
+                masking_class(self.cfg, 0, len(self.silos), c).send(
+                    self.silos[c], 1, self.models[c], None, self.counts[c], fail if leaves else lambda: None
+                )
+            except RuntimeError as err:
+                self.silos[c].send(SERVER, Leave(str(err)), 1)
+
+        return body
+
+    def run(self, leave: tuple[int, ...] = (), liars: dict[int, type] | None = None):
+        bodies = [self.silo(c, c in leave, (liars or {}).get(c, SiloMasking)) for c in range(len(self.silos))]
+        return in_threads(self.serve, *bodies)
+
+    def exact_sum(self, k: int, without: tuple[int, ...]) -> np.ndarray:
+        """What the cluster's sum must be, word for word: its members' encoded updates."""
+        members = [c for c in range(len(self.silos)) if self.clusters[c] == k]
+        return sum(
+            (encode(weighted_words(self.models[c], self.counts[c]), len(members)) for c in members if c not in without),
+            np.zeros(len(self.like["w"]) + 1, np.uint64),
+        )
 
 
 def test_the_exchange_over_channels_gives_the_cluster_s_weighted_mean():
-    """Server and four silos in two clusters as threads: setups, keys, masked updates, sums."""
-    cfg = AggregationConfig(screen=False, secure=True)
-    rng = np.random.default_rng(3)
-    like = {"w": np.zeros(50, np.float32)}
-    models = {c: {"w": rng.normal(size=50).astype(np.float32)} for c in range(4)}
-    counts, clusters = [5, 7, 11, 13], np.array([0, 1, 0, 1])
-    server, silos = channels(4)
-
-    def serve():
-        sends, _ = send_setups(server, cfg, 0, 1, clusters, [0, 1, 2, 3])
-        sums, _ = receive_masked(server, 1, [0, 1, 2, 3], clusters, dict.fromkeys(range(4), like), like)
-        wait_all(sends)
-        return sums.averages(clusters, {})[0]
-
-    def silo(c):
-        return lambda: SiloMasking(cfg, 0, 4, c).send(silos[c], 1, models[c], None, counts[c])
-
-    out, *_ = in_threads(serve, *(silo(c) for c in range(4)))
-    for c in range(4):
-        mates = [m for m in range(4) if clusters[m] == clusters[c]]
+    """Server and six silos in two clusters as threads: keys, setups, shares, masked updates."""
+    federation = Federation(6, [0, 1, 0, 1, 0, 1])
+    sums, *silos = federation.run()
+    assert silos == [None] * 6
+    for k in (0, 1):
+        assert np.array_equal(sums.sums[k], federation.exact_sum(k, ()))
+    out, _ = sums.averages(federation.clusters, {})
+    for c in range(6):
+        mates = [m for m in range(6) if federation.clusters[m] == federation.clusters[c]]
+        counts, models = federation.counts, federation.models
         mean = sum(counts[m] * models[m]["w"].astype(np.float64) for m in mates) / sum(counts[m] for m in mates)
         np.testing.assert_allclose(out[c]["w"], mean, rtol=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("neighbours", "public_key", "error"),
-    [
-        ([1], np.zeros(32, np.uint8), "silo 1 sent a mask_key in round 2 that is no X25519 public key"),
-        ([0, 1], None, "names silos [0, 1] as neighbours of silo 0 (itself, or beyond the 2 silos)"),
-    ],
-)
-def test_a_bad_key_or_setup_is_a_protocol_error_naming_who_sent_it(neighbours, public_key, error):
-    server, (honest, other) = channels(2)
-    cfg = AggregationConfig(screen=False, secure=True)
+@pytest.mark.parametrize(("silos", "leave"), [(8, (3,)), (8, (0, 7)), (64, (10,)), (64, (5, 6, 40))])
+def test_a_silo_that_leaves_after_dealing_its_shares_leaves_the_others_exact_sum(silos, leave):
+    """Its neighbours reveal their shares of its key, the server rebuilds it and takes its masks
+    out: the sum is the others' updates word for word (64 silos: 12 neighbours each, 7 shares
+    rebuild a key)."""
+    federation = Federation(silos, [0] * silos)
+    sums, *outcomes = federation.run(leave)
+    assert sorted(federation.left) == list(leave) and outcomes == [None] * silos
+    assert np.array_equal(sums.sums[0], federation.exact_sum(0, leave))
+    assert sorted(sums.summed_into) == [c for c in range(silos) if c not in leave]
+
+
+class RevealsAnother(SiloMasking):
+    """A holder that reveals a share other than the one it was dealt."""
+
+    def _reveal(self, channel, round, dealt):
+        super()._reveal(channel, round, {j: bytes(len(share)) for j, share in dealt.items()})
+
+
+def test_a_holder_that_reveals_another_share_is_named_and_no_honest_silo_is():
+    federation = Federation(5, [0] * 5)
+    sums, *outcomes = federation.run(leave=(2,), liars={4: RevealsAnother})
+    assert outcomes == [None] * 5 and isinstance(sums, ProtocolError)
+    assert "silo 4 revealed a share of silo 2's key in round 1 that is not the one it was dealt" in str(sums)
+
+
+class SendsNoKey(SiloMasking):
+    def send(self, channel, round, *args):
+        channel.send(SERVER, MaskKey(np.zeros(32, np.uint8)), round)
+
+
+def test_a_mask_key_that_agrees_no_secret_is_named_before_any_neighbour_gets_it():
+    federation = Federation(3, [0] * 3)
+    federation.server, federation.silos = channels(3, timeout_s=1.0)
+    sums, *_ = federation.run(liars={1: SendsNoKey})
+    assert isinstance(sums, ProtocolError) and "silo 1 sent a mask_key in round 1 that is no X25519 key" in str(sums)
+
+
+def test_a_setup_naming_the_silo_itself_is_a_protocol_error():
+    server, (silo, _) = channels(2, timeout_s=1.0)
+    setup = SecureSetup(0, 3, 1, np.asarray([0, 1], dtype=np.int64), np.zeros((2, 32), np.uint8))
 
     def serve():
-        server.send(0, SecureSetup(0, 3, np.asarray(neighbours, dtype=np.int64)), 2)
+        server.recv(0, MaskKey.expect(2))
+        server.send(0, setup, 2)
 
-    def hostile():
-        if public_key is not None:
-            other.send(0, MaskKey(public_key), 2)
-
-    _, outcome, _ = in_threads(
-        serve, lambda: SiloMasking(cfg, 0, 2, 0).send(honest, 2, {"w": np.ones(3, np.float32)}, None, 4), hostile
-    )
-    assert isinstance(outcome, ProtocolError) and error in str(outcome)
+    cfg = AggregationConfig(screen=False, secure=True)
+    _, outcome = in_threads(serve, lambda: SiloMasking(cfg, 0, 2, 0).send(silo, 2, {"w": np.ones(3)}, None, 4))
+    assert isinstance(outcome, ProtocolError)
+    assert "names silos [0, 1] as neighbours of silo 0 (itself, or beyond the 2 silos)" in str(outcome)

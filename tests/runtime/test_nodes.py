@@ -20,6 +20,7 @@ from cfl_mpi.config import load_config
 pytestmark = [pytest.mark.mpi, pytest.mark.nodes]
 
 QUICK = ["silos=8", "train.rounds=2", "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]
+SECURE = ["aggregation.screen=false", "aggregation.secure=true"]
 # The server and a silo rank on node1, two silo ranks on node2, one on node3.
 RANKS = {"node1": 2, "node2": 2, "node3": 1}
 
@@ -92,6 +93,15 @@ def test_rotated_mnist_across_three_nodes_gives_one_machines_results_bit_for_bit
             "train.rounds=1", "train.local_epochs=1", "model.channels=[8,16]", "strategy.pair_keys=seeded"]  # fmt: skip
     nodes = emulated_nodes(3)
     assert_bit_for_bit(across_nodes(tmp_path, nodes, "configs/rotated.yaml", sets, 16))
+
+
+def test_secure_aggregation_across_three_nodes_gives_one_machines_results_bit_for_bit(tmp_path, emulated_nodes):
+    """Keys, shares and masked updates from the silo ranks of three nodes over their links: the
+    masks cancel exactly, so the results are the simulated run's, bit for bit."""
+    nodes = emulated_nodes(3)
+    run = across_nodes(tmp_path, nodes, "configs/digits.yaml", [*QUICK, *SECURE], 8)
+    assert_bit_for_bit(run)
+    assert all(r["masked"] and r["bytes"]["mask_key"] > 0 and r["bytes"]["update"] == 0 for r in run["metrics"])
 
 
 # --------------------------------------------------------------------------- a node lost
