@@ -9,11 +9,14 @@ against hostile or broken silos.
 | `trimmed_mean` | coordinate-wise mean after cutting ⌊β·m⌋ values at each end | Yin et al. 2018, Def. 2 |
 | `norm_clip` | FedAvg of s_c + Δ_c · min(1, M / ‖Δ_c‖) | Sun et al. 2019, §4 "norm thresholding" |
 | `privacy.dp: central` | s̄ + (Σ_c clip(Δ_c, C) + N(0, (zC)²I)) / W, W: the cluster's size | McMahan et al. 2018 |
+| `privacy.dp: distributed` | the same, each silo adding N(0, (zC)²/W · I) (secure sums) | Kairouz et al. 2021 |
 
 Yin, Chen, Ramchandran, Bartlett: Byzantine-robust distributed learning: towards optimal
 statistical rates, ICML 2018. Sun, Kairouz, Suresh, McMahan: Can you really backdoor
 federated learning?, arXiv:1911.07963 (2019). McMahan, Ramage, Talwar, Zhang: Learning
-differentially private recurrent language models, ICLR 2018.
+differentially private recurrent language models, ICLR 2018. Kairouz, Liu, Steinke: The
+distributed discrete Gaussian mechanism for federated learning with secure aggregation, ICML
+2021.
 
 Δ_c = θ_c − s_c is silo c's update against the model s_c it started from (the server knows
 s_c: it sent it). `screen_updates` checks each member of a cluster against its own start and

@@ -255,6 +255,11 @@ def _privacy_problems(cfg: Config) -> Iterator[str]:
         )
     if REGISTRY[cfg.strategy.name].own_aggregation:
         yield f"privacy.dp: {cfg.strategy.name} aggregates its own models, which DP-FedAvg does not cover"
+    if cfg.privacy.dp == "distributed" and not cfg.aggregation.secure:
+        yield (
+            "privacy.dp: distributed noise is sound only where the server reads sums (set aggregation.secure: "
+            "true and aggregation.screen: false, or privacy.dp: central)"
+        )
     budget, rounds = cfg.privacy.epsilon, cfg.train.rounds
     if budget is not None and (spent := cfg.privacy.spent(rounds)) > budget:
         z = noise_multiplier_for(budget, rounds, cfg.privacy.delta)
@@ -274,10 +279,10 @@ def _secure_problems(cfg: Config) -> Iterator[str]:
             f"aggregation.secure: {cfg.strategy.name}'s server reads each silo's update (to cluster or pick its "
             "models), which secure aggregation hides (choose emdcfl, pacfl, fedwad, fedavg or oracle)"
         )
-    if cfg.privacy.on:
+    if cfg.privacy.dp == "central":
         yield (
             "aggregation.secure: privacy.dp central adds its noise to updates the server reads in the clear "
-            "(run one or the other)"
+            "(set privacy.dp: distributed, where the silos add it)"
         )
     fault = cfg.runtime.fault
     if fault is not None and (fault.kind in HOSTILE_UPDATES or fault.kind == "raise_after_update"):

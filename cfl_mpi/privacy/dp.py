@@ -13,9 +13,16 @@ The ε spent comes from the Rényi DP accountant (Mironov, *Rényi Differential 
 
 `dp: central` trusts the server: it receives each update in the clear and adds the noise.
 The noise protects the models it hands out (to the silos, and whoever they reach), not the
-updates from the server. The clustering round's own messages (EMD-CFL's projected embeddings
-and distances, PACFL's principal vectors, ...) are not covered.
-"""
+updates from the server. `dp: distributed` runs under secure aggregation, where the server
+reads each cluster's sum only: each of the W silos that mask in the round clips its own update
+and adds N(0, σ²/W · I), so that the sum carries N(0, σ²I) (the distributed Gaussian
+mechanism, as in Kairouz, Liu, Steinke, *The Distributed Discrete Gaussian Mechanism for
+Federated Learning with Secure Aggregation*, ICML 2021, here with continuous noise rounded to
+the fixed point). A silo that leaves mid-round takes its share of the noise with it: the sum
+then carries σ²(W − d)/W for d silos gone, and the ε reported assumes none left.
+
+Neither covers the clustering round's own messages (EMD-CFL's projected embeddings and
+distances, PACFL's principal vectors, ...)."""
 
 from __future__ import annotations
 
@@ -34,12 +41,14 @@ NOISE_STREAM = 0x4450
 
 # Client-level differential privacy of each cluster's model (DP-FedAvg: each update clipped,
 # the cluster's sum noised). none; central: the server clips and adds the noise (it sees every
-# update in the clear: the noise protects the models it hands out, not the updates from it).
+# update in the clear: the noise protects the models it hands out, not the updates from it);
+# distributed: under aggregation.secure, each silo clips and adds its share of the noise.
 @dataclass(frozen=True)
 class PrivacyConfig:
-    # none; central: DP-FedAvg at the server, which sees every update in the clear (not yet
-    # with secure aggregation, where the silos would add the noise among themselves).
-    dp: Literal["none", "central"] = "none"
+    # none; central: DP-FedAvg at the server, which sees every update in the clear;
+    # distributed: each silo clips its update and adds its share of the noise, and the server
+    # reads only each cluster's sum (needs aggregation.secure).
+    dp: Literal["none", "central", "distributed"] = "none"
     # C: the bound on the L2 norm of a silo's update θ_c − s_c (its floating-point arrays).
     clip: float = 1.0
     # z: the noise on a cluster's sum of clipped updates is Gaussian with standard deviation
@@ -77,10 +86,17 @@ class PrivacyConfig:
         return epsilon_spent(self.noise_multiplier, rounds, self.delta)
 
     def noise_generator(self, seed: int, round: int, cluster: int) -> np.random.Generator:
-        """The generator of one cluster's noise in one round."""
+        """The generator of one cluster's noise in one round (central)."""
         if self.noise == "seeded":
             return np.random.default_rng([seed, round, cluster, NOISE_STREAM])
         return np.random.default_rng()
+
+    def silo_noise(self, seed: int, round: int, silo: int, members: int, size: int) -> np.ndarray:
+        """A silo's share of its cluster's noise in one round (distributed): N(0, (zC)²/W) per
+        value, W the `members` that mask."""
+        rng = np.random.default_rng([seed, round, NOISE_STREAM, silo]) if self.noise == "seeded" else None
+        std = self.noise_multiplier * self.clip / math.sqrt(members)
+        return (rng or np.random.default_rng()).normal(0.0, std, size=size)
 
 
 def noise_multiplier_for(epsilon: float, rounds: int, delta: float) -> float:

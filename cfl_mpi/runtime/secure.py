@@ -33,9 +33,10 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from ..aggregation.masked_sums import MaskedSums, weighted_words, word_count
+from ..aggregation.masked_sums import MaskedSums, noised_words, weighted_words, word_count
 from ..aggregation.rules import AggregationConfig, Model, clip_update
 from ..channel import SERVER, Alternative, Channel, Pending, wait_all
+from ..privacy.dp import PrivacyConfig
 from ..privacy.handshake import PUBLIC_KEY_BYTES, new_private_key, pair_seed, public_bytes
 from ..privacy.key_shares import SEALED_BYTES, SHARE_BYTES, combine, commitment, seal, split, threshold_for, unseal
 from ..privacy.masking import encode, mask, masked, neighbour_count, neighbours
@@ -98,9 +99,11 @@ class ServerMasking:
         round: int,
         leaving: Alternative | None = None,
         refused: Refused | None = None,
+        noised: bool = False,
     ) -> None:
         self.channel, self.cfg, self.seed, self.round = channel, cfg, seed, round
         self.leaving, self.refused = leaving, refused
+        self.noised = noised  # privacy.dp: distributed: the silos send noised, clipped updates
         self.lone: list[int] = []  # clusters with one member masking: its sum is its update
 
     def run(
@@ -118,7 +121,8 @@ class ServerMasking:
             rounds[int(clusters[c])].dealt[c] = KeyShares.of(msg)
         self._forward(rounds)
         holders = sorted(c for r in rounds.values() for c in r.forwarded)
-        sums, last = MaskedSums(self.round, clusters, starts), None
+        members = {k: sorted(r.graph) for k, r in rounds.items()}
+        sums, last = MaskedSums(self.round, clusters, starts, members if self.noised else None), None
         words = word_count(like)
         for c, msg in self._gather(holders, lambda c: self._masked_expect(rounds, clusters, c, words)).items():
             update = MaskedUpdate.of(msg)
@@ -256,9 +260,17 @@ class SiloMasking:
     """A silo's part of a secure round: its key out, its shares dealt, its update masked with
     the neighbours that dealt theirs, and its shares of a silo that left revealed."""
 
-    def __init__(self, cfg: AggregationConfig, seed: int, silos: int, silo: int) -> None:
+    def __init__(
+        self, cfg: AggregationConfig, seed: int, silos: int, silo: int, privacy: PrivacyConfig | None = None
+    ) -> None:
         self.clip = cfg.clip_norm if cfg.rule == "norm_clip" else None
         self.seed, self.silos, self.silo = seed, silos, silo
+        self.dp = privacy if privacy is not None and privacy.dp == "distributed" else None
+
+    @property
+    def keeps_start(self) -> bool:
+        """Whether `send` needs the model training started from (to clip the update)."""
+        return self.clip is not None or self.dp is not None
 
     def send(
         self,
@@ -270,8 +282,9 @@ class SiloMasking:
         before_masking: Callable[[], None] = lambda: None,
     ) -> None:
         """`trained` (clipped to `aggregation.clip_norm` from `start` under norm_clip), weighted
-        by `n_samples`, masked and sent to the server; `before_masking` runs once the shares are
-        dealt (a fault to inject there)."""
+        by `n_samples`, masked and sent to the server; under `privacy.dp: distributed` its
+        update from `start` clipped to `privacy.clip`, plus its share of the noise, instead.
+        `before_masking` runs once the shares are dealt (a fault to inject there)."""
         if self.clip is not None:
             assert start is not None, "norm_clip keeps the start it clips from"
             trained = clip_update(trained, start, self.clip)
@@ -294,11 +307,19 @@ class SiloMasking:
         channel.send(SERVER, KeyShares(_rows(sealed, SEALED_BYTES)), round)
         dealt = self._dealt(channel, round, near, secrets, context)
         before_masking()
-        words = encode(weighted_words(trained, n_samples), setup.members)
+        words = encode(self._values(trained, start, n_samples, round, setup.members), setup.members)
         words = masked(words, self.silo, {j: secrets[j][0] for j in dealt})
         digests = [commitment(share, share_context(context, j, self.silo)) for j, share in dealt.items()]
         channel.send(SERVER, MaskedUpdate(words.view(np.int64), _rows(digests, DIGEST_BYTES)), round)
         self._reveal(channel, round, dealt)
+
+    def _values(self, trained: Model, start: Model | None, n_samples: int, round: int, members: int) -> np.ndarray:
+        """What the silo masks: n·θ and n, or under distributed DP its clipped update noised and 1."""
+        if self.dp is None:
+            return weighted_words(trained, n_samples)
+        assert start is not None, "distributed DP keeps the start it clips from"
+        noise = self.dp.silo_noise(self.seed, round, self.silo, members, word_count(trained) - 1)
+        return noised_words(clip_update(trained, start, self.dp.clip), start, noise)
 
     def _setup(self, channel: Channel, round: int) -> SecureSetup:
         setup = SecureSetup.of(channel.recv(SERVER, SecureSetup.expect(round)))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..aggregation.masked_sums import MaskedSums
 from ..aggregation.rules import ClusterSums, Decision
 from ..channel import Alternative, Channel, Pending, wait_all
 from ..clustering.labels import adjusted_rand_index
@@ -205,8 +206,8 @@ class Server:
             record["slowest_update"] = slowest
         if ctx.sums is not None:
             record["summed_on_arrival"] = True  # no update was held: see aggregation.ClusterSums
-        if self.cfg.aggregation.secure:
-            record["masked"] = True  # the server read each cluster's sum of masked updates only
+        if isinstance(ctx.sums, MaskedSums):  # the server read each cluster's sum of masked updates only
+            record["masked"] = sorted(ctx.sums.summed_into)  # the silos whose updates entered a sum
         left = [{"silo": c, **d} for c, d in self.dropped.items() if d["round"] == t]
         if self.cfg.runtime.on_silo_failure == "drop":
             record["dropped"] = left
@@ -331,7 +332,10 @@ class Server:
         and no silo's sample count, is ever readable). Returns the slowest update, as
         `receive_updates` does."""
         t, start = ctx.round, time.monotonic()
-        masking = ServerMasking(self.channel, self.cfg.aggregation, self.cfg.seed, t, ctx.leaving, self._refused(t))
+        noised = self.cfg.privacy.dp == "distributed"
+        masking = ServerMasking(
+            self.channel, self.cfg.aggregation, self.cfg.seed, t, ctx.leaving, self._refused(t), noised
+        )
         ctx.sums, last = masking.run(list(ctx.participants), clusters, ctx.start_models, self.theta0)
         if new := sorted(set(masking.lone) - self.lone):
             self.lone |= set(new)
@@ -512,6 +516,8 @@ class Server:
 def updated(record: dict) -> list[int]:
     """The silos whose updates came in a round's record (its participants, in a record of a
     version that kept no `samples`)."""
+    if "masked" in record:
+        return list(record["masked"])
     if "samples" not in record:
         return list(record["participants"])
     return [c for c, n in enumerate(record["samples"]) if n is not None]

@@ -127,7 +127,8 @@ class SiloRounds:
         self.protocol = silo_half(cfg)
         mark("strategy")
         self.kinds = message_kinds(cfg)
-        self.masking = SiloMasking(cfg.aggregation, cfg.seed, cfg.silos, silo) if cfg.aggregation.secure else None
+        secure = cfg.aggregation.secure
+        self.masking = SiloMasking(cfg.aggregation, cfg.seed, cfg.silos, silo, cfg.privacy) if secure else None
         self.template = state_template(own.model)
         self.reported: Counter[str] = Counter()  # the bytes sent by kind, as of the last report
 
@@ -190,7 +191,7 @@ class SiloRounds:
         ctx = SiloRound(t, silo, self.channel, model, self.data, self.device, cfg.silos, first=first, compute=compute)
         self.protocol.before_training(ctx)
         start = model.state_dict() if shares_weights(model) else None  # the shared arrays it trains from
-        clips = self.masking is not None and self.masking.clip is not None
+        clips = self.masking is not None and self.masking.keeps_start
         clip_from = {k: a.copy() for k, a in state_arrays(model).items()} if clips else None  # training moves them
         seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
         faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))

@@ -15,7 +15,8 @@ from cfl_mpi.aggregation.masked_sums import MaskedSums, weighted_words
 from cfl_mpi.aggregation.rules import AggregationConfig
 from cfl_mpi.channel import SERVER, Alternative, LocalChannel, LocalHub
 from cfl_mpi.config import ConfigError
-from cfl_mpi.privacy.masking import encode
+from cfl_mpi.privacy.dp import PrivacyConfig, epsilon_spent
+from cfl_mpi.privacy.masking import decode, encode
 from cfl_mpi.runtime.checkpoint import load_checkpoint
 from cfl_mpi.runtime.secure import ServerMasking, SiloMasking
 from cfl_mpi.wire.messages import ProtocolError
@@ -34,7 +35,7 @@ SHORT = ["train.rounds=2", "train.local_epochs=1", "strategy.pair_keys=seeded"]
         ({"aggregation": {"secure": True, "screen": False, "secure_neighbours": 3}}, "must be even and at least 2"),
         ({"strategy": {"name": "cfl"}}, "aggregation.secure: cfl's server reads each silo's update"),
         ({"strategy": {"name": "ifca", "k": 2}}, "aggregation.secure: ifca's server reads each silo's update"),
-        ({"privacy": {"dp": "central"}}, "aggregation.secure: privacy.dp central adds its noise"),
+        ({"privacy": {"dp": "central"}}, "set privacy.dp: distributed, where the silos add it"),
         (
             {"runtime": {"fault": {"silo": 1, "round": 1, "kind": "scaled_update"}}},
             "runtime.fault.kind: scaled_update plays with a plain update, which aggregation.secure masks",
@@ -46,6 +47,11 @@ def test_what_secure_aggregation_cannot_cover_is_a_config_error(tmp_path, overri
     with pytest.raises(ConfigError) as err:
         config_from(tmp_path, {"silos": 4, "data": {"name": "rotated_digits"}, **section, **overrides})
     assert message in str(err.value)
+
+
+def test_distributed_noise_needs_secure_aggregation(tmp_path):
+    with pytest.raises(ConfigError, match="privacy.dp: distributed noise is sound only where the server reads sums"):
+        config_from(tmp_path, {"silos": 4, "data": {"name": "rotated_digits"}, "privacy": {"dp": "distributed"}})
 
 
 def test_a_fault_after_the_shares_needs_a_secure_round(tmp_path):
@@ -135,6 +141,20 @@ def test_a_silo_that_leaves_mid_round_leaves_the_model_of_the_others(tmp_path):
             np.testing.assert_allclose(secure_model[name], a, rtol=0, atol=1e-4)
 
 
+@pytest.mark.job
+def test_distributed_dp_reports_the_accountant_s_epsilon_and_keeps_emd_cfl_s_clusters(tmp_path):
+    """Two secure rounds of the digits federation with the silos adding the noise: ε after each
+    round is the accountant's for the same z, and the clusters (fixed in round 1, before any
+    noise) are those of the run without DP."""
+    plain, plain_records = simulate_job("configs/digits.yaml", tmp_path / "plain", *SHORT, *SECURE)
+    private = ["privacy.dp=distributed", "privacy.clip=0.05", "privacy.noise_multiplier=1.5", "privacy.noise=seeded"]
+    summary, records = simulate_job("configs/digits.yaml", tmp_path / "dp", *SHORT, *SECURE, *private)
+    assert [r["privacy"]["epsilon"] for r in records] == [epsilon_spent(1.5, t, 1e-5) for t in (1, 2)]
+    assert summary["privacy"] == {"epsilon": epsilon_spent(1.5, 2, 1e-5), "delta": 1e-5, "rounds": 2}
+    assert [r["clusters"] for r in records] == [r["clusters"] for r in plain_records]
+    assert all(r["masked"] == list(range(8)) for r in records)
+
+
 @pytest.mark.mpi
 def test_a_secure_mpi_job_finds_the_four_rotations(tmp_path):
     """The same exchange across real ranks: keys, setups, shares and masked updates through rank 0."""
@@ -153,9 +173,11 @@ class Federation:
     models, and whichever silos leave after dealing their shares (sending `Leave` in place of
     their masked update, as `runtime.on_silo_failure: drop` has them do)."""
 
-    def __init__(self, silos: int, clusters: list[int], words: int = 40, seed: int = 0) -> None:
+    def __init__(
+        self, silos: int, clusters: list[int], words: int = 40, seed: int = 0, privacy: PrivacyConfig | None = None
+    ) -> None:
         rng = np.random.default_rng(seed)
-        self.cfg = AggregationConfig(screen=False, secure=True)
+        self.cfg, self.privacy = AggregationConfig(screen=False, secure=True), privacy
         self.like = {"w": np.zeros(words, np.float32)}
         self.models = {c: {"w": rng.normal(size=words).astype(np.float32)} for c in range(silos)}
         self.counts = rng.integers(5, 500, size=silos).tolist()
@@ -165,7 +187,8 @@ class Federation:
 
     def serve(self, masking_class=None):
         leaving = Alternative(Leave.KIND, lambda _: Leave.expect(1), lambda msg: self.left.append(msg.sender))
-        masking = ServerMasking(self.server, self.cfg, 0, 1, leaving)
+        noised = self.privacy is not None and self.privacy.dp == "distributed"
+        masking = ServerMasking(self.server, self.cfg, 0, 1, leaving, noised=noised)
         silos = list(range(len(self.silos)))
         return masking.run(silos, self.clusters, dict.fromkeys(silos, self.like), self.like)[0]
 
@@ -175,8 +198,8 @@ class Federation:
 
         def body():
             try:
-                masking_class(self.cfg, 0, len(self.silos), c).send(
-                    self.silos[c], 1, self.models[c], None, self.counts[c], fail if leaves else lambda: None
+                masking_class(self.cfg, 0, len(self.silos), c, self.privacy).send(
+                    self.silos[c], 1, self.models[c], self.like, self.counts[c], fail if leaves else lambda: None
                 )
             except RuntimeError as err:
                 self.silos[c].send(SERVER, Leave(str(err)), 1)
@@ -221,6 +244,26 @@ def test_a_silo_that_leaves_after_dealing_its_shares_leaves_the_others_exact_sum
     assert sorted(federation.left) == list(leave) and outcomes == [None] * silos
     assert np.array_equal(sums.sums[0], federation.exact_sum(0, leave))
     assert sorted(sums.summed_into) == [c for c in range(silos) if c not in leave]
+
+
+def test_distributed_noise_sums_to_the_central_noise_and_the_model_is_dp_fedavg_s():
+    """Under privacy.dp: distributed each of the W silos adds N(0, (zC)²/W): their masked sum
+    carries N(0, (zC)²) per value (20,000 values: the sample sd within 2 % of zC, 4 sd of
+    its own spread 0.5 %) beside Σ clip(Δ_c), and the model is s̄ + (Σ clip(Δ) + noise) / W."""
+    privacy = PrivacyConfig(dp="distributed", clip=0.5, noise_multiplier=2.0, noise="seeded")
+    federation = Federation(8, [0] * 8, words=20_000, privacy=privacy)
+    federation.models = {c: {"w": np.zeros(20_000, np.float32)} for c in range(8)}  # Δ = 0: the sum is the noise
+    federation.models[3] = {"w": np.full(20_000, 0.01, np.float32)}  # ‖Δ‖ = 1.41: clipped to 0.5
+    sums, *outcomes = federation.run()
+    assert outcomes == [None] * 8
+    total = decode(sums.sums[0])
+    clipped = 0.5 / np.sqrt(20_000)
+    assert total[-1] == 8  # one per silo: W
+    assert abs(np.std(total[:-1]) / (2.0 * 0.5) - 1) < 0.02
+    noise = sum(privacy.silo_noise(0, 1, c, 8, 20_000) for c in range(8))  # seeded: each silo's, again
+    np.testing.assert_allclose(total[:-1] - noise, clipped, atol=1e-8)  # Σ clip(Δ_c): silo 3's, clipped
+    out, _ = sums.averages(federation.clusters, {})
+    np.testing.assert_allclose(out[0]["w"], (total[:-1] / 8).astype(np.float32), rtol=1e-6)
 
 
 class RevealsAnother(SiloMasking):
