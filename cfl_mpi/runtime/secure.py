@@ -37,7 +37,7 @@ from ..aggregation.masked_sums import MaskedSums, noised_words, weighted_words, 
 from ..aggregation.rules import AggregationConfig, Model, clip_update
 from ..channel import SERVER, Alternative, Channel, Pending, wait_all
 from ..privacy.dp import PrivacyConfig
-from ..privacy.handshake import PUBLIC_KEY_BYTES, new_private_key, pair_seed, public_bytes
+from ..privacy.handshake import new_private_key, pair_seed, public_bytes
 from ..privacy.key_shares import SEALED_BYTES, SHARE_BYTES, combine, commitment, seal, split, threshold_for, unseal
 from ..privacy.masking import encode, mask, masked, neighbour_count, neighbours
 from ..wire.messages import Expect, Message, ProtocolError
@@ -159,40 +159,39 @@ class ServerMasking:
         self.refused(silo, err)
 
     def _setups(self, keys: dict[int, np.ndarray], clusters: np.ndarray) -> dict[int, ClusterRound]:
-        """Each cluster's graph over the silos that sent keys, and their setups out."""
+        """Each cluster's graph over the silos that sent keys, and its setup out to them."""
         rounds, sends = {}, []
         for k in sorted({int(clusters[c]) for c in keys}):
             members = sorted(c for c in keys if clusters[c] == k)
             rng = np.random.default_rng([self.seed, self.round, k, GRAPH_STREAM])
-            graph = neighbours(members, neighbour_count(len(members), self.cfg.secure_neighbours), rng)
+            degree = neighbour_count(len(members), self.cfg.secure_neighbours)
+            graph = neighbours(members, degree, rng)
             rounds[k] = ClusterRound(mask_context(self.seed, self.round, k), graph, {c: keys[c] for c in members})
             if len(members) == 1:
                 self.lone.append(k)
-            for c in members:
-                near = graph[c]
-                setup = SecureSetup(
-                    k,
-                    len(members),
-                    threshold_for(len(near)) if near else 1,
-                    np.asarray(near, dtype=np.int64),
-                    np.stack([keys[j] for j in near]) if near else np.zeros((0, PUBLIC_KEY_BYTES), np.uint8),
-                )
-                sends.append(self.channel.isend(c, setup, self.round))
+            setup = SecureSetup(
+                k,
+                threshold_for(degree) if degree else 1,
+                np.asarray(members, dtype=np.int64),
+                np.stack([keys[c] for c in members]),
+                np.asarray([graph[c] for c in members], dtype=np.int64).reshape(len(members), degree),
+            )
+            sends.append(self.channel.isend_all(members, setup, self.round))
         wait_all(sends)
         return rounds
 
     def _forward(self, rounds: dict[int, ClusterRound]) -> None:
-        """To each silo that dealt its shares, the shares its neighbours that dealt theirs
-        sealed for it: those are the neighbours it masks with."""
+        """To each cluster's members that dealt, every dealer's sealed shares: a member opens
+        those sealed for it, and masks with the neighbours that dealt."""
         sends: list[Pending] = []
         for r in rounds.values():
-            for holder in sorted(r.dealt):
-                dealers = [d for d in r.graph[holder] if d in r.dealt]
-                rows = [r.dealt[d].sealed[r.graph[d].index(holder)] for d in dealers]
-                r.forwarded[holder] = dealers
-                sealed = np.stack(rows) if rows else np.zeros((0, SEALED_BYTES), np.uint8)
-                forwarded = ForwardedShares(np.asarray(dealers, np.int64), sealed)
-                sends.append(self.channel.isend(holder, forwarded, self.round))
+            if not r.dealt:
+                continue
+            dealers = sorted(r.dealt)
+            for holder in dealers:
+                r.forwarded[holder] = [d for d in r.graph[holder] if d in r.dealt]
+            sealed = np.stack([r.dealt[d].sealed for d in dealers])
+            sends.append(self.channel.isend_all(dealers, ForwardedShares(np.asarray(dealers), sealed), self.round))
         wait_all(sends)
 
     def _masked_expect(self, rounds: dict[int, ClusterRound], clusters: np.ndarray, c: int, words: int) -> Expect:
@@ -203,16 +202,15 @@ class ServerMasking:
         shares of its key, checked against their digests; the key rebuilt and checked against
         its public key; its masks taken out of the words of the neighbours that masked with it."""
         requests: dict[int, list[int]] = {}
+        sends: list[Pending] = []
         for r in rounds.values():
-            silent = set(r.dealt) - set(r.commitments)
+            silent = sorted(set(r.dealt) - set(r.commitments))
             for holder in sorted(r.commitments):
-                requests[holder] = [d for d in r.forwarded[holder] if d in silent]
-        wait_all(
-            [
-                self.channel.isend(c, UnmaskRequest(np.asarray(left, dtype=np.int64)), self.round)
-                for c, left in requests.items()
-            ]
-        )
+                requests[holder] = [d for d in silent if d in r.forwarded[holder]]
+            if r.commitments:
+                request = UnmaskRequest(np.asarray(silent, dtype=np.int64))
+                sends.append(self.channel.isend_all(sorted(r.commitments), request, self.round))
+        wait_all(sends)
         asked = sorted(c for c, left in requests.items() if left)
         expect = {c: RevealedShares.expect(self.round, left=len(requests[c])) for c in asked}
         shares: dict[int, dict[int, bytes]] = {}  # the silo that left → holder → share
@@ -290,28 +288,27 @@ class SiloMasking:
             trained = clip_update(trained, start, self.clip)
         key = new_private_key()
         channel.send(SERVER, MaskKey(public_bytes(key)), round)
-        setup = self._setup(channel, round)
-        context = mask_context(self.seed, round, setup.cluster)
-        near = setup.neighbours.tolist()
+        setup, near = self._setup(channel, round)
+        context, members = mask_context(self.seed, round, setup.cluster), len(setup.members)
+        key_of = dict(zip(setup.members.tolist(), setup.keys))
         secrets = {}
-        for j, public in zip(near, setup.keys):
+        for j in near:
             try:
-                secrets[j] = pair_secrets(key, public, self.silo, j, context)
+                secrets[j] = pair_secrets(key, key_of[j], self.silo, j, context)
             except ValueError as err:
                 raise ProtocolError(
                     f"the server's secure_setup of round {round} gives silo {j} a key that is no X25519 public key"
                 ) from err
-        raw = key.private_bytes_raw()
-        shares = split(raw, near, setup.threshold) if near else {}
+        shares = split(key.private_bytes_raw(), near, setup.threshold) if near else {}
         sealed = [seal(secrets[j][1], shares[j], share_context(context, self.silo, j)) for j in near]
         channel.send(SERVER, KeyShares(_rows(sealed, SEALED_BYTES)), round)
-        dealt = self._dealt(channel, round, near, secrets, context)
+        dealt = self._dealt(channel, round, setup, near, secrets, context)
         before_masking()
-        words = encode(self._values(trained, start, n_samples, round, setup.members), setup.members)
+        words = encode(self._values(trained, start, n_samples, round, members), members)
         words = masked(words, self.silo, {j: secrets[j][0] for j in dealt})
         digests = [commitment(share, share_context(context, j, self.silo)) for j, share in dealt.items()]
         channel.send(SERVER, MaskedUpdate(words.view(np.int64), _rows(digests, DIGEST_BYTES)), round)
-        self._reveal(channel, round, dealt)
+        self._reveal(channel, round, setup, dealt)
 
     def _values(self, trained: Model, start: Model | None, n_samples: int, round: int, members: int) -> np.ndarray:
         """What the silo masks: n·θ and n, or under distributed DP its clipped update noised and 1."""
@@ -321,31 +318,42 @@ class SiloMasking:
         noise = self.dp.silo_noise(self.seed, round, self.silo, members, word_count(trained) - 1)
         return noised_words(clip_update(trained, start, self.dp.clip), start, noise)
 
-    def _setup(self, channel: Channel, round: int) -> SecureSetup:
+    def _setup(self, channel: Channel, round: int) -> tuple[SecureSetup, list[int]]:
+        """The cluster's setup, and this silo's neighbours in its graph."""
         setup = SecureSetup.of(channel.recv(SERVER, SecureSetup.expect(round)))
-        near = setup.neighbours.tolist()
-        if self.silo in near or max(near, default=0) >= self.silos:
+        members = setup.members.tolist()
+        if self.silo not in members or max(members) >= self.silos:
             raise ProtocolError(
-                f"the server's secure_setup of round {round} names silos {near[:8]} as neighbours of "
-                f"silo {self.silo} (itself, or beyond the {self.silos} silos)"
+                f"the server's secure_setup of round {round} names silos {members[:8]} as its cluster's members, "
+                f"without silo {self.silo} or beyond the {self.silos} silos"
             )
-        return setup
+        return setup, setup.graph[members.index(self.silo)].tolist()
 
     def _dealt(
-        self, channel: Channel, round: int, near: list[int], secrets: dict[int, tuple[bytes, bytes]], context: bytes
+        self,
+        channel: Channel,
+        round: int,
+        setup: SecureSetup,
+        near: list[int],
+        secrets: dict[int, tuple[bytes, bytes]],
+        context: bytes,
     ) -> dict[int, bytes]:
-        """The shares the neighbours dealt this silo (dealer → share), unsealed."""
-        forwarded = ForwardedShares.of(channel.recv(SERVER, ForwardedShares.expect(round)))
+        """The shares the neighbours that dealt sealed for this silo (dealer → share, in the
+        order of its neighbours), unsealed."""
+        forwarded = ForwardedShares.of(channel.recv(SERVER, ForwardedShares.expect(round, degree=setup.graph.shape[1])))
         dealers = forwarded.dealers.tolist()
-        if len(set(dealers)) != len(dealers) or not set(dealers) <= set(near):
+        members = setup.members.tolist()
+        if len(set(dealers)) != len(dealers) or not set(dealers) <= set(members):
             raise ProtocolError(
                 f"the server's forwarded_shares of round {round} come from silos {dealers[:8]}, not all "
-                f"neighbours of silo {self.silo}"
+                f"members of silo {self.silo}'s cluster"
             )
+        rows = dict(zip(dealers, forwarded.sealed))
         out = {}
-        for j, sealed in zip(dealers, forwarded.sealed):
+        for j in (j for j in near if j in rows):
+            place = setup.graph[members.index(j)].tolist().index(self.silo)  # the graph is symmetric (checked)
             try:
-                out[j] = unseal(secrets[j][1], bytes(sealed), share_context(context, j, self.silo))
+                out[j] = unseal(secrets[j][1], bytes(rows[j][place]), share_context(context, j, self.silo))
             except InvalidTag as err:
                 raise ProtocolError(
                     f"silo {j} dealt silo {self.silo} a key share in round {round} that is not sealed for it "
@@ -353,17 +361,17 @@ class SiloMasking:
                 ) from err
         return out
 
-    def _reveal(self, channel: Channel, round: int, dealt: dict[int, bytes]) -> None:
-        """The shares of the silos that left, as the server asks; only of silos that dealt this
-        one a share."""
+    def _reveal(self, channel: Channel, round: int, setup: SecureSetup, dealt: dict[int, bytes]) -> None:
+        """Its shares of the keys of the silos that left, as the server asks: of those that
+        dealt it one."""
         left = UnmaskRequest.of(channel.recv(SERVER, UnmaskRequest.expect(round))).left.tolist()
-        if not set(left) <= set(dealt) or len(set(left)) != len(left):
+        if not set(left) <= set(setup.members.tolist()) or len(set(left)) != len(left):
             raise ProtocolError(
                 f"the server's unmask_request of round {round} asks for the shares of silos {left[:8]}, "
-                f"not all of which dealt silo {self.silo} one"
+                f"not all of them members of silo {self.silo}'s cluster"
             )
-        if left:
-            channel.send(SERVER, RevealedShares(_rows([dealt[j] for j in left], SHARE_BYTES)), round)
+        if held := [j for j in left if j in dealt]:
+            channel.send(SERVER, RevealedShares(_rows([dealt[j] for j in held], SHARE_BYTES)), round)
 
 
 def _rows(items: list[bytes], width: int) -> np.ndarray:

@@ -1,6 +1,8 @@
 """The messages of secure aggregation (`aggregation.secure`), each declared once (payload.py).
 Every one travels between a silo and the server: the server relays what silos address to each
-other (public keys, sealed shares), so that a silo that leaves never leaves a peer waiting."""
+other (public keys, sealed shares), so that a silo that leaves never leaves a peer waiting, and
+sends what a cluster's members share as one message for the cluster (`Channel.isend_all`: once
+per rank)."""
 
 from __future__ import annotations
 
@@ -24,22 +26,26 @@ class MaskKey(Payload, kind="mask_key"):
 
 
 class SecureSetup(Payload, kind="secure_setup"):
-    """server → silo: its cluster, how many of the cluster's members mask this round (the
-    bound on its fixed-point values), the shares that rebuild a key, and its neighbours in the
-    round's graph with their public keys."""
+    """server → every member of a cluster that sent a key (one message for the cluster): the
+    members, their public keys, the round's graph over them (row i: the neighbours of member
+    i) and the shares that rebuild a key."""
 
     cluster: int = scalar(int, 0, math.inf)
-    members: int = scalar(int, 1, math.inf)
     threshold: int = scalar(int, 1, math.inf)
-    neighbours: np.ndarray = array("int64", "neighbours")
-    keys: np.ndarray = array("uint8", "neighbours", PUBLIC_KEY_BYTES)
+    members: np.ndarray = array("int64", "members")
+    keys: np.ndarray = array("uint8", "members", PUBLIC_KEY_BYTES)
+    graph: np.ndarray = array("int64", "members", "degree")
 
     def problem(self) -> str | None:
-        listed = self.neighbours.tolist()
-        if len(set(listed)) != len(listed) or min(listed, default=0) < 0 or len(listed) >= self.members:
-            return f"neighbours {listed[:8]} (repeated, negative, or as many as the {self.members} members)"
-        if listed and self.threshold > len(listed):
-            return f"threshold {self.threshold} above its {len(listed)} neighbours"
+        members = self.members.tolist()
+        if len(set(members)) != len(members) or min(members, default=0) < 0:
+            return f"members {members[:8]} (repeated or negative)"
+        edges = {(a, b) for a, row in zip(members, self.graph.tolist()) for b in row}
+        rows_ok = all(len(set(row)) == len(row) and a not in row for a, row in zip(members, self.graph.tolist()))
+        if not rows_ok or not {b for _, b in edges} <= set(members) or any((b, a) not in edges for a, b in edges):
+            return "a graph that is not one over the members (a repeated, outside or one-way neighbour, or a loop)"
+        if self.graph.shape[1] and self.threshold > self.graph.shape[1]:
+            return f"threshold {self.threshold} above the {self.graph.shape[1]} neighbours of each member"
         return None
 
 
@@ -51,11 +57,12 @@ class KeyShares(Payload, kind="key_shares"):
 
 
 class ForwardedShares(Payload, kind="forwarded_shares"):
-    """server → silo: the sealed shares its neighbours dealt it (those that dealt: the ones it
-    masks with)."""
+    """server → every member of a cluster that dealt (one message for the cluster): each
+    dealer's sealed shares, row by row in the order of its neighbours; a member opens those
+    sealed for it, and masks with the neighbours that dealt."""
 
     dealers: np.ndarray = array("int64", "dealers")
-    sealed: np.ndarray = array("uint8", "dealers", SEALED_BYTES)
+    sealed: np.ndarray = array("uint8", "dealers", "degree", SEALED_BYTES)
 
 
 class MaskedUpdate(Payload, kind="masked_update"):
@@ -68,14 +75,16 @@ class MaskedUpdate(Payload, kind="masked_update"):
 
 
 class UnmaskRequest(Payload, kind="unmask_request"):
-    """server → silo, once the masked updates are in: the silos that dealt it shares and left
-    before their masked update (mostly none), whose shares it is to reveal."""
+    """server → every member of a cluster whose masked update came (one message for the
+    cluster): the members that dealt shares and left before their masked update (mostly
+    none), whose shares each holds it is to reveal."""
 
     left: np.ndarray = array("int64", "left")
 
 
 class RevealedShares(Payload, kind="revealed_shares"):
-    """silo → server: its shares of the keys of the silos that left, in the request's order."""
+    """silo → server: its shares of the keys of the silos that left and dealt it one, in the
+    request's order."""
 
     shares: np.ndarray = array("uint8", "left", SHARE_BYTES)
 

@@ -269,8 +269,8 @@ def test_distributed_noise_sums_to_the_central_noise_and_the_model_is_dp_fedavg_
 class RevealsAnother(SiloMasking):
     """A holder that reveals a share other than the one it was dealt."""
 
-    def _reveal(self, channel, round, dealt):
-        super()._reveal(channel, round, {j: bytes(len(share)) for j, share in dealt.items()})
+    def _reveal(self, channel, round, setup, dealt):
+        super()._reveal(channel, round, setup, {j: bytes(len(share)) for j, share in dealt.items()})
 
 
 def test_a_holder_that_reveals_another_share_is_named_and_no_honest_silo_is():
@@ -292,9 +292,20 @@ def test_a_mask_key_that_agrees_no_secret_is_named_before_any_neighbour_gets_it(
     assert isinstance(sums, ProtocolError) and "silo 1 sent a mask_key in round 1 that is no X25519 key" in str(sums)
 
 
-def test_a_setup_naming_the_silo_itself_is_a_protocol_error():
+@pytest.mark.parametrize(
+    ("members", "graph", "error"),
+    [
+        ([1, 2], [[2], [1]], "without silo 0 or beyond the 2 silos"),
+        ([0, 1, 2], [[1], [2], [0]], "a graph that is not one over the members (a repeated, outside or one-way"),
+        ([0, 1], [[0], [1]], "a graph that is not one over the members"),
+    ],
+)
+def test_a_setup_that_is_no_graph_over_the_cluster_is_a_protocol_error(members, graph, error):
+    """The silo checks the server's setup before it deals anything: its own place, and a
+    graph whose every edge runs both ways (else masks would not cancel, silently)."""
     server, (silo, _) = channels(2, timeout_s=1.0)
-    setup = SecureSetup(0, 3, 1, np.asarray([0, 1], dtype=np.int64), np.zeros((2, 32), np.uint8))
+    keys = np.zeros((len(members), 32), np.uint8)
+    setup = SecureSetup(0, 1, np.asarray(members, dtype=np.int64), keys, np.asarray(graph, dtype=np.int64))
 
     def serve():
         server.recv(0, MaskKey.expect(2))
@@ -302,5 +313,4 @@ def test_a_setup_naming_the_silo_itself_is_a_protocol_error():
 
     cfg = AggregationConfig(screen=False, secure=True)
     _, outcome = in_threads(serve, lambda: SiloMasking(cfg, 0, 2, 0).send(silo, 2, {"w": np.ones(3)}, None, 4))
-    assert isinstance(outcome, ProtocolError)
-    assert "names silos [0, 1] as neighbours of silo 0 (itself, or beyond the 2 silos)" in str(outcome)
+    assert isinstance(outcome, ProtocolError) and error in str(outcome), outcome
