@@ -156,11 +156,15 @@ def test_distributed_dp_reports_the_accountant_s_epsilon_and_keeps_emd_cfl_s_clu
 
 
 @pytest.mark.mpi
-def test_a_secure_mpi_job_finds_the_four_rotations(tmp_path):
-    """The same exchange across real ranks: keys, setups, shares and masked updates through rank 0."""
-    proc, summary, records = run_job("configs/digits.yaml", tmp_path, *SHORT, *SECURE)
-    assert summary["ari"] == 1.0 and all(r["masked"] for r in records)
+def test_a_secure_mpi_job_with_distributed_dp_finds_the_four_rotations(tmp_path):
+    """The same exchange across real ranks (keys, setups, shares and masked updates through
+    rank 0), each silo adding its share of the noise: the clusters of round 1, and the
+    accountant's ε."""
+    private = ["privacy.dp=distributed", "privacy.clip=0.05", "privacy.noise_multiplier=1.5"]
+    proc, summary, records = run_job("configs/digits.yaml", tmp_path, *SHORT, *SECURE, *private)
+    assert summary["ari"] == 1.0 and all(r["masked"] == list(range(8)) for r in records)
     assert all(r["bytes"]["mask_key"] > 0 and r["bytes"]["update"] == 0 for r in records)
+    assert summary["privacy"]["epsilon"] == epsilon_spent(1.5, 2, 1e-5)
 
 
 def channels(silos: int, timeout_s: float = 5.0):
