@@ -76,8 +76,8 @@ class MaskedSums:
             raise ValueError(f"silos {moved[:5]} moved to another cluster after their updates were summed")
         models = {}
         for k, words in self.sums.items():
-            first = min(c for c, j in self.summed_into.items() if j == k)
             if self.noised is None:
+                first = min(c for c, j in self.summed_into.items() if j == k)
                 models[k] = self._mean(decode(words), self.starts[first])
             else:
                 models[k] = self._noised_mean(decode(words), [self.starts[c] for c in self.noised[k]])

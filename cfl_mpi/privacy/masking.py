@@ -27,7 +27,7 @@ MASK_NONCE = bytes(16)  # one stream per pair secret, which is fresh each round 
 
 def neighbour_count(members: int, given: int | None = None) -> int:
     """k, the neighbours of each member: `given` (even: a Harary graph joins k/2 on either
-    side), else every other member up to 8, and 2⌈log₂ n⌉ beyond; at most n − 1."""
+    side), else every other member in a cluster of up to 9, and 2⌈log₂ n⌉ beyond; at most n − 1."""
     if given is not None:
         return min(given, members - 1)
     if members <= 9:

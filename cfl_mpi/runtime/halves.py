@@ -14,7 +14,6 @@ from ..config import Config
 from ..strategies import REGISTRY
 from ..strategies.base import Halves, Model, RunFacts, SiloProtocol, Strategy
 from ..wire.messages import Kind
-from ..wire.secure import SECURE_KINDS
 
 
 def run_facts(cfg: Config) -> RunFacts:
@@ -50,8 +49,12 @@ def halves(cfg: Config) -> Halves:
 
 def message_kinds(cfg: Config) -> tuple[Kind, ...]:
     """Every kind a run of the config sends, in the order metrics count them: the strategy's,
-    and secure aggregation's where it is on."""
-    return halves(cfg).all_kinds + (SECURE_KINDS if cfg.aggregation.secure else ())
+    and secure aggregation's where it is on (declared in a module only such runs import)."""
+    if not cfg.aggregation.secure:
+        return halves(cfg).all_kinds
+    from ..wire.secure import SECURE_KINDS
+
+    return halves(cfg).all_kinds + SECURE_KINDS
 
 
 def server_half(cfg: Config) -> Strategy:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..aggregation.masked_sums import MaskedSums
 from ..aggregation.rules import ClusterSums, Decision
 from ..channel import Alternative, Channel, Pending, wait_all
 from ..clustering.labels import adjusted_rand_index
@@ -41,7 +40,6 @@ from .absent import Absent, too_many_gone
 from .checkpoint import Checkpoint, dedupe_models, load_checkpoint, save_checkpoint
 from .control import participants, present
 from .halves import halves, message_kinds, server_half
-from .secure import ServerMasking
 from .stop import StopRequest
 from .timeline import mark
 
@@ -206,8 +204,8 @@ class Server:
             record["slowest_update"] = slowest
         if ctx.sums is not None:
             record["summed_on_arrival"] = True  # no update was held: see aggregation.ClusterSums
-        if isinstance(ctx.sums, MaskedSums):  # the server read each cluster's sum of masked updates only
-            record["masked"] = sorted(ctx.sums.summed_into)  # the silos whose updates entered a sum
+        if self.cfg.aggregation.secure and ctx.sums is not None:  # the server read each cluster's sum only
+            record["masked"] = sorted(ctx.sums.summed_into)  # the silos whose masked updates entered a sum
         left = [{"silo": c, **d} for c, d in self.dropped.items() if d["round"] == t]
         if self.cfg.runtime.on_silo_failure == "drop":
             record["dropped"] = left
@@ -331,6 +329,8 @@ class Server:
         silo's setup out, and each cluster's sum of masked updates into `ctx.sums` (no update,
         and no silo's sample count, is ever readable). Returns the slowest update, as
         `receive_updates` does."""
+        from .secure import ServerMasking  # cryptography's ciphers: only where rounds are secure
+
         t, start = ctx.round, time.monotonic()
         noised = self.cfg.privacy.dp == "distributed"
         masking = ServerMasking(

@@ -34,13 +34,13 @@ from .compute import ComputePool
 from .control import participants, present
 from .faults import SiloFaults
 from .halves import message_kinds, silo_half
-from .secure import SiloMasking
 from .timeline import mark
 
 if TYPE_CHECKING:
     import torch
 
     from ..training.local import SiloSet
+    from .secure import SiloMasking
 
 __all__ = ["run_silo"]
 
@@ -127,8 +127,11 @@ class SiloRounds:
         self.protocol = silo_half(cfg)
         mark("strategy")
         self.kinds = message_kinds(cfg)
-        secure = cfg.aggregation.secure
-        self.masking = SiloMasking(cfg.aggregation, cfg.seed, cfg.silos, silo, cfg.privacy) if secure else None
+        self.masking: SiloMasking | None = None
+        if cfg.aggregation.secure:
+            from .secure import SiloMasking  # cryptography's ciphers: only where rounds are secure
+
+            self.masking = SiloMasking(cfg.aggregation, cfg.seed, cfg.silos, silo, cfg.privacy)
         self.template = state_template(own.model)
         self.reported: Counter[str] = Counter()  # the bytes sent by kind, as of the last report
 

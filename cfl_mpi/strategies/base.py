@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..aggregation.masked_sums import MaskedSums
 from ..aggregation.rules import AggregationConfig, ClusterSums, Decision, DpNoise, LocalWork, cluster_averages
 from ..channel import Alternative, Channel
 from ..privacy.dp import PrivacyConfig
@@ -30,7 +29,8 @@ from ..wire.messages import Expect, Kind, Message
 from ..wire.round import ROUND_KINDS
 from .spec import StrategyConfig
 
-if TYPE_CHECKING:  # torch-side types; the server half never needs them
+if TYPE_CHECKING:  # torch-side types; the server half never needs them (nor, off secure rounds, masked sums)
+    from ..aggregation.masked_sums import MaskedSums
     from ..data import SiloData
     from ..models.split_model import SplitModel
 
