@@ -2,7 +2,7 @@
 of 41 Python processes importing torch (and initialising CUDA, where there is a GPU) on this
 machine's cores, with each rank's timeline of what it did before its first round.
 
-    python -m benchmarks.startup [--ranks 41] [--config YAML] [--set KEY=VALUE ...]
+    python -m benchmarks.startup [--ranks 41] [--config YAML] [--set KEY=VALUE ...] [--repeats N]
 
 The job's start-up is its wall minus the server's own run (`summary.json` wall_s): launching,
 imports, data and model building on every rank, the placement and the hello, and also what
@@ -47,29 +47,38 @@ def floor_seconds(ranks: int, code: str) -> float:
 
 
 def timeline_table(folder: Path, launched: float) -> str:
-    """Each start-up step's seconds: median and max over the silo ranks, and the server's."""
+    """Each start-up step's seconds: median and max over the silo ranks, and the server's, on
+    the wall clock and in the process's CPU (what the step costs, however many ranks share a core)."""
     ranks = sorted((json.loads(p.read_text()) for p in folder.glob("rank-*.json")), key=lambda r: -r["rank"])
-    steps: dict[str, dict[int, float]] = {}
+    walls: dict[str, dict[int, float]] = {}
+    cpus: dict[str, dict[int, float]] = {}
     for r in ranks:
         before = r["process_start"] if r["process_start"] is not None else launched
-        steps.setdefault("launch", {})[r["rank"]] = before - launched
-        seen: set[str] = set()
-        for step, at in r["marks"]:
+        walls.setdefault("launch", {})[r["rank"]] = before - launched
+        cpu_before, seen = 0.0, set[str]()
+        for step, at, cpu in r["marks"]:
             if step in seen:  # several silos on the rank: their steps, one after another
                 step = f"{step} (next silo)"
             seen.add(step)
-            steps.setdefault(step, {})[r["rank"]] = at - before
-            before = at
-    lines = ["| step | silo ranks, median s | slowest s | server s |", "|---|---|---|---|"]
-    for step, by_rank in steps.items():  # in the order of the last rank's steps (a silo's), then the server's
+            walls.setdefault(step, {})[r["rank"]] = at - before
+            cpus.setdefault(step, {})[r["rank"]] = cpu - cpu_before
+            before, cpu_before = at, cpu
+        cpus.setdefault("the rest of the job", {})[r["rank"]] = r["cpu_s"] - cpu_before
+
+    def cells(by_rank: dict[int, float] | None) -> str:
+        if not by_rank:
+            return "– | – | –"
         silos = [s for rank, s in by_rank.items() if rank != 0]
         server = f"{by_rank[0]:.2f}" if 0 in by_rank else "–"
-        lines.append(
-            f"| {step} | {statistics.median(silos):.2f} | {max(silos):.2f} | {server} |"
-            if silos
-            else f"| {step} | – | – | {server} |"
-        )
-    ends = [max(at for _, at in r["marks"]) - launched for r in ranks if r["rank"] != 0 and r["marks"]]
+        return f"{statistics.median(silos):.2f} | {max(silos):.2f} | {server}" if silos else f"– | – | {server}"
+
+    lines = [
+        "| step | wall: silo ranks, median s | slowest s | server s | CPU: silo ranks, median s | most s | server s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    # in the order of the last rank's steps (a silo's), then the server's
+    lines += [f"| {step} | {cells(walls.get(step))} | {cells(cpus.get(step))} |" for step in walls | cpus]
+    ends = [max(at for _, at, _ in r["marks"]) - launched for r in ranks if r["rank"] != 0 and r["marks"]]
     lines.append(f"\nthe last silo rank's hello {max(ends):.1f} s after the launch" if ends else "")
     return "\n".join(lines)
 
@@ -79,23 +88,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ranks", type=int, default=41)
     parser.add_argument("--config", help="the job's config (default: the digits quick start, FedAvg, one round)")
     parser.add_argument("--set", action="append", default=[], help="more overrides of the job's config")
+    parser.add_argument("--repeats", type=int, default=1, help="job and floor pairs, interleaved (the median ratio)")
     args = parser.parse_args(argv)
     silos = args.ranks - 1
     config, overrides = (args.config, ()) if args.config else DIGITS
     sets = [*overrides, *(o.format(silos=silos) for o in JOB), *args.set]
-    with tempfile.TemporaryDirectory(prefix="cfl_timeline_") as folder:
-        launched = time.time()
-        job = run_job(ROOT, config, sets, args.ranks, env={"CFL_MPI_TIMELINE": folder})
-        table = timeline_table(Path(folder), launched)
+    cores = len(os.sched_getaffinity(0))
+    pairs = []  # (job, its timeline table, the floor measured right after it)
+    for _ in range(args.repeats):  # interleaved: a machine that slows down slows both alike
+        with tempfile.TemporaryDirectory(prefix="cfl_timeline_") as folder:
+            launched = time.time()
+            job = run_job(ROOT, config, sets, args.ranks, env={"CFL_MPI_TIMELINE": folder})
+            table = timeline_table(Path(folder), launched)
+        pairs.append((job, table, floor_seconds(args.ranks, "import torch")))
+    for job, _, floor in pairs:
+        startup = job.wall_s - job.summary["wall_s"]
+        print(
+            f"{args.ranks} ranks to the first round: {startup:.1f} s; {args.ranks} torch imports on {cores} cores: "
+            f"{floor:.1f} s; ratio {startup / floor:.2f}"
+        )
+    ratios = [(job.wall_s - job.summary["wall_s"]) / floor for job, _, floor in pairs]
+    job, table, floor = pairs[ratios.index(statistics.median_low(ratios))]
+    if args.repeats > 1:
+        print(f"median ratio of {args.repeats}: {statistics.median(ratios):.2f}; the details of the run at the median:")
     startup = job.wall_s - job.summary["wall_s"]
     summary_at, folder_done_at = job.results_s
     before = summary_at - job.summary["wall_s"]
-    cores = len(os.sched_getaffinity(0))
-    floor = floor_seconds(args.ranks, "import torch")
-    print(
-        f"{args.ranks} ranks to the first round: {startup:.1f} s; {args.ranks} torch imports on {cores} cores: "
-        f"{floor:.1f} s; ratio {startup / floor:.2f}"
-    )
     import torch
 
     if torch.cuda.is_available():
@@ -108,7 +126,10 @@ def main(argv: list[str] | None = None) -> None:
         f"(results folder {folder_done_at - summary_at:.1f} s, exit {job.wall_s - folder_done_at:.1f} s); "
         f"the run itself {job.summary['wall_s']:.1f} s"
     )
-    print(f"\nEach rank's start-up, step by step (from the launch; a step's seconds end at its mark):\n\n{table}")
+    print(
+        "\nEach rank's start-up, step by step (from the launch; a step's seconds end at its mark; CPU: the "
+        f"process's own, all its threads):\n\n{table}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,10 +7,17 @@ derived from the rank count). The MPI backend (backends/mpi/backend.py) runs the
 
 from __future__ import annotations
 
-from . import console
-from .cli import run_arguments
-from .runtime.stop import defer_stop_signals
-from .runtime.timeline import mark
+import os
+
+# numpy's OpenBLAS starts a thread per core as it loads, in every rank (41 ranks on a node: 41
+# such pools, each thread spinning a while): it starts with one, and the job runner sets the
+# rank's share of the node's cores once the rank is placed (backends/job.py, limit_threads).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from . import console  # noqa: E402 - after the thread count numpy's BLAS reads as it loads
+from .cli import run_arguments  # noqa: E402
+from .runtime.stop import defer_stop_signals  # noqa: E402
+from .runtime.timeline import mark  # noqa: E402
 
 DESCRIPTION = "Run a clustered federated learning job under MPI: rank 0 is the server, the other ranks host the silos."
 

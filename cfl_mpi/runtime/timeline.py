@@ -1,10 +1,12 @@
 """What a rank did before its first round, and when: the start-up timeline.
 
-Each rank marks the steps of its start-up (`mark`: a few per rank and per silo it hosts);
-where the environment names a folder in CFL_MPI_TIMELINE, the rank writes its marks there as
-`rank-<N>.json` when the job ends (`write`), with the wall-clock time its process started
-(from /proc); otherwise nothing is written. `benchmarks/startup.py` reads the files into a
-per-rank timeline of a wide job.
+Each rank marks the steps of its start-up (`mark`: a few per rank and per silo it hosts),
+with the wall-clock time and the process's CPU seconds so far (on a node with more ranks than
+cores, CPU seconds say what a step costs, the wall what it waited). Where the environment names
+a folder in CFL_MPI_TIMELINE, the rank writes its marks there as `rank-<N>.json` when the job
+ends (`write`), with the wall-clock time its process started (from /proc) and its CPU seconds
+by then; otherwise nothing is written. `benchmarks/startup.py` reads the files into a per-rank
+timeline of a wide job.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import time
 from pathlib import Path
 
 ENVIRONMENT = "CFL_MPI_TIMELINE"
-MARKS: list[tuple[str, float]] = []  # (step, wall-clock time it ended), in order
+MARKS: list[tuple[str, float, float]] = []  # (step, wall-clock time it ended, CPU seconds by then), in order
 
 
 def mark(step: str) -> None:
     """The step of this process's start-up that has just ended."""
-    MARKS.append((step, time.time()))
+    MARKS.append((step, time.time(), time.process_time()))
 
 
 def process_start() -> float | None:
@@ -40,5 +42,11 @@ def write(rank: int, role: str) -> None:
     folder = os.environ.get(ENVIRONMENT)
     if not folder:
         return
-    record = {"rank": rank, "role": role, "process_start": process_start(), "marks": MARKS}
+    record = {
+        "rank": rank,
+        "role": role,
+        "process_start": process_start(),
+        "marks": MARKS,
+        "cpu_s": time.process_time(),  # the process's CPU seconds by the end of its job
+    }
     Path(folder, f"rank-{rank}.json").write_text(json.dumps(record))

@@ -449,6 +449,37 @@ def test_digit_pool_is_scikit_learns_load_digits():
     np.testing.assert_array_equal(labels, bunch.target)
 
 
+@pytest.mark.parametrize(
+    ("shape", "size"),
+    [
+        ((1797, 8, 8), 28),  # the digits upsampled: the samples land exactly on the last pixel
+        ((50, 28, 28), 20),  # down
+        ((20, 32, 32, 3), 224),  # colour; rounding puts the last row and column past the image
+        ((7, 31, 17), 64),  # not square, float64
+        ((3, 1, 1), 5),
+        ((4, 28, 28), 1),
+    ],
+)
+def test_resize_is_scipy_zoom_to_the_bit(shape, size):
+    """The numpy bilinear resize gives scipy.ndimage.zoom(order=1)'s bits, its 'constant' fill
+    past the last pixel included, and its dtype."""
+    from scipy import ndimage
+
+    from cfl_mpi.data.images import resize
+
+    rng = np.random.default_rng(len(shape) * 100 + size)
+    images = rng.random(shape, dtype=np.float64 if shape == (7, 31, 17) else np.float32)
+    if shape == (1797, 8, 8):
+        from sklearn.datasets import load_digits
+
+        images = (load_digits().images / 16.0).astype(np.float32)
+    zoom = (1, size / shape[1], size / shape[2]) + (1,) * (len(shape) - 3)
+    expected = ndimage.zoom(images, zoom, order=1)
+    got = resize(images, size)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_a_silo_rank_imports_only_what_it_uses():
     """What every rank imports (the MPI entry point and the silo's runtime) leaves out what only
     the server or some strategies need: scikit-learn, POT, scipy.stats, matplotlib, torch's compiler,
