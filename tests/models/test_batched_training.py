@@ -75,6 +75,31 @@ def test_batched_training_gives_each_silo_its_one_by_one_weights(make, batch_siz
         assert torch.equal(p, q)
 
 
+@pytest.mark.parametrize(
+    "make, batch_size",
+    [(lambda: Mlp(784, 10, hidden=32), "all"), (lambda: SimpleCNN(1, 10, 28, (8, 16), 16), 16)],
+)
+def test_a_silos_batched_weights_keep_their_bits_in_any_group(make, batch_size):
+    """Under partial participation a rank's silos train in other groups each round: a silo's
+    batched weights are the same bits whatever its position, the group's size and the other
+    members (no reduction or padding across silos; what parts batched from one by one is the
+    stacked products' own summation order, as the test above measures)."""
+    cfg = TrainConfig(local_epochs=2, lr=0.1, momentum=0.9, weight_decay=1e-4, batch_size=batch_size)
+    sizes = [30] * 5
+    base, data = models_and_data(make, sizes)
+
+    def trained(group: list[int]) -> list[torch.Tensor]:
+        models = {s: copy.deepcopy(base) for s in group}
+        jobs = [LocalTraining(models[s], *data[s], torch.Generator().manual_seed(s)) for s in group]
+        train_together(jobs, cfg, torch.device("cpu"))
+        return [p.detach() for p in models[2].parameters()]
+
+    first = trained([2, 3, 4])
+    assert any(not torch.equal(p, q) for p, q in zip(first, base.parameters()))  # it trained
+    for group in ([4, 3, 2], [3, 2], [2, 0], [0, 1, 2, 3, 4]):
+        assert all(torch.equal(p, q) for p, q in zip(first, trained(group))), group
+
+
 @pytest.mark.parametrize("make", [lambda: Mlp(784, 10, hidden=32), lambda: SimpleCNN(1, 10, 28, (4, 8), 16)])
 def test_batched_evaluation_gives_each_silo_its_accuracy_and_loss(make):
     """Each silo's own model (trained apart, so they differ) on its own test set."""
