@@ -9,7 +9,8 @@ IFCA's MLP, the staged pair plan) on 2 silo ranks. Each runs EMD-CFL with
 interleaved `repeats` times. A round's seconds are the sum of its phases in metrics.jsonl,
 over the rounds after the first (the first is EMD-CFL's clustering round, the same work in
 both); a silo's bytes are what it sends a round, every kind together. Prints the medians and
-their ratios, and writes benchmarks/results/<date>-secure-aggregation.md.
+their ratios (and each interleaved pair's), then one silo's masking on one thread for the
+quick start's simple CNN and IFCA's MLP, and writes benchmarks/results/<date>-secure-aggregation.md.
 """
 
 from __future__ import annotations
@@ -50,6 +51,31 @@ def silo_bytes(job: Job) -> float:
     )
 
 
+# (what, values, neighbours): the simple CNN of the quick start in a cluster of 8 and of 13,
+# IFCA's MLP in a cluster of 100 (2⌈log₂ 100⌉ neighbours)
+MASKINGS = (("simple CNN", 878_000, 7), ("simple CNN", 878_000, 12), ("IFCA's MLP", 159_000, 14))
+
+
+def masking_ms(values: int, neighbours: int, repeats: int = 7) -> float:
+    """One silo's `masked` of `values` words with `neighbours` pair secrets: the median ms."""
+    import os
+
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from cfl_mpi.privacy.masking import masked
+
+    words = np.random.default_rng(0).integers(0, 2**63, values, dtype=np.uint64)
+    secrets = {other: os.urandom(32) for other in range(1, neighbours + 1)}
+    times = []
+    with threadpool_limits(1):
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            masked(words, 0, secrets)
+            times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times[1:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setups", default="quick,many")
@@ -85,7 +111,18 @@ def main() -> None:
             ),
             f"| | secure / plain | {seconds['secure'] / seconds['plain']:.2f}x "
             f"| {sent['secure'] / sent['plain']:.2f}x | |",
+            "| | each interleaved pair | "
+            + ", ".join(f"{round_seconds(b) / round_seconds(a):.2f}x" for a, b in zip(jobs["plain"], jobs["secure"]))
+            + " | | |",
         ]
+    lines += [
+        "",
+        "A silo's masking, one thread (median of 7):",
+        "",
+        "| model | values | neighbours | ms |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {what} | {values:,} | {k} | {masking_ms(values, k):.1f} |" for what, values, k in MASKINGS]
     print("\n".join(lines))
     args.results.mkdir(parents=True, exist_ok=True)
     path = args.results / f"{time.strftime('%Y%m%d')}-secure-aggregation.md"

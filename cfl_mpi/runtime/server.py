@@ -239,13 +239,27 @@ class Server:
             return self.strategy.after_training(ctx), slowest
 
     def privacy_spent(self, record: dict) -> dict:
-        """ε at δ of the silo whose update entered its cluster's noised sum in the most rounds
-        so far (each such round one Gaussian mechanism for it; a round it sat out, none). The
-        rounds' draws are a function of the run seed, known to whoever sees the models, so
-        sampling amplifies nothing: a silo's rounds are counted as they were."""
+        """ε at δ of the silo whose update entered a noised sum in the most rounds so far (each
+        such round one Gaussian mechanism for it; a round it sat out, none), and per cluster of
+        the round, that of its member that entered the most (a silo that changed clusters brings
+        its rounds with it: its data's guarantee is what it spent in all of them). The rounds'
+        draws are a function of the run seed, known to whoever sees the models, so sampling
+        amplifies nothing: a silo's rounds are counted as they were."""
         rounds = Counter(c for r in [*self.records, record] for c in updated(r))
+        members: dict[int, list[int]] = {}
+        for silo, k in enumerate(record.get("clusters") or []):
+            if k is not None:
+                members.setdefault(int(k), []).append(silo)
+        epsilons: dict[int, float] = {}  # by rounds: one accountant run each
+
+        def spent(n: int) -> dict:
+            if n not in epsilons:
+                epsilons[n] = self.cfg.privacy.spent(n)
+            return {"epsilon": epsilons[n], "rounds": n}
+
         most = max(rounds.values(), default=0)
-        return {"epsilon": self.cfg.privacy.spent(most), "delta": self.cfg.privacy.delta, "rounds": most}
+        per_cluster = [{"cluster": k, **spent(max(rounds[c] for c in members[k]))} for k in sorted(members)]
+        return {**spent(most), "delta": self.cfg.privacy.delta, "per_cluster": per_cluster}
 
     def say_round(self, t: int, record: dict, phases: dict[str, float]) -> None:
         """Round t's line on the console, and with --verbose its slowest update and timed steps."""
@@ -525,7 +539,7 @@ def updated(record: dict) -> list[int]:
 
 def _privacy_spent(summary: dict) -> str:
     spent = summary.get("privacy")
-    return "" if spent is None else f", DP ε {spent['epsilon']:.2f} at δ {spent['delta']:g} (each cluster's model)"
+    return "" if spent is None else f", DP ε {spent['epsilon']:.2f} at δ {spent['delta']:g} (the most any silo spent)"
 
 
 def start_server(

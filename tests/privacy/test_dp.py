@@ -127,7 +127,9 @@ def test_a_dp_run_reports_the_accountant_s_epsilon_and_keeps_emd_cfl_s_clusters(
     private = ["privacy.dp=central", "privacy.clip=0.05", "privacy.noise_multiplier=1.5", "privacy.noise=seeded"]
     summary, records = simulate_job("configs/digits.yaml", tmp_path / "dp", *common, *private)
     assert [r["privacy"]["epsilon"] for r in records] == [epsilon_spent(1.5, t, 1e-5) for t in (1, 2)]
-    assert summary["privacy"] == {"epsilon": epsilon_spent(1.5, 2, 1e-5), "delta": 1e-5, "rounds": 2}
+    every = {"epsilon": epsilon_spent(1.5, 2, 1e-5), "rounds": 2}
+    clusters = sorted(set(records[-1]["clusters"]))
+    assert summary["privacy"] == {**every, "delta": 1e-5, "per_cluster": [{"cluster": k, **every} for k in clusters]}
     assert [r["clusters"] for r in records] == [r["clusters"] for r in plain_records]
     assert summary["ari"] == plain["ari"] == 1.0
 
@@ -153,13 +155,20 @@ def test_the_fixed_denominator_is_the_cluster_s_members_drawn_to_train(tmp_path)
 def test_under_sampled_participation_epsilon_counts_the_rounds_each_silo_took_part_in(tmp_path):
     """Half the silos a round: ε is the accountant's for the silo whose update entered the
     most rounds (sampling amplifies nothing where the draw is known), never more than every
-    round's."""
+    round's; each cluster's, for its member that entered the most."""
     private = ["privacy.dp=central", "privacy.clip=0.05", "privacy.noise_multiplier=2", "privacy.noise=seeded"]
-    sampled = ["train.rounds=4", "participation.fraction=0.5", "strategy.name=fedavg"]
+    sampled = ["train.rounds=4", "participation.fraction=0.5", "strategy.name=oracle"]
     summary, records = simulate_job("configs/digits.yaml", tmp_path, *sampled, *private)
     for t, record in enumerate(records, 1):
         taken = Counter(c for r in records[:t] for c in r["participants"])
         assert record["privacy"]["rounds"] == max(taken.values()) <= t
         assert record["privacy"]["epsilon"] == epsilon_spent(2.0, max(taken.values()), 1e-5)
+        clusters = record["clusters"]
+        for entry in record["privacy"]["per_cluster"]:
+            most = max(taken[c] for c in range(len(clusters)) if clusters[c] == entry["cluster"])
+            assert entry == {"cluster": entry["cluster"], "epsilon": epsilon_spent(2.0, most, 1e-5), "rounds": most}
+        assert [e["cluster"] for e in record["privacy"]["per_cluster"]] == sorted(set(clusters))
     assert any(len(r["participants"]) < len(r["accuracy"]) for r in records)
+    final = [e["rounds"] for e in summary["privacy"]["per_cluster"]]
+    assert len(final) == 4 and min(final) < max(final)  # the clusters spent differently: a real check
     assert summary["privacy"] == records[-1]["privacy"]

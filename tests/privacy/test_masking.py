@@ -57,9 +57,16 @@ def test_a_sum_that_could_leave_the_fixed_point_is_an_overflow_error_naming_the_
         encode(np.array([1.0, 1e8]), members=40)
 
 
-def test_the_mask_is_the_secret_s_chacha20_stream_and_differs_between_secrets():
+def test_the_mask_is_the_secret_s_aes_ctr_stream_and_differs_between_secrets():
+    """AES-256 of the counter blocks 0, 1, 2, ... under the secret (one block cipher call a
+    block, an independent construction of CTR mode), read as little-endian words."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     a, b = bytes(range(32)), bytes(range(1, 33))
-    assert np.array_equal(mask(a, 1000), mask(a, 1000))
+    block = Cipher(algorithms.AES(a), modes.ECB()).encryptor()
+    counters = b"".join(i.to_bytes(16, "big") for i in range(250))  # 250 blocks: 500 words
+    expected = np.frombuffer(block.update(counters), dtype="<u8")
+    assert np.array_equal(mask(a, 500), expected)
     assert np.array_equal(mask(a, 1000)[:10], mask(a, 10))
     assert not np.array_equal(mask(a, 1000), mask(b, 1000))
     bits = np.unpackbits(mask(a, 4096).view(np.uint8))

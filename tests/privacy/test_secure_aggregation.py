@@ -150,7 +150,9 @@ def test_distributed_dp_reports_the_accountant_s_epsilon_and_keeps_emd_cfl_s_clu
     private = ["privacy.dp=distributed", "privacy.clip=0.05", "privacy.noise_multiplier=1.5", "privacy.noise=seeded"]
     summary, records = simulate_job("configs/digits.yaml", tmp_path / "dp", *SHORT, *SECURE, *private)
     assert [r["privacy"]["epsilon"] for r in records] == [epsilon_spent(1.5, t, 1e-5) for t in (1, 2)]
-    assert summary["privacy"] == {"epsilon": epsilon_spent(1.5, 2, 1e-5), "delta": 1e-5, "rounds": 2}
+    every = {"epsilon": epsilon_spent(1.5, 2, 1e-5), "rounds": 2}
+    clusters = sorted(set(records[-1]["clusters"]))
+    assert summary["privacy"] == {**every, "delta": 1e-5, "per_cluster": [{"cluster": k, **every} for k in clusters]}
     assert [r["clusters"] for r in records] == [r["clusters"] for r in plain_records]
     assert all(r["masked"] == list(range(8)) for r in records)
 
