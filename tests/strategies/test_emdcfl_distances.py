@@ -125,3 +125,24 @@ def test_how_clear_the_clusters_are_is_said_in_words():
     )
     assert how_clear({**base, "n_clusters": 4, "max_within": 2.0, "margin": 3.2, "min_between": 6.4}, 3.0) is None
     assert how_clear({**base, "rule": "neighbourhoods", "n_clusters": 1, "max_within": 0.01}, 3.0) is None
+
+
+def test_silos_too_small_are_named_with_what_would_help():
+    """The help follows what the server knows: a sample held back from more examples (a fixed
+    fraction, or auto's validation-sized sample), none held back, or counts it never learns
+    (aggregation.secure)."""
+    from cfl_mpi.strategies.emdcfl.server import too_small
+
+    assert too_small(EmdCflConfig(), {0: 30, 1: 64}, {0: 95, 1: 400}) is None
+    fixed = too_small(EmdCflConfig(sample_fraction=0.1), {0: 9, 1: 64}, {0: 95, 1: 640})
+    assert fixed is not None and fixed["silos"] == [0] and fixed["sample"] == [9] and fixed["examples"] == [95]
+    assert fixed["help"].startswith("strategy.sample_fraction: auto")
+    assert "0 (9 of 95)" in fixed["finding"]
+    auto = too_small(EmdCflConfig(sample_fraction="auto"), {0: 9}, {0: 95})
+    assert auto is not None and auto["help"].startswith("a larger data.val_fraction")
+    whole = too_small(EmdCflConfig(sample_fraction="auto"), {0: 20}, {0: 20})
+    assert whole is not None and whole["help"].startswith("only more examples")
+    hidden = too_small(EmdCflConfig(sample_fraction="auto"), {0: 9, 1: 12}, {})
+    assert hidden is not None and hidden["examples"] == [None, None]
+    assert "not sent under aggregation.secure" in hidden["help"] and "a larger data.val_fraction" in hidden["help"]
+    assert "0 (9 of ?)" in hidden["finding"]

@@ -144,15 +144,26 @@ class EmdCfl(Strategy[EmdCflConfig]):
 def too_small(params: EmdCflConfig, samples: Mapping[int, int], examples: Mapping[int, int]) -> dict | None:
     """The silos whose sample (the rows of the clouds they sent) holds too few embeddings for W1
     to tell groups apart (under TELL_FLOOR), with the training examples each claims, and what
-    would help; None if none (or where no cloud reached the server: FedWaD mode)."""
+    would help; None if none (or where no cloud reached the server: FedWaD mode). Under
+    aggregation.secure no silo's count reaches the server, so the help says what would embed
+    more should the sites hold more than their samples."""
     small = [c for c, n in sorted(samples.items()) if n < TELL_FLOOR]
     if not small:
         return None
     held_back = any(samples[c] < examples.get(c, 0) for c in small)
-    if held_back and params.sample_fraction != "auto":
-        help = "strategy.sample_fraction: auto (or larger) would embed more of their examples"
-    elif held_back:
-        help = "a larger data.val_fraction would (the sample holds as many embeddings as the validation set)"
+    unknown = any(examples.get(c) is None for c in small)
+    larger = (
+        "strategy.sample_fraction: auto (or larger) would embed more of their examples"
+        if params.sample_fraction != "auto"
+        else "a larger data.val_fraction would (the sample holds as many embeddings as the validation set)"
+    )
+    if held_back:
+        help = larger
+    elif unknown:
+        help = (
+            f"if they hold more examples than their samples (their counts are not sent under aggregation.secure), "
+            f"{larger}; else only more examples would"
+        )
     else:
         help = "only more examples at these sites would: until then their clusters are guesses"
     listed = ", ".join(f"{c} ({samples[c]} of {examples.get(c, '?')})" for c in small)
