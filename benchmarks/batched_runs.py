@@ -23,8 +23,6 @@ import copy
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from .runs import DIGITS, ROOT, run_job
 
 
@@ -63,6 +61,7 @@ def floor_rows() -> list[str]:
 
     from cfl_mpi.config import load_config
     from cfl_mpi.models.build import build_model
+    from cfl_mpi.runtime.silo import shuffle_seed
     from cfl_mpi.training.batched import LocalTraining, train_together
     from cfl_mpi.training.local import SiloSet, train_local
 
@@ -77,8 +76,8 @@ def floor_rows() -> list[str]:
         d = cfg.data.build(s, facts)
         data[s] = SiloSet(d.train_images, d.y_train, cpu).tensors()
 
-    def shuffles(silo: int) -> torch.Generator:  # as runtime/silo.py seeds round 1's
-        return torch.Generator().manual_seed(int(np.random.SeedSequence([cfg.seed, silo, 1]).generate_state(1)[0]))
+    def shuffles(silo: int) -> torch.Generator:  # round 1's, as the silo draws them
+        return torch.Generator().manual_seed(shuffle_seed(cfg.seed, silo, 1))
 
     def alone(silo: int, start) -> torch.nn.Module:
         model = copy.deepcopy(start)

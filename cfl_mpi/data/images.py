@@ -41,12 +41,12 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     rows, cols = _linear_samples(h, size), _linear_samples(w, size)
     tail = (None,) * (images.ndim - 3)
     out = np.empty((n, size, size, *images.shape[3:]), images.dtype)
+    wy0, wy1 = (w_[(None, slice(None), None) + tail] for w_ in (rows.w_low, rows.w_high))
+    wx0, wx1 = (w_[(None, None, slice(None)) + tail] for w_ in (cols.w_low, cols.w_high))
     step = max(1, RESIZE_CHUNK // out[0].size)  # float64 temporaries of a few MB, however many images
     for start in range(0, n, step):
         v = images[start : start + step].astype(np.float64)
         top, bottom = v[:, rows.low], v[:, rows.high]
-        wy0, wy1 = (w_[(None, slice(None), None) + tail] for w_ in (rows.w_low, rows.w_high))
-        wx0, wx1 = (w_[(None, None, slice(None)) + tail] for w_ in (cols.w_low, cols.w_high))
         # scipy's sum over the four neighbours, each the pixel times its row's then its column's weight
         total = top[:, :, cols.low] * wy0 * wx0
         total += top[:, :, cols.high] * wy0 * wx1

@@ -26,6 +26,7 @@ distances, PACFL's principal vectors, ...)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from collections.abc import Iterator
@@ -113,6 +114,7 @@ def noise_multiplier_for(epsilon: float, rounds: int, delta: float) -> float:
     return z
 
 
+@functools.cache  # a run asks for the same few (z, rounds, δ) every round and cluster
 def epsilon_spent(noise_multiplier: float, rounds: int, delta: float) -> float:
     """ε at δ of `rounds` Gaussian mechanisms of noise multiplier z, composed (RDP accountant)."""
     if rounds <= 0:

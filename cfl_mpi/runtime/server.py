@@ -250,12 +250,9 @@ class Server:
         for silo, k in enumerate(record.get("clusters") or []):
             if k is not None:
                 members.setdefault(int(k), []).append(silo)
-        epsilons: dict[int, float] = {}  # by rounds: one accountant run each
 
         def spent(n: int) -> dict:
-            if n not in epsilons:
-                epsilons[n] = self.cfg.privacy.spent(n)
-            return {"epsilon": epsilons[n], "rounds": n}
+            return {"epsilon": self.cfg.privacy.spent(n), "rounds": n}
 
         most = max(rounds.values(), default=0)
         per_cluster = [{"cluster": k, **spent(max(rounds[c] for c in members[k]))} for k in sorted(members)]

@@ -42,7 +42,13 @@ if TYPE_CHECKING:
     from ..training.local import SiloSet
     from .secure import SiloMasking
 
-__all__ = ["run_silo"]
+__all__ = ["run_silo", "shuffle_seed"]
+
+
+def shuffle_seed(run_seed: int, silo: int, round: int) -> int:
+    """The seed of a silo's mini-batch order in a round (its own stream: the same whichever
+    silos train beside it, one by one or batched)."""
+    return int(np.random.SeedSequence([run_seed, silo, round]).generate_state(1)[0])
 
 
 def run_silo(
@@ -196,9 +202,8 @@ class SiloRounds:
         start = model.state_dict() if shares_weights(model) else None  # the shared arrays it trains from
         clips = self.masking is not None and self.masking.keeps_start
         clip_from = {k: a.copy() for k, a in state_arrays(model).items()} if clips else None  # training moves them
-        seed = int(np.random.SeedSequence([cfg.seed, silo, t]).generate_state(1)[0])
         faults.before_training(t, lambda: state_arrays(model), lambda arrays: compute(load_arrays, model, arrays))
-        self.train(t, torch.Generator().manual_seed(seed))
+        self.train(t, torch.Generator().manual_seed(shuffle_seed(cfg.seed, silo, t)))
         trained, n_samples = faults.update(t, state_arrays(model), len(self.data.y_train))
         if self.leaving and diverged(trained):
             raise FloatingPointError(f"training diverged in round {t}: its weights hold NaN or inf (a NaN or inf loss)")
