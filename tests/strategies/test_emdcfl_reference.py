@@ -8,7 +8,7 @@ from cfl_mpi.strategies.emdcfl import EmdCflConfig
 from cfl_mpi.strategies.emdcfl.distances import sample_size
 from cfl_mpi.strategies.emdcfl.parts import distance_of
 
-W1 = distance_of(EmdCflConfig())
+W1 = distance_of(EmdCflConfig(match_classes=False))  # τ of the whole samples
 
 
 def clouds(seed, n, scale=1.0):

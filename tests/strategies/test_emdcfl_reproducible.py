@@ -38,10 +38,11 @@ def test_seeded_run_gives_the_clusters_and_w_of_the_fixture(tmp_path, monkeypatc
     solved: list[tuple[np.ndarray, np.ndarray, str, float]] = []
     server_distances = Direct._distances
 
-    def recording_distances(self, xs, ys):
-        values = server_distances(self, xs, ys)
-        solved.extend((x, y, self.distance.ground_cost, value) for x, y, value in zip(xs, ys, values))
-        return values
+    def recording_distances(self, round, directions, owns, crosses):
+        values, taus = server_distances(self, round, directions, owns, crosses)
+        metric = self.distance.ground_cost
+        solved.extend((own.cloud, cross.cloud, metric, value) for own, cross, value in zip(owns, crosses, values))
+        return values, taus
 
     monkeypatch.setattr(Direct, "_distances", recording_distances)
     _, records = simulate_job(CONFIG, tmp_path, *OVERRIDES)

@@ -25,13 +25,14 @@ DRAWS = 8
 
 
 def test_quick_start_clusters_hold_for_fresh_secret_projections(tmp_path):
-    summary, records = simulate_job("configs/digits.yaml", tmp_path, "train.rounds=1")
+    whole = "strategy.match_classes=false"  # the replay measures the whole samples' W
+    summary, records = simulate_job("configs/digits.yaml", tmp_path, "train.rounds=1", whole)
     cut = summary["extraction"]["threshold"]
     assert records[0]["ari"] == 1.0
     assert summary["extraction"]["min_between"] - cut >= MARGIN
     assert cut - summary["extraction"]["max_within"] >= MARGIN
 
-    cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["train.rounds=1"])
+    cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["train.rounds=1", whole])
     silos = trained_silos(cfg)
     noise = np.array([silo.noise for silo in silos])
     # the replay's silos are the run's: the same τ and noise to the bit (neither depends on R)

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from emdcfl_wire import batch, server_with_plan
 from jobs import PROJECT_ROOT, run_job, simulate_job
 from sklearn.metrics import adjusted_rand_score
 
@@ -458,37 +459,6 @@ def test_a_staged_run_stopped_before_its_late_silo_resumes_to_the_uninterrupted_
 
 
 # ------------------------------------------------------------------ one-way pairs on the wire
-
-
-def server_with_plan(directions: list[tuple[int, int]]):
-    """An EmdCfl server that has sent 3 silos the plan for `directions`, with their channels."""
-    from cfl_mpi.channel import SERVER
-    from cfl_mpi.channel.local import LocalChannel, LocalHub
-    from cfl_mpi.runtime.halves import server_half
-    from cfl_mpi.strategies.base import ServerRound
-
-    cfg = load_config(PROJECT_ROOT / "configs/digits.yaml", ["silos=3", "data.rotations=[0,90,180]"])
-    hub = LocalHub()
-    server = server_half(cfg)
-    ctx = ServerRound(1, LocalChannel(SERVER, hub, 5.0, 0.01), [0, 1, 2], {}, {}, first={0, 1, 2})
-    server._send_plan(ctx, [0, 1, 2], directions, more=False)
-    return server, ctx, {s: LocalChannel(s, hub, 5.0, 0.01) for s in range(3)}
-
-
-def batch(dim: int, served=(), own=(), tau=(), measured=(), cross=(), skipped=()) -> dict[str, np.ndarray]:
-    """The arrays of one embeddings message (a silo's batch of pairs)."""
-
-    def clouds(arrays):
-        return np.stack(arrays).astype(np.float32) if len(arrays) else np.zeros((0, 0, dim), np.float32)
-
-    return {
-        "served": np.asarray(served, np.int64),
-        "own": clouds(own),
-        "tau": np.asarray(tau, np.float64),
-        "measured": np.asarray(measured, np.int64),
-        "cross": clouds(cross),
-        "skipped": np.asarray(skipped, np.int64),
-    }
 
 
 def test_a_one_way_pair_fills_w_from_the_model_owners_cloud_and_the_others_cross_cloud():

@@ -69,12 +69,21 @@ class EmdCflConfig(StrategyConfig):
     # paper's rule (identical neighbourhoods at epsilon), for faithful reproduction.
     rule: Literal["robust", "neighbourhoods"] = "robust"
     noise_multiple: float = NOISE_MULTIPLE
+    # W compares two silos' embeddings class by class: for every class both samples hold, as
+    # many rows of each (drawn at random), so sites that differ only in their mix of labels are
+    # one distribution and the groups a shift of the inputs makes stand out; the server then
+    # receives the class of each row it measures, and takes τ on the matched rows (beyond the
+    # paper: docs/methods/emdcfl.md, "Class by class"). "auto": on where the server measures W1
+    # with τ (distance exact or sinkhorn, tau_projection none or pair; τ is then per pair,
+    # through R); false: the whole samples, as the paper (its configs' tau_projection: full).
+    match_classes: bool | Literal["auto"] = "auto"
     # The robust rule over all pairs keeps a split only where its clusters join at least
     # clear_gap times farther apart than the last merge that formed them (in noise units, that
-    # merge floored at 1), else it joins them: silos skewed by label or size differ by a
-    # continuum, not by groups (docs/methods/emdcfl.md, "A clear gap"; 3 is what the federation suite
-    # supports); null: the noise cut alone.
-    clear_gap: float | None = CLEAR_GAP
+    # merge floored at 1), else it joins them: silos skewed by label differ by a continuum, not
+    # by groups (docs/methods/emdcfl.md, "A clear gap"). "auto": 3 (what the federation suite
+    # supports) where W compares whole samples, null (the noise cut alone) where it matches
+    # classes, which removes that continuum; null: the noise cut alone.
+    clear_gap: float | None | Literal["auto"] = "auto"
     # Random halvings of the validation sample used to measure a silo's noise (the RMS of n
     # draws strays by about 1/√(2n) of the truth: ~13 % at 30, ~22 % at 10; a unit too small
     # can split a true pair). "auto": 100 where the halves hold under 32 embeddings (cheap
@@ -103,6 +112,20 @@ class EmdCflConfig(StrategyConfig):
     placement: Literal["one_way", "both_ways"] = "one_way"
 
     @property
+    def classes_matched(self) -> bool:
+        """Whether W compares the silos class by class (`match_classes`, "auto" resolved)."""
+        if self.match_classes == "auto":
+            return self.distance in ("exact", "sinkhorn") and self.tau_projection != "full"
+        return self.match_classes
+
+    @property
+    def gap(self) -> float | None:
+        """The clear gap the robust rule applies (`clear_gap`, "auto" resolved)."""
+        if self.clear_gap == "auto":
+            return None if self.classes_matched else CLEAR_GAP
+        return self.clear_gap
+
+    @property
     def max_rows(self) -> int:
         """The most rows of any sample a silo embeds (its own, a partner's, its validation
         sample): what the server accepts in an embeddings message or a reference."""
@@ -121,8 +144,18 @@ class EmdCflConfig(StrategyConfig):
             yield f"strategy.sinkhorn_reg: must be positive, got {self.sinkhorn_reg}"
         if self.noise_multiple <= 0:
             yield f"strategy.noise_multiple: must be positive, got {self.noise_multiple}"
-        if self.clear_gap is not None and self.clear_gap < 1:
-            yield f"strategy.clear_gap: must be at least 1 (1 keeps every split) or null, got {self.clear_gap}"
+        if isinstance(self.clear_gap, float) and self.clear_gap < 1:
+            yield f"strategy.clear_gap: must be at least 1 (1 keeps every split), null or auto, got {self.clear_gap}"
+        if self.match_classes is True and self.distance in ("fedwad", "energy"):
+            yield (
+                f"strategy.match_classes: distance {self.distance} measures no τ on matched rows at the server; "
+                "set match_classes to false (or auto), or distance to exact or sinkhorn"
+            )
+        if self.match_classes is True and self.tau_projection == "full":
+            yield (
+                "strategy.match_classes: matched classes take τ per pair through R on the matched rows; "
+                "set tau_projection to pair or none, or match_classes to false"
+            )
         if self.noise_splits != "auto" and self.noise_splits < 2:
             yield f"strategy.noise_splits: must be at least 2 or auto, got {self.noise_splits}"
         if self.distance == "fedwad" and self.tau_projection == "pair":

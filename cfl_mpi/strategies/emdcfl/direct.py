@@ -6,6 +6,7 @@ by the run's pair distance (distances.py) as each message completes pairs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ import numpy as np
 from ...channel import SERVER, Alternative, Pending, wait_all
 from ...wire.messages import Expect, Message, ProtocolError
 from ..base import ServerRound, SiloRound, timed
+from .classes import MIN_ROWS, matched_rows, to_full_sample
 from .distances import PairDistance
 from .measurement import Record, Reference, SendReady
 from .messages import Embeddings, PartnerLeft, Projected
@@ -24,13 +26,36 @@ from .pairs import MEASURE, SERVE, Pair
 
 
 @dataclass(frozen=True)
+class Served:
+    """A silo's own cloud for a partner it serves, and where classes are matched, the labels of
+    its rows and its validation cloud through the pair's R, with theirs."""
+
+    cloud: np.ndarray
+    labels: np.ndarray | None = None
+    val: np.ndarray | None = None
+    val_labels: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A silo's cloud under a partner's model, and where classes are matched, its rows' labels."""
+
+    cloud: np.ndarray
+    labels: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class Direct:
     """The clouds travel to the server, which measures them with `distance`; `dim_r` and
-    `max_rows` bound what it accepts."""
+    `max_rows` bound what it accepts. `classes`: the run's number of classes where W compares
+    the silos class by class (classes.py; the silos then send each row's label), else None;
+    `seed` draws the matched rows."""
 
     distance: PairDistance
     dim_r: int
     max_rows: int
+    classes: int | None = None
+    seed: int = 0
 
     @property
     def silo_modules(self) -> tuple[str, ...]:
@@ -69,7 +94,7 @@ class Direct:
         # The pairs a message completes are measured at once, in batches on a pool of the
         # server's cores, while later embeddings are still arriving (the assignment solver
         # and BLAS release the GIL); each entry is computed as serially, so W is unchanged.
-        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]] = []
+        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, np.ndarray | None, float, float]]]] = []
         left = {c for c in todo if c not in ctx.participants}  # silos that left in training
         with ThreadPoolExecutor(max_workers=max(1, ctx.cores), thread_name_prefix="w1") as pool:
             try:
@@ -80,11 +105,16 @@ class Direct:
                 raise
             with timed(ctx.step_seconds, "w1_after_last_message"):
                 for directions, solve in solves:
-                    values, seconds, cpu_seconds = solve.result()
-                    for (c, partner), value in zip(directions, values.tolist()):
+                    values, taus, seconds, cpu_seconds = solve.result()
+                    for k, (c, partner) in enumerate(directions):
                         if c in left or partner in left:  # a pair of a silo that left stays unmeasured
                             continue
-                        record.W[c, partner] = value - record.tau[(c, partner) if record.tau.ndim == 2 else c]
+                        if taus is None:
+                            record.W[c, partner] = values[k] - record.tau[(c, partner) if record.tau.ndim == 2 else c]
+                        elif np.isnan(values[k]):  # no class in common: the pair stays unmeasured
+                            record.unmatched.add((c, partner))
+                        else:
+                            record.W[c, partner], record.tau[c, partner] = values[k], taus[k]
                     for step, spent in (("w1_solves", seconds), ("w1_solves_cpu", cpu_seconds)):
                         ctx.step_seconds[step] = ctx.step_seconds.get(step, 0.0) + spent
         ctx.step_seconds["w1_pool_threads"] = max(1, ctx.cores)
@@ -96,7 +126,7 @@ class Direct:
         left: set[int],
         record: Record,
         pool: ThreadPoolExecutor,
-        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, float, float]]]],
+        solves: list[tuple[list[Pair], Future[tuple[np.ndarray, np.ndarray | None, float, float]]]],
     ) -> None:
         """Receive the embeddings of every pair in `todo` (partner → the roles not received
         yet), record τ and noise, start the solves of the pairs each message completes, in
@@ -111,8 +141,8 @@ class Direct:
         and then sends them, or names them skipped where it never had its key or ω; the pairs
         of a silo that left stay unmeasured."""
         # by direction (r, c): r's own cloud Z_{r|r}R, and c's cloud under r's model Z_{c|r}R
-        owns: dict[Pair, np.ndarray] = {}
-        crosses: dict[Pair, np.ndarray] = {}
+        owns: dict[Pair, Served] = {}
+        crosses: dict[Pair, Measured] = {}
         per_pair = record.tau.ndim == 2
         rows: dict[int, int] = {}  # each silo's cloud size, the same in all its clouds of the round
         told: dict[int, set[int]] = defaultdict(set)  # the partners each silo was told left
@@ -158,13 +188,16 @@ class Direct:
                 del todo[c]
             if served:  # τ and the noise belong to the rows W[c][·] it serves
                 record.noise[c] = clouds.noise
-            for p, own, tau in zip(served, clouds.own, clouds.tau.tolist()):
-                record.tau[(c, p) if per_pair else c] = tau
+            matched = self.classes is not None
+            for k, (p, own, tau) in enumerate(zip(served, clouds.own, clouds.tau.tolist())):
+                if not matched:  # matched: τ is taken on each pair's matched rows
+                    record.tau[(c, p) if per_pair else c] = tau
                 if p not in left:
-                    owns[(c, p)] = own
-            for p, cross in zip(measured, clouds.cross):
+                    labelled = (clouds.own_labels[k], clouds.val[k], clouds.val_labels[k]) if matched else ()
+                    owns[(c, p)] = Served(own, *labelled)
+            for k, (p, cross) in enumerate(zip(measured, clouds.cross)):
                 if p not in left:
-                    crosses[(p, c)] = cross
+                    crosses[(p, c)] = Measured(cross, clouds.cross_labels[k]) if matched else Measured(cross)
             # W[r][c] compares r's data and c's data, both under r's model.
             done = [d for d in [(c, p) for p in served] + [(p, c) for p in measured] if d in owns and d in crosses]
             size = max(1, -(-len(done) // max(1, ctx.cores)))
@@ -173,7 +206,11 @@ class Direct:
                     (
                         batch,
                         pool.submit(
-                            self._timed_distances, [owns.pop(d) for d in batch], [crosses.pop(d) for d in batch]
+                            self._timed_distances,
+                            ctx.round,
+                            batch,
+                            [owns.pop(d) for d in batch],
+                            [crosses.pop(d) for d in batch],
                         ),
                     )
                 )
@@ -218,18 +255,62 @@ class Direct:
             raise refuse(f"clouds of {sorted(sizes)} rows, expected {size} (one size, at least 2, in all of the round)")
         if not per_pair and len(set(batch.tau.tolist())) > 1:
             raise refuse(f"τ {batch.tau[:8].tolist()} (one for all partners)")
+        if problem := self._labels_problem(batch):
+            raise refuse(problem)
         if not served:
             return
         claim = (batch.noise,) if per_pair else (batch.noise, float(batch.tau[0]))
         if record.stated.setdefault(c, claim) != claim:
             raise refuse(f"noise and τ {claim}, having stated {record.stated[c]} earlier in this round")
 
-    def _distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> np.ndarray:
-        return self.distance.between(owns, crosses)
+    def _labels_problem(self, batch: Embeddings) -> str | None:
+        """Labels where classes are matched (one per row: the message checked the shapes), each
+        a class of the run, and none where they are not."""
+        labels = (batch.own_labels, batch.val_labels, batch.cross_labels)
+        if self.classes is None:
+            return "labels, where the run does not match classes" if any(a.size for a in labels) else None
+        if (len(batch.served) and not batch.own_labels.size) or (len(batch.measured) and not batch.cross_labels.size):
+            return "clouds without their rows' labels (the run matches classes)"
+        if any(a.size and a.max() >= self.classes for a in labels):
+            return f"a label beyond the run's {self.classes} classes"
+        if len(batch.served) and not 2 <= batch.val.shape[1] <= self.max_rows:
+            return f"validation clouds of {batch.val.shape[1]} rows (2 to {self.max_rows})"
+        return None
 
-    def _timed_distances(self, owns: list[np.ndarray], crosses: list[np.ndarray]) -> tuple[np.ndarray, float, float]:
-        """(the batch's distances, the thread's wall and CPU seconds on them): the server's busy
-        time, and how much of it computed (on a node whose cores the silos share, the rest
-        waited for a core)."""
+    def _distances(
+        self, round: int, directions: list[Pair], owns: list[Served], crosses: list[Measured]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The batch's W1 (τ not subtracted; None for τ), or where classes are matched, its
+        entries W[c][c'] and their τ, both from the pair's matched rows, the entries rescaled to
+        the silo's full sample (classes.py); NaN where the pair shares under MIN_ROWS rows."""
+        if self.classes is None:
+            return self.distance.between([o.cloud for o in owns], [x.cloud for x in crosses]), None
+        firsts, seconds, factors = [], [], []
+        for (c, partner), own, cross in zip(directions, owns, crosses):
+            assert own.labels is not None and own.val is not None and own.val_labels is not None
+            assert cross.labels is not None
+            rng = np.random.default_rng([self.seed, round, c, partner])
+            a, b, v = matched_rows(own.labels, cross.labels, own.val_labels, rng)
+            if len(a) < MIN_ROWS:
+                factors.append(math.nan)
+                continue
+            firsts += [own.cloud[a], own.cloud[a]]
+            seconds += [cross.cloud[b], own.val[v]]
+            factors.append(to_full_sample(len(a), len(own.cloud), len(own.val)))
+        measured = iter(self.distance.between(firsts, seconds).tolist() if firsts else [])
+        entries, taus = np.full(len(owns), math.nan), np.full(len(owns), math.nan)
+        for k, factor in enumerate(factors):
+            if not math.isnan(factor):
+                w1, tau = next(measured), next(measured)
+                entries[k], taus[k] = (w1 - tau) / factor, tau
+        return entries, taus
+
+    def _timed_distances(
+        self, round: int, directions: list[Pair], owns: list[Served], crosses: list[Measured]
+    ) -> tuple[np.ndarray, np.ndarray | None, float, float]:
+        """(the batch's distances and τ, the thread's wall and CPU seconds on them): the
+        server's busy time, and how much of it computed (on a node whose cores the silos share,
+        the rest waited for a core)."""
         start, cpu = time.monotonic(), time.thread_time()
-        return self._distances(owns, crosses), time.monotonic() - start, time.thread_time() - cpu
+        values, taus = self._distances(round, directions, owns, crosses)
+        return values, taus, time.monotonic() - start, time.thread_time() - cpu

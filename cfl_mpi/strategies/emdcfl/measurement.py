@@ -50,6 +50,7 @@ class Record:
     noise: np.ndarray
     stated: dict[int, tuple[float, ...]] = field(default_factory=dict)
     rows: dict[int, int] = field(default_factory=dict)  # each silo's sample size, where its clouds came
+    unmatched: set[tuple[int, int]] = field(default_factory=set)  # directions with no class in common
 
 
 class Measurement(Protocol):

@@ -61,6 +61,18 @@ class Projected:
     cross: np.ndarray | None  # Z_{c|c'}R, where it measures with the partner
     tau: float = 0.0
     noise: float = 0.0
+    classes: Classes | None = None  # the rows' labels, where classes are matched (classes.py)
+
+
+@dataclass(frozen=True)
+class Classes:
+    """What class matching adds to a pair's clouds: the label of each row, and where the silo
+    serves, its validation sample through the pair's R (the server takes τ on matched rows)."""
+
+    own: np.ndarray | None  # labels of Z_{c|c}'s rows, where it serves
+    val: np.ndarray | None  # Z^val_{c|c}R, where it serves
+    val_labels: np.ndarray | None
+    cross: np.ndarray | None  # labels of Z_{c|c'}'s rows, where it measures
 
 
 class Embeddings(Payload, kind="embeddings"):
@@ -76,6 +88,11 @@ class Embeddings(Payload, kind="embeddings"):
     cross: np.ndarray = array("float32", "measured", None, "dim_r")
     noise: float = scalar(float, 0.0, math.inf)
     skipped: np.ndarray = array("int64", "skipped")  # partners that left: their pairs not sent, never will be
+    # where classes are matched (else empty): each row's label, and Z^val_{c|c}R per partner served
+    own_labels: np.ndarray = array("int64", None, None)
+    val: np.ndarray = array("float32", None, None, "dim_r")
+    val_labels: np.ndarray = array("int64", None, None)
+    cross_labels: np.ndarray = array("int64", None, None)
 
     @staticmethod
     def batch(ready: list[Projected], dim_r: int, skipped: list[int] | None = None) -> Embeddings:
@@ -84,17 +101,28 @@ class Embeddings(Payload, kind="embeddings"):
         served = [p for p in ready if p.own is not None]
         measured = [p for p in ready if p.cross is not None]
 
-        def clouds(arrays: list[np.ndarray]) -> np.ndarray:
-            return np.stack(arrays) if arrays else np.zeros((0, 0, dim_r), dtype=np.float32)
+        def clouds(arrays: list[np.ndarray | None]) -> np.ndarray:
+            kept = [a for a in arrays if a is not None]
+            return np.stack(kept) if kept else np.zeros((0, 0, dim_r), dtype=np.float32)
 
+        def labels(arrays: list[np.ndarray | None]) -> np.ndarray:
+            kept = [a for a in arrays if a is not None]
+            return np.stack(kept).astype(np.int64) if kept else np.zeros((0, 0), dtype=np.int64)
+
+        served_classes = [p.classes for p in served if p.classes is not None]
+        measured_classes = [p.classes for p in measured if p.classes is not None]
         return Embeddings(
             np.asarray([p.partner for p in served], dtype=np.int64),
-            clouds([p.own for p in served if p.own is not None]),
+            clouds([p.own for p in served]),
             np.asarray([p.tau for p in served], dtype=np.float64),
             np.asarray([p.partner for p in measured], dtype=np.int64),
-            clouds([p.cross for p in measured if p.cross is not None]),
+            clouds([p.cross for p in measured]),
             next((p.noise for p in served), 0.0),
             np.asarray(skipped or [], dtype=np.int64),
+            labels([k.own for k in served_classes]),
+            clouds([k.val for k in served_classes]),
+            labels([k.val_labels for k in served_classes]),
+            labels([k.cross for k in measured_classes]),
         )
 
     def problem(self) -> str | None:
@@ -108,6 +136,28 @@ class Embeddings(Payload, kind="embeddings"):
             return f"τ {self.tau[:8].tolist()} (at least 0)"
         if not len(self.served) and self.noise != 0.0:
             return f"noise {self.noise} where it serves no partner (0: the noise belongs to the rows it serves)"
+        return self._classes_problem()
+
+    def _classes_problem(self) -> str | None:
+        """Labels either absent (classes not matched) or one per row of the clouds they label,
+        with a validation cloud per partner served; none negative (the server bounds them by
+        the run's classes)."""
+        served, measured = len(self.served), len(self.measured)
+        matched = any(a.size for a in (self.own_labels, self.val, self.val_labels, self.cross_labels))
+        if not matched:
+            return None
+        shapes = (self.own_labels.shape, self.val_labels.shape, self.cross_labels.shape)
+        clouds = (self.own.shape[:2], self.val.shape[:2], self.cross.shape[:2])
+        own_ok = not served or (shapes[0] == clouds[0] and len(self.val) == served)
+        cross_ok = not measured or shapes[2] == clouds[2]
+        if not (own_ok and cross_ok and shapes[1] == clouds[1]):
+            return f"labels of shapes {shapes} for clouds of {clouds} rows ({len(self.val)} validation clouds)"
+        if not served and (self.own_labels.size or self.val.size):
+            return "labels of its own cloud where it serves no partner"
+        if not measured and self.cross_labels.size:
+            return "labels of cross clouds where it measures with no partner"
+        if any((a < 0).any() for a in (self.own_labels, self.val_labels, self.cross_labels)):
+            return "a negative label"
         return None
 
 

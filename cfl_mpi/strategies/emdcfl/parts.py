@@ -38,17 +38,23 @@ class Parts:
     measurement: Measurement
     rule: ClusterRule
     staging: Staging | None
+    classes: bool  # whether W compares the silos class by class (classes.py)
 
-    def plan(self, run: RunFacts, placed: np.ndarray) -> PairPlan:
-        """The server's pair plan (`placed`: its array of the clusters staged plans found)."""
-        return AllPairs(self.rule, run) if self.staging is None else StagedPairs(self.staging, run, placed)
+    def plan(self, run: RunFacts, placed: np.ndarray, unmatched: set[tuple[int, int]]) -> PairPlan:
+        """The server's pair plan (`placed`: its array of the clusters staged plans found;
+        `unmatched`: its set of the directions with no class in common, never measured again)."""
+        if self.staging is None:
+            return AllPairs(self.rule, run, unmatched)
+        return StagedPairs(self.staging, run, placed)
 
 
 def parts(emdcfl: EmdCflConfig, run: RunFacts) -> Parts:
     """The parts the settings name, for a run of `run`'s embedding size and seed."""
     dim_r = projected_dim(emdcfl.proj_ratio, run.embedding_dim)
     distance = distance_of(emdcfl)
-    measurement: Measurement = Direct(distance, dim_r, emdcfl.max_rows)
+    measurement: Measurement = Direct(
+        distance, dim_r, emdcfl.max_rows, run.num_classes if emdcfl.classes_matched else None, run.seed
+    )
     if emdcfl.distance == "fedwad":
         normalised = emdcfl.ground_cost == "chordal"
         p = FEDWAD_P[emdcfl.ground_cost]
@@ -59,7 +65,7 @@ def parts(emdcfl: EmdCflConfig, run: RunFacts) -> Parts:
         case "neighbourhoods":
             rule: ClusterRule = Neighbourhoods(emdcfl.epsilon)
         case "robust":
-            rule = Robust(emdcfl.noise_multiple, emdcfl.clear_gap)
+            rule = Robust(emdcfl.noise_multiple, emdcfl.gap)
     staging = None
     if emdcfl.pairs == "staged":
         staging = Staging(
@@ -69,11 +75,13 @@ def parts(emdcfl: EmdCflConfig, run: RunFacts) -> Parts:
             emdcfl.placement == "one_way",
             emdcfl.noise_multiple,
         )
-    return Parts(dim_r, distance, measurement, rule, staging)
+    return Parts(dim_r, distance, measurement, rule, staging, emdcfl.classes_matched)
 
 
 def distance_of(emdcfl: EmdCflConfig) -> PairDistance:
-    """The pair distance the settings name, with its τ space and noise draws."""
+    """The pair distance the settings name, with its τ space and noise draws (τ per pair where
+    classes are matched: the server takes it on each pair's matched rows, through its R)."""
+    tau = TAU_SPACES["pair" if emdcfl.classes_matched else emdcfl.tau_projection]
     match emdcfl.distance:
         case "energy":
             return Energy(emdcfl.ground_cost, emdcfl.projection, emdcfl.noise_splits)
@@ -83,11 +91,9 @@ def distance_of(emdcfl: EmdCflConfig) -> PairDistance:
                 emdcfl.ground_cost,
                 emdcfl.projection,
                 emdcfl.noise_splits,
-                TAU_SPACES[emdcfl.tau_projection],
+                tau,
                 emdcfl.sinkhorn_reg,
             )
         case "exact" | "fedwad":  # FedWaD mode's τ and noise: exact W1 on the silo
-            return Transport(
-                "exact", emdcfl.ground_cost, emdcfl.projection, emdcfl.noise_splits, TAU_SPACES[emdcfl.tau_projection]
-            )
+            return Transport("exact", emdcfl.ground_cost, emdcfl.projection, emdcfl.noise_splits, tau)
     raise AssertionError(f"no pair distance {emdcfl.distance!r}")  # the config's Literal allows no other

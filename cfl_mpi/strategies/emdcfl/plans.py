@@ -117,10 +117,11 @@ class Staging:
 
 class AllPairs:
     """The paper's plan: the pairs of silos training now that were never measured, both ways,
-    in one stage (a pair is measured the first round both silos train, Appendix E.4)."""
+    in one stage (a pair is measured the first round both silos train, Appendix E.4). A
+    direction whose clouds share no class (`unmatched`: the server's set) counts as measured."""
 
-    def __init__(self, rule: ClusterRule, run: RunFacts) -> None:
-        self.rule, self.run = rule, run
+    def __init__(self, rule: ClusterRule, run: RunFacts, unmatched: set[Pair]) -> None:
+        self.rule, self.run, self.unmatched = rule, run, unmatched
         self.silos: list[int] = []
         self.measured = False
 
@@ -129,7 +130,11 @@ class AllPairs:
 
     def stage(self, W: np.ndarray, noise: np.ndarray) -> tuple[list[Pair], bool]:
         silos = self.silos
-        wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1 :] if np.isnan(W[a, b])])
+
+        def unmeasured(a: int, b: int) -> bool:
+            return any(np.isnan(W[d]) and d not in self.unmatched for d in ((a, b), (b, a)))
+
+        wanted = both_ways([(a, b) for i, a in enumerate(silos) for b in silos[i + 1 :] if unmeasured(a, b)])
         self.measured = bool(wanted)
         return wanted, False
 

@@ -21,6 +21,7 @@ from ...clustering.extraction import extract_clusters
 from ...console import say, warn
 from ..base import RunFacts, ServerRound, Strategy
 from . import EmdCflConfig
+from .classes import MIN_ROWS
 from .distances import TELL_FLOOR
 from .measurement import Record
 from .messages import Plan
@@ -44,9 +45,10 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self.extraction: dict = {}
         self.partners: dict[int, list[tuple[int, int]]] = {}  # this stage's (partner, role) per silo
         self.placed = np.full(c, -1, dtype=np.int64)  # the staged plans' clusters so far (-1: not placed)
-        self.plan = self.parts.plan(run, self.placed)
-        self.more = False  # whether the round's plan has a stage after the one sent
         self.record = Record(self.W, self.tau, self.noise)
+        self.plan = self.parts.plan(run, self.placed, self.record.unmatched)
+        self.more = False  # whether the round's plan has a stage after the one sent
+        self.unmatched_before: set[Pair] = set()  # the directions found unmatched in earlier rounds
         self.artifacts = {"W": self.W, "tau": self.tau, "noise": self.noise}
 
     def modules(self) -> tuple[str, ...]:
@@ -59,6 +61,7 @@ class EmdCfl(Strategy[EmdCflConfig]):
         """Send the first stage of the round's pair plan before training, so a silo needs
         nobody else to start."""
         self.record.stated.clear()  # (noise_c[, τ_c]) as silo c first stated them this round
+        self.unmatched_before = set(self.record.unmatched)
         self.plan.start(ctx)
         directions, self.more = self.plan.stage(self.W, self.noise)
         self._send_plan(ctx, sorted(ctx.participants), directions, self.more)
@@ -105,9 +108,17 @@ class EmdCfl(Strategy[EmdCflConfig]):
             self._send_plan(ctx, sorted(ctx.participants), directions, more)
         if found := self.plan.clusters(ctx, self.W, self.noise, seconds, self.extraction):
             self.clusters, self.extraction = found
-            if finding := how_clear(self.extraction, self.params.clear_gap):
+            if finding := how_clear(self.extraction, self.params.gap):
                 self.extraction["finding"] = finding
                 (warn if "weak" in finding else say)(f"round {ctx.round}: EMD-CFL: {finding}")
+            if self.record.unmatched:
+                self.extraction["unmatched"] = [list(pair) for pair in sorted(self.record.unmatched)]
+            if unmatched := sorted(self.record.unmatched - self.unmatched_before):
+                say(
+                    f"round {ctx.round}: EMD-CFL: {len(unmatched)} of the directions W[c][c'] measured share under "
+                    f"{MIN_ROWS} examples of any class and are left unmeasured (c, c'): "
+                    f"{', '.join(map(str, unmatched[:8]))}{' ...' if len(unmatched) > 8 else ''}"
+                )
             if small := too_small(self.params, self.record.rows, ctx.n_samples):
                 self.extraction["too_small"] = small
                 warn(f"round {ctx.round}: EMD-CFL: {small['finding']}")
@@ -118,14 +129,16 @@ class EmdCfl(Strategy[EmdCflConfig]):
         self.parts.measurement.measure(ctx, partners, self.record)
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
-        return {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise, "placed": self.placed}, {
-            "extraction": self.extraction
-        }
+        unmatched = np.zeros_like(self.W, dtype=np.uint8)  # a fixed shape, as a checkpoint's arrays
+        unmatched[tuple(np.asarray(sorted(self.record.unmatched), dtype=np.int64).reshape(-1, 2).T)] = 1
+        arrays = {"clusters": self.clusters, "W": self.W, "tau": self.tau, "noise": self.noise, "placed": self.placed}
+        return {**arrays, "unmatched": unmatched}, {"extraction": self.extraction}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         self.clusters = arrays["clusters"].astype(np.int64)
         for name in ("W", "tau", "noise", "placed"):  # in place: self.artifacts and the plan hold these arrays
             getattr(self, name)[...] = arrays[name]
+        self.record.unmatched.update((int(c), int(p)) for c, p in np.argwhere(arrays["unmatched"]))
         self.extraction = meta["extraction"]
 
     def report(self) -> dict:

@@ -21,7 +21,7 @@ from ..base import RunFacts, SiloProtocol, SiloRound, timed
 from . import EmdCflConfig
 from .distances import sample_size
 from .measurement import SEND_READY, Reference, SendReady
-from .messages import EmbeddingModel, Handshake, PartnerLeft, Plan, Projected
+from .messages import Classes, EmbeddingModel, Handshake, PartnerLeft, Plan, Projected
 from .pairs import MEASURE, SERVE
 from .parts import parts
 
@@ -135,6 +135,11 @@ class OwnSample:
     sample_rows: np.ndarray  # the training rows its own model embeds, Z_{c|c} (copied only if it serves)
     rng: np.random.Generator  # the round's draws after the sample's: the noise's
     embed_as_set: Callable[[Any, np.ndarray], np.ndarray]
+    # the labels of the sample's rows, of the cross rows and of the validation sample: what the
+    # server matches classes by (classes.py), where it does
+    sample_labels: np.ndarray
+    cross_labels: np.ndarray
+    val_labels: np.ndarray
     reference: Reference | None = None  # once the silo serves
 
 
@@ -213,8 +218,10 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         n = sample_size(s.sample_fraction, s.max_rows, len(d.y_train), len(d.y_val))
         n = n if s.partner_sample == "train" else min(n, len(d.y_val))
         rows = np.sort(rng.choice(len(d.y_train), n, replace=False))
-        images, cross_rows = (
-            (d.x_train, rows) if s.partner_sample == "train" else (d.x_val, np.sort(rng.choice(len(d.y_val), n, False)))
+        images, labels, cross_rows = (
+            (d.x_train, d.y_train, rows)
+            if s.partner_sample == "train"
+            else (d.x_val, d.y_val, np.sort(rng.choice(len(d.y_val), n, False)))
         )
         embed_as_set = partial(
             embed,
@@ -222,7 +229,16 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
             train_mode=s.embed_mode == "train",
             batch=self.run.local_work.batch_size if s.embed_mode == "train" else EVAL_BATCH,
         )
-        return OwnSample(images, cross_rows, rows, rng, embed_as_set)
+        return OwnSample(
+            images,
+            cross_rows,
+            rows,
+            rng,
+            embed_as_set,
+            d.y_train[rows],
+            labels[cross_rows],
+            d.y_val[: self.params.max_rows],
+        )
 
     def _reference(self, ctx: SiloRound, own: OwnSample) -> Reference:
         """The sample embedded by the silo's model, τ_c and the noise: once a round, when the
@@ -288,10 +304,15 @@ class EmdCflSilo(SiloProtocol[EmdCflConfig]):
         def projected(p: int, z_cross: np.ndarray | None) -> Projected:
             r = projection_matrix(seeds[p], dim_z, dim_r, self.params.projection)
             zr_cross = None if z_cross is None else z_cross @ r
+            cross_labels = None if z_cross is None else own.cross_labels
             if not roles[p] & SERVE:
-                return Projected(p, None, zr_cross)
+                classes = Classes(None, None, None, cross_labels) if self.parts.classes else None
+                return Projected(p, None, zr_cross, classes=classes)
             reference = self._reference(ctx, own)
             zr_own = reference.z_own @ r
+            if self.parts.classes:  # the server takes τ on the pair's matched rows
+                classes = Classes(own.sample_labels, reference.z_val @ r, own.val_labels, cross_labels)
+                return Projected(p, zr_own, zr_cross, 0.0, reference.noise, classes)
             tau = reference.tau
             if tau is None:  # τ per pair
                 tau = self.parts.distance.pair_reference(zr_own, reference.z_val, r)
